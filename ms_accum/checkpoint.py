@@ -1,0 +1,142 @@
+"""Checkpoint writing that never leaves a half-written file under the final name, and loading with clear errors.
+
+MindSpore's own ``save_checkpoint`` deletes an existing file before it writes the new one, so a crash in between
+loses both. ``save_checkpoint_atomic`` writes a temporary file beside the target, flushes it to disk and renames
+it over the target in one step.
+"""
+import os
+
+import mindspore as ms
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file is missing, unreadable, or does not fit the network it is loaded into."""
+
+
+def save_checkpoint_atomic(save_obj, ckpt_path, choice_func=None, append_dict=None):
+    """
+    Save a checkpoint so that `ckpt_path` holds either the previous complete file or the new complete file.
+
+    Args:
+        save_obj (Union[Cell, list, dict]): What :func:`mindspore.save_checkpoint` accepts.
+        ckpt_path (str): Target file; it must end with ``.ckpt``. Missing parent directories are created.
+        choice_func (Callable[[str], bool], optional): Keeps the parameters whose name it accepts.
+            Default: ``None`` (all).
+        append_dict (dict, optional): Extra entries, as in :func:`mindspore.save_checkpoint`. Default: ``None``.
+
+    Returns:
+        str, the absolute path written.
+
+    Raises:
+        ValueError: If `ckpt_path` does not end with ``.ckpt``.
+        OSError: If the file cannot be written; the previous file, if any, is left as it was.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from mindspore import nn
+        >>> from ms_accum import save_checkpoint_atomic
+        >>> path = save_checkpoint_atomic(nn.Dense(2, 2), "/tmp/dense.ckpt")
+    """
+    if not isinstance(ckpt_path, str) or not ckpt_path.endswith(".ckpt"):
+        raise ValueError(f"For 'save_checkpoint_atomic', 'ckpt_path' must be a str ending with '.ckpt', "
+                         f"but got {ckpt_path!r}.")
+    target = os.path.abspath(ckpt_path)
+    directory, name = os.path.split(target)
+    os.makedirs(directory, exist_ok=True)
+    tmp = os.path.join(directory, f".{name[:-5]}.partial-{os.getpid()}.ckpt")
+    try:
+        ms.save_checkpoint(save_obj, tmp, choice_func=choice_func, append_dict=append_dict)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+        dir_fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return target
+
+
+def read_checkpoint(ckpt_path):
+    """
+    Read a checkpoint file into a name-to-Parameter dict, with one clear error for every way it can fail.
+
+    Args:
+        ckpt_path (str): The checkpoint file.
+
+    Returns:
+        dict[str, Parameter], the checkpoint's contents.
+
+    Raises:
+        CheckpointError: If the file does not exist, is not a file, or cannot be parsed (truncated or not a
+            checkpoint).
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from ms_accum import read_checkpoint
+        >>> params = read_checkpoint("/tmp/dense.ckpt")
+    """
+    if not os.path.exists(ckpt_path):
+        raise CheckpointError(f"'ckpt_path' must be an existing checkpoint file, but {ckpt_path!r} does not exist.")
+    if not os.path.isfile(ckpt_path):
+        raise CheckpointError(f"'ckpt_path' must be a checkpoint file, but {ckpt_path!r} is not a file.")
+    try:
+        params = ms.load_checkpoint(ckpt_path)
+    except (ValueError, RuntimeError, OSError, TypeError) as err:
+        raise CheckpointError(f"'ckpt_path' must be a complete MindSpore checkpoint, but {ckpt_path!r} could not "
+                              f"be read (truncated or not a checkpoint): {str(err).splitlines()[0]}") from err
+    if not params:
+        raise CheckpointError(f"'ckpt_path' must be a MindSpore checkpoint holding parameters, but {ckpt_path!r} "
+                              f"holds none.")
+    return params
+
+
+def load_network_checkpoint(network, ckpt_path):
+    """
+    Load a checkpoint into `network`, requiring every parameter of the network, with its shape.
+
+    Entries the network does not have (optimizer state, the tutorial's ``grad_sum`` buffers) are ignored, so
+    checkpoints of ms_accum's driver and of the tutorial's forward-backward cell both load.
+
+    Args:
+        network (Cell): The network to fill.
+        ckpt_path (str): The checkpoint file.
+
+    Returns:
+        list[str], the names of checkpoint entries that were not used.
+
+    Raises:
+        CheckpointError: If the file cannot be read (see :func:`read_checkpoint`), or it lacks parameters of the
+            network or holds them with other shapes (a checkpoint of another network).
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from mindspore import nn
+        >>> from ms_accum import load_network_checkpoint
+        >>> unused = load_network_checkpoint(nn.Dense(2, 2), "/tmp/dense.ckpt")
+    """
+    params = read_checkpoint(ckpt_path)
+    missing, mismatched = [], []
+    for param in network.get_parameters():
+        found = params.get(param.name)
+        if found is None:
+            missing.append(param.name)
+        elif tuple(found.shape) != tuple(param.shape):
+            mismatched.append(f"{param.name} {tuple(found.shape)} != {tuple(param.shape)}")
+    if missing or mismatched:
+        detail = (f"missing {missing[:5]}" if missing else "") + \
+                 ("; " if missing and mismatched else "") + \
+                 (f"shape mismatch {mismatched[:5]}" if mismatched else "")
+        raise CheckpointError(f"'ckpt_path' must be a checkpoint of {type(network).__name__}, but {ckpt_path!r} "
+                              f"belongs to another network: {detail}.")
+    _, unused = ms.load_param_into_net(network, params)
+    return list(unused)

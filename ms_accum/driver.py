@@ -1,0 +1,215 @@
+"""GradientAccumulation: the Python loop that drives the three single-device cells over a dataset."""
+import math
+
+from mindspore import nn
+from mindspore.train.callback import RunContext
+from mindspore.train.callback._callback import CallbackManager, InternalCallbackParam
+
+from ._checks import check_bool, check_choice, check_positive_int
+from .checkpoint import save_checkpoint_atomic
+from .single_device import TrainClear, TrainForwardBackward, TrainOptim
+
+PARTIAL_WINDOW_POLICIES = ("flush", "drop", "carry")
+
+
+class TrainState(nn.Cell):
+    """What a checkpoint holds: the loss network and the optimizer, not the transient gradient buffers."""
+
+    def __init__(self, loss_network, optimizer):
+        super().__init__(auto_prefix=False)
+        self.network = loss_network
+        self.optimizer = optimizer
+
+    def construct(self, *inputs):
+        return self.network(*inputs)
+
+
+class GradientAccumulation:
+    r"""
+    Trains a network with gradient accumulation on one device: `mini_steps` micro-batches per optimizer step.
+
+    Builds the loss network, the ``grad_sum`` buffers and the three cells (:class:`TrainForwardBackward`,
+    :class:`TrainOptim`, :class:`TrainClear`) and runs them over a dataset. By default each update equals one
+    large-batch step on exactly the samples of its window.
+
+    Args:
+        network (Cell): The network to train.
+        loss_fn (Cell, optional): The loss; ``None`` if `network` already returns the loss.
+        optimizer (Cell): The optimizer over the network's trainable parameters.
+        average (bool): ``True`` (default) applies the mean gradient over the window's samples; ``False`` applies
+            the raw sum of micro-batch gradients, as the MindSpore tutorial does.
+        sens (numbers.Number): Gradient seed, as in :class:`mindspore.nn.TrainOneStepCell`. Default: ``1.0``.
+
+    Raises:
+        TypeError: If `average` is not a bool.
+        ValueError: If `sens` is zero or not finite.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import numpy as np
+        >>> import mindspore.dataset as ds
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> data = ds.NumpySlicesDataset({"x": np.ones((64, 4), np.float32), "y": np.zeros((64, 2), np.float32)},
+        ...                              shuffle=False).batch(8)
+        >>> trainer = ms_accum.GradientAccumulation(net, nn.MSELoss(), nn.SGD(net.trainable_params(), 0.1))
+        >>> losses = trainer.train_process(1, data, mini_steps=4, ckpt_path=None)
+        epoch: 1 step: 1 loss is ...
+        epoch: 1 step: 2 loss is ...
+    """
+
+    def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0):
+        check_bool("GradientAccumulation", "average", average)
+        self.network = network
+        self.optimizer = optimizer
+        self.loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
+        self.grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+        self.forward_backward = TrainForwardBackward(self.loss_network, optimizer, self.grad_sum, sens, average)
+        self.optim = TrainOptim(optimizer, self.grad_sum, average)
+        self.clear = TrainClear(self.grad_sum)
+        self.train_state = TrainState(self.loss_network, optimizer)
+
+    def train_process(self, epoch, train_dataset, mini_steps, callbacks=None, partial_window="flush",
+                      ckpt_path="gradient_accumulation.ckpt", log_every=1):
+        r"""
+        Train for `epoch` epochs, one optimizer step every `mini_steps` micro-batches.
+
+        A window that is still open at the end of an epoch is handled by `partial_window`:
+
+        - ``"flush"`` (default): apply it as a smaller window (weighted by its own samples), so every epoch ends
+          with empty buffers;
+        - ``"drop"``: discard its gradients;
+        - ``"carry"``: keep it open into the next epoch; one still open after the last epoch is flushed.
+
+        Callbacks see one step per update: ``cur_step_num`` counts updates since the start, ``batch_num`` is the
+        number of updates per epoch, ``net_outputs`` is the window's mean loss over its samples, and
+        ``train_network`` holds the network and optimizer (what :class:`mindspore.train.ModelCheckpoint` saves,
+        without the gradient buffers). ``window_micro_steps`` gives the micro-batches in the update's window.
+
+        Args:
+            epoch (int): Number of passes over `train_dataset`, >= 1.
+            train_dataset (Dataset): Batched dataset; each row is one micro-batch, passed to the loss network
+                as its inputs (the network's inputs followed by the label).
+            mini_steps (int): Micro-batches per update, >= 1. Must not exceed the micro-batches in an epoch
+                unless `partial_window` is ``"carry"``.
+            callbacks (Union[Callback, list[Callback]], optional): MindSpore callbacks. Default: ``None``.
+            partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``. Default: ``"flush"``.
+            ckpt_path (str, optional): Where to save the network and optimizer state at the end (written
+                atomically); ``None`` to skip. Default: ``"gradient_accumulation.ckpt"``.
+            log_every (int): Print ``epoch: E step: S loss is L`` every this many updates; 0 to stay quiet.
+                Default: ``1``.
+
+        Returns:
+            list[float], the mean loss of every update's window, in order.
+
+        Raises:
+            TypeError: If `epoch` or `mini_steps` is not an int.
+            ValueError: If `epoch` or `mini_steps` is < 1, `partial_window` is unknown, the dataset is empty,
+                or `mini_steps` exceeds the micro-batches in an epoch with `partial_window` other than
+                ``"carry"``.
+        """
+        owner = "GradientAccumulation.train_process"
+        check_positive_int(owner, "epoch", epoch)
+        check_positive_int(owner, "mini_steps", mini_steps)
+        check_choice(owner, "partial_window", partial_window, PARTIAL_WINDOW_POLICIES)
+        if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
+            raise ValueError(f"For '{owner}', 'log_every' must be an int >= 0, but got {log_every!r}.")
+        steps_per_epoch = train_dataset.get_dataset_size()
+        if steps_per_epoch < 1:
+            raise ValueError(f"For '{owner}', 'train_dataset' must yield at least one batch per epoch, but it is "
+                             f"empty. Check the data path, or a batch size larger than the data set with "
+                             f"drop_remainder=True.")
+        if mini_steps > steps_per_epoch and partial_window != "carry":
+            raise ValueError(f"For '{owner}', 'mini_steps' must be <= the {steps_per_epoch} micro-batches in an "
+                             f"epoch, but got {mini_steps}. Lower it, or pass partial_window='carry' to let "
+                             f"windows span epochs.")
+        run = _Run(self, epoch, steps_per_epoch, mini_steps, partial_window, callbacks, log_every)
+        run.loop(train_dataset)
+        if ckpt_path is not None:
+            save_checkpoint_atomic(self.train_state, ckpt_path)
+        return run.history
+
+
+class _Run:
+    """The state of one train_process call: counters, callback parameters and the loop itself."""
+
+    def __init__(self, owner, epoch, steps_per_epoch, mini_steps, partial_window, callbacks, log_every):
+        self.owner = owner
+        self.epoch = epoch
+        self.mini_steps = mini_steps
+        self.partial_window = partial_window
+        self.callbacks = callbacks
+        self.log_every = log_every
+        self.history = []
+        self.pending = 0
+        self.updates_in_epoch = 0
+        per_epoch = {"flush": math.ceil(steps_per_epoch / mini_steps), "drop": steps_per_epoch // mini_steps,
+                     "carry": steps_per_epoch // mini_steps}[partial_window]
+        cb_params = InternalCallbackParam()
+        cb_params.train_network = owner.train_state
+        cb_params.network = owner.network
+        cb_params.optimizer = owner.optimizer
+        cb_params.epoch_num = epoch
+        cb_params.batch_num = max(1, per_epoch)
+        cb_params.cur_epoch_num = 0
+        cb_params.cur_step_num = 0
+        cb_params.dataset_sink_mode = False
+        cb_params.mode = "train"
+        cb_params.net_outputs = None
+        cb_params.window_micro_steps = 0
+        self.cb_params = cb_params
+        self.run_context = RunContext(cb_params)
+
+    def loop(self, train_dataset):
+        """Run every epoch; callbacks fire at train, epoch and update boundaries."""
+        cb_params, run_context = self.cb_params, self.run_context
+        cb_params.train_dataset = train_dataset
+        iterator = train_dataset.create_tuple_iterator(num_epochs=self.epoch)
+        with CallbackManager(self.callbacks) as callbacks:
+            callbacks.on_train_begin(run_context)
+            for epoch_index in range(1, self.epoch + 1):
+                cb_params.cur_epoch_num = epoch_index
+                self.updates_in_epoch = 0
+                callbacks.on_train_epoch_begin(run_context)
+                for data in iterator:
+                    self.owner.forward_backward(*data)
+                    self.pending += 1
+                    if self.pending == self.mini_steps:
+                        self._update(callbacks)
+                        if run_context.get_stop_requested():
+                            break
+                self._end_epoch(callbacks, last=epoch_index == self.epoch)
+                callbacks.on_train_epoch_end(run_context)
+                if run_context.get_stop_requested():
+                    break
+            callbacks.on_train_end(run_context)
+
+    def _end_epoch(self, callbacks, last):
+        """Apply the partial-window policy to a window still open at the end of an epoch."""
+        if not self.pending:
+            return
+        if self.partial_window == "flush" or (self.partial_window == "carry" and last):
+            self._update(callbacks)
+        elif self.partial_window == "drop":
+            self.owner.clear()
+            self.pending = 0
+
+    def _update(self, callbacks):
+        """One optimizer step from the open window, then clear it; callbacks see it as one step."""
+        cb_params = self.cb_params
+        cb_params.cur_step_num += 1
+        self.updates_in_epoch += 1
+        cb_params.window_micro_steps = self.pending
+        callbacks.on_train_step_begin(self.run_context)
+        mean_loss = self.owner.optim()
+        self.owner.clear()
+        self.pending = 0
+        cb_params.net_outputs = mean_loss
+        loss = float(mean_loss.asnumpy())
+        self.history.append(loss)
+        if self.log_every and self.updates_in_epoch % self.log_every == 0:
+            print(f"epoch: {cb_params.cur_epoch_num} step: {self.updates_in_epoch} loss is {loss:.6f}", flush=True)
+        callbacks.on_train_step_end(self.run_context)

@@ -1,0 +1,34 @@
+"""Test set-up: CPU speed settings before MindSpore loads, PYNATIVE mode, and the model zoo on sys.path."""
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ZOO = os.path.join(ROOT, "model_zoo_lenet")
+sys.path.insert(0, ZOO)
+
+from src.cpu_speed import apply_env_defaults, set_cpu_threads  # noqa: E402  (no MindSpore import)
+
+apply_env_defaults()
+
+import mindspore as ms  # noqa: E402
+import pytest  # noqa: E402
+
+ms.set_device("CPU")
+set_cpu_threads()
+ms.runtime.launch_blocking()  # PYNATIVE runs several times faster on CPU with synchronous launches
+ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+@pytest.fixture(autouse=True)
+def _pynative_by_default():
+    """Every test starts in PYNATIVE mode; a graph-mode test switches and is switched back."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    yield
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+@pytest.fixture(params=["pynative", "graph"])
+def exec_mode(request):
+    """Run the test once in PYNATIVE_MODE and once in GRAPH_MODE."""
+    ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
+    return request.param

@@ -1,0 +1,99 @@
+"""Small models, data and reference training used by several test modules."""
+import numpy as np
+
+import mindspore as ms
+import mindspore.dataset as ds
+from mindspore import Tensor, nn
+
+import ms_accum
+
+
+class SmallConvNet(nn.Cell):
+    """A conv + dense classifier small enough to compile in a second."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 3, 3, pad_mode="valid", has_bias=True)
+        self.relu = nn.ReLU()
+        self.flatten = nn.Flatten()
+        self.fc = nn.Dense(3 * 4 * 4, 4)
+
+    def construct(self, x):
+        return self.fc(self.flatten(self.relu(self.conv(x))))
+
+
+OPTIMIZERS = {
+    "sgd": lambda params: nn.SGD(params, learning_rate=0.1),
+    "momentum": lambda params: nn.Momentum(params, learning_rate=0.1, momentum=0.9),
+    "adam": lambda params: nn.Adam(params, learning_rate=0.01),
+}
+
+
+def build(optimizer="momentum", seed=0):
+    """A fresh SmallConvNet, its loss and optimizer, identical for the same seed."""
+    ms.set_seed(seed)
+    net = SmallConvNet()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    return net, loss, OPTIMIZERS[optimizer](net.trainable_params())
+
+
+def micro_batches(sizes, seed=1):
+    """One (images, labels) numpy pair per size."""
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(size=(b, 1, 6, 6)).astype(np.float32), rng.integers(0, 4, size=b).astype(np.int32))
+            for b in sizes]
+
+
+def concat(batches):
+    """The large batch made of `batches`."""
+    return np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches])
+
+
+def params_of(net):
+    """name -> numpy copy of every parameter."""
+    return {p.name: p.asnumpy().copy() for p in net.get_parameters()}
+
+
+def reference_train(optimizer, windows, seed=0):
+    """Plain large-batch training: one TrainOneStepCell step per window on its concatenated micro-batches."""
+    net, loss, opt = build(optimizer, seed)
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)
+    for window in windows:
+        x, y = concat(window)
+        step(Tensor(x), Tensor(y))
+    return params_of(net)
+
+
+def accumulate_train(optimizer, windows, seed=0, average=True):
+    """The three ms_accum cells: every micro-batch of a window, one optimizer step, clear."""
+    net, loss, opt = build(optimizer, seed)
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum, average=average)
+    optim, clear = ms_accum.TrainOptim(opt, grad_sum, average=average), ms_accum.TrainClear(grad_sum)
+    for window in windows:
+        for x, y in window:
+            forward_backward(Tensor(x), Tensor(y))
+        optim()
+        clear()
+    return params_of(net), opt
+
+
+def assert_params_close(got, expected, rtol=1e-5, context=""):
+    """Every parameter within `rtol` relative to the largest magnitude of the expected parameter."""
+    assert got.keys() == expected.keys()
+    for name, want in expected.items():
+        scale = max(np.abs(want).max(), 1e-12)
+        err = np.abs(got[name] - want).max() / scale
+        assert err <= rtol, f"{context}: parameter {name} differs by {err:.3g} (relative), allowed {rtol}"
+
+
+def numpy_dataset(batches, shuffle=False):
+    """A MindSpore dataset yielding exactly `batches` in order (each row one micro-batch)."""
+    sizes = {len(y) for _, y in batches}
+    if len(sizes) == 1:
+        x, y = concat(batches)
+        return ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=shuffle).batch(sizes.pop())
+
+    def generate():
+        yield from batches
+    return ds.GeneratorDataset(generate, ["x", "y"], shuffle=shuffle)

@@ -1,0 +1,181 @@
+"""TrainForwardBackward / TrainOptim / TrainClear: walked through by hand, and equal to the large batch."""
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Parameter, Tensor, nn, ops
+
+import ms_accum
+from helpers import OPTIMIZERS, accumulate_train, assert_params_close, build, micro_batches, reference_train
+
+
+class LinearLoss(nn.Cell):
+    """loss = mean over the batch of x @ w, so the gradient is the batch's mean row of x."""
+
+    def __init__(self):
+        super().__init__()
+        self.w = Parameter(Tensor(np.array([1.0, 2.0], np.float32)), name="w")
+
+    def construct(self, x):
+        return ops.mean(ops.matmul(x, self.w))
+
+
+def _cells(average=True, learning_rate=1.0):
+    net = LinearLoss()
+    opt = nn.SGD(net.trainable_params(), learning_rate=learning_rate)
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    cells = (ms_accum.TrainForwardBackward(net, opt, grad_sum, average=average),
+             ms_accum.TrainOptim(opt, grad_sum, average=average), ms_accum.TrainClear(grad_sum))
+    return net, opt, grad_sum, cells
+
+
+def test_three_micro_steps_walked_through_by_hand(exec_mode):
+    net, opt, grad_sum, (forward_backward, optim, clear) = _cells()
+    state = grad_sum._ms_accum_window  # pylint: disable=protected-access
+    xs = [np.array([[1.0, 0.0], [3.0, 2.0]], np.float32),   # mean row (2, 1), 2 samples
+          np.array([[0.0, 4.0]], np.float32),               # mean row (0, 4), 1 sample
+          np.array([[2.0, 2.0], [2.0, 0.0], [2.0, 1.0]], np.float32)]  # mean row (2, 1), 3 samples
+    expected_sum = np.zeros(2, np.float32)
+    for step, x in enumerate(xs, start=1):
+        forward_backward(Tensor(x))
+        expected_sum += x.sum(axis=0)  # each micro-batch adds (its size) * (its mean gradient)
+        np.testing.assert_allclose(net.w.asnumpy(), [1.0, 2.0], err_msg=f"micro-step {step} moved the weights")
+        np.testing.assert_allclose(grad_sum[0].asnumpy(), expected_sum, rtol=1e-6, err_msg=f"micro-step {step}")
+        assert state.micro_steps.asnumpy() == step
+        assert state.sample_count.asnumpy() == sum(len(v) for v in xs[:step])
+        assert opt.global_step.asnumpy()[0] == 0, f"micro-step {step} advanced the optimizer"
+    mean_loss = optim()
+    all_x = np.concatenate(xs)
+    np.testing.assert_allclose(net.w.asnumpy(), [1.0, 2.0] - all_x.mean(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(mean_loss.asnumpy(), (all_x @ np.array([1.0, 2.0])).mean(), rtol=1e-6)
+    assert opt.global_step.asnumpy()[0] == 1
+    np.testing.assert_allclose(grad_sum[0].asnumpy(), expected_sum, rtol=1e-6)  # optim does not clear
+    assert clear().asnumpy() == 3
+    np.testing.assert_array_equal(grad_sum[0].asnumpy(), [0.0, 0.0])
+    assert state.micro_steps.asnumpy() == 0 and state.sample_count.asnumpy() == 0
+    assert state.loss_sum.asnumpy() == 0
+    before = net.w.asnumpy().copy()
+    forward_backward(Tensor(xs[1]))
+    optim()
+    np.testing.assert_allclose(net.w.asnumpy(), before - xs[1].mean(axis=0), rtol=1e-6)
+    assert opt.global_step.asnumpy()[0] == 2
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("sizes", [(4, 4, 4, 4), (5, 3, 4, 2)], ids=["equal", "unequal"])
+@pytest.mark.parametrize("steps", [1, 2, 4])
+def test_window_equals_one_large_batch_step(optimizer, sizes, steps, exec_mode):
+    batches = micro_batches(sizes[:steps] * 2, seed=steps)
+    windows = [batches[:steps], batches[steps:]]
+    expected = reference_train(optimizer, windows)
+    got, opt = accumulate_train(optimizer, windows)
+    assert_params_close(got, expected, context=f"{optimizer}, N={steps}, sizes {sizes[:steps]}, {exec_mode}")
+    assert opt.global_step.asnumpy()[0] == 2
+
+
+def test_raw_sum_reproduces_the_tutorial():
+    """average=False applies the sum of micro-batch mean gradients: N equal micro-batches = lr*N large batch."""
+    batches = micro_batches((4, 4, 4))
+    got, _ = accumulate_train("sgd", [batches], average=False)
+    net, loss, _ = build("sgd")
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.SGD(net.trainable_params(), learning_rate=0.3))
+    x = np.concatenate([b[0] for b in batches])
+    y = np.concatenate([b[1] for b in batches])
+    step(Tensor(x), Tensor(y))
+    assert_params_close(got, {p.name: p.asnumpy() for p in net.get_parameters()}, context="raw sum")
+
+
+def test_learning_rate_schedule_advances_once_per_window():
+    net, opt, grad_sum, _ = _cells()
+    opt = nn.SGD(net.trainable_params(), learning_rate=[1.0, 0.5, 0.25])
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(net, opt, grad_sum)
+    optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
+    x = np.array([[1.0, 1.0]], np.float32)
+    w = net.w.asnumpy().copy()
+    for window, lr in enumerate([1.0, 0.5, 0.25], start=1):
+        for _ in range(3):
+            forward_backward(Tensor(x))
+        optim()
+        clear()
+        w = w - lr * x[0]
+        np.testing.assert_allclose(net.w.asnumpy(), w, rtol=1e-6, err_msg=f"window {window}")
+        assert opt.global_step.asnumpy()[0] == window
+
+
+def test_sens_scales_the_applied_gradient_like_train_one_step_cell():
+    net, opt, grad_sum, _ = _cells()
+    forward_backward = ms_accum.TrainForwardBackward(net, opt, grad_sum, sens=2.0)
+    optim = ms_accum.TrainOptim(opt, grad_sum)
+    x = np.array([[1.0, 3.0], [1.0, 1.0]], np.float32)
+    forward_backward(Tensor(x[:1]))
+    forward_backward(Tensor(x[1:]))
+    optim()
+    np.testing.assert_allclose(net.w.asnumpy(), [1.0, 2.0] - 2.0 * x.mean(axis=0), rtol=1e-6)
+
+
+def test_clear_needs_no_copy_of_the_parameters_and_accepts_the_tutorial_zeros():
+    _, opt, grad_sum, (forward_backward, _, _) = _cells()
+    zeros = opt.parameters.clone(prefix="zeros", init="zeros")
+    clear = ms_accum.TrainClear(grad_sum, zeros)
+    assert {p.name for p in clear.get_parameters()} == {"grad_sum.w", "grad_sum.sample_count",
+                                                         "grad_sum.micro_steps", "grad_sum.loss_sum"}
+    forward_backward(Tensor(np.ones((2, 2), np.float32)))
+    clear()
+    np.testing.assert_array_equal(grad_sum[0].asnumpy(), [0.0, 0.0])
+
+
+def test_tutorial_construction_shares_one_window_between_the_cells():
+    net, opt, grad_sum, (forward_backward, optim, clear) = _cells()
+    assert forward_backward.sample_count is optim.sample_count is clear.sample_count
+    assert {p.name for p in forward_backward.get_parameters()} >= {"w", "grad_sum.w", "grad_sum.sample_count"}
+
+
+def test_graph_mode_recompiles_nothing_per_step():
+    """The same micro-batch shape reuses one compiled forward-backward graph."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    _, _, _, (forward_backward, optim, clear) = _cells()
+    for _ in range(3):
+        forward_backward(Tensor(np.ones((2, 2), np.float32)))
+    optim()
+    clear()
+    assert len(forward_backward.compile_cache) == 1
+
+
+class TestBadInput:
+    def test_grad_sum_must_be_a_parameter_tuple(self):
+        net = LinearLoss()
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        with pytest.raises(TypeError, match=r"For 'TrainForwardBackward', 'grad_sum' must be a ParameterTuple.*"
+                                            r"but got list"):
+            ms_accum.TrainForwardBackward(net, opt, list(opt.parameters))
+
+    def test_grad_sum_must_match_the_optimizer(self):
+        net = LinearLoss()
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        other = nn.SGD(nn.Dense(3, 3).trainable_params(), 0.1).parameters.clone(prefix="g", init="zeros")
+        with pytest.raises(ValueError, match=r"For 'TrainOptim', 'grad_sum' must match the optimizer's "
+                                             r"parameters.*but got shapes \[\(3, 3\), \(3,\)\]"):
+            ms_accum.TrainOptim(opt, other)
+
+    @pytest.mark.parametrize("sens", [0, float("nan"), float("inf"), "1"])
+    def test_sens_must_be_a_nonzero_finite_number(self, sens):
+        net = LinearLoss()
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+        with pytest.raises(ValueError, match="For 'TrainForwardBackward', 'sens' must be a non-zero finite number"):
+            ms_accum.TrainForwardBackward(net, opt, grad_sum, sens=sens)
+
+    def test_average_must_agree_between_cells_on_the_same_buffers(self):
+        net = LinearLoss()
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+        ms_accum.TrainForwardBackward(net, opt, grad_sum, average=False)
+        with pytest.raises(ValueError, match=r"For 'TrainOptim', 'average' must match .* \(False\), but got True"):
+            ms_accum.TrainOptim(opt, grad_sum)
+
+    def test_zeros_must_match_grad_sum(self):
+        _, _, grad_sum, _ = _cells()
+        wrong = nn.SGD(nn.Dense(3, 3).trainable_params(), 0.1).parameters.clone(prefix="z", init="zeros")
+        with pytest.raises(ValueError, match="For 'TrainClear', 'zeros' must match 'grad_sum' in shapes"):
+            ms_accum.TrainClear(grad_sum, wrong)
