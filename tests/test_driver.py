@@ -1,0 +1,210 @@
+"""GradientAccumulation: epoch-end policies, loss reporting, callbacks, checkpoints and argument errors."""
+import os
+import re
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
+
+import ms_accum
+from helpers import assert_params_close, build, micro_batches, numpy_dataset, params_of, reference_train
+
+
+def _trainer(optimizer="momentum"):
+    net, loss, opt = build(optimizer)
+    return ms_accum.GradientAccumulation(net, loss, opt), net, opt
+
+
+def _windows(batches, sizes):
+    out, start = [], 0
+    for size in sizes:
+        out.append(batches[start:start + size])
+        start += size
+    return out
+
+
+@pytest.mark.parametrize("policy, epochs, window_sizes", [
+    ("flush", 2, [4, 4, 2, 4, 4, 2]),
+    ("drop", 2, [4, 4, 4, 4]),
+    ("carry", 2, [4, 4, 4, 4, 4]),
+])
+def test_partial_window_policies(policy, epochs, window_sizes, exec_mode):
+    batches = micro_batches([4] * 10)
+    trainer, net, opt = _trainer()
+    losses = trainer.train_process(epochs, numpy_dataset(batches), 4, partial_window=policy, ckpt_path=None,
+                                   log_every=0)
+    stream = batches * epochs
+    if policy == "drop":
+        stream = batches[:8] + batches[:8]
+    expected = reference_train("momentum", _windows(stream, window_sizes))
+    assert_params_close(params_of(net), expected, context=f"{policy}, {exec_mode}")
+    assert len(losses) == len(window_sizes)
+    assert opt.global_step.asnumpy()[0] == len(window_sizes)
+    assert all(not p.asnumpy().any() for p in trainer.grad_sum), "buffers not empty after training"
+
+
+def test_carry_flushes_a_window_still_open_after_the_last_epoch():
+    batches = micro_batches([4] * 3)
+    trainer, net, _ = _trainer("sgd")
+    losses = trainer.train_process(3, numpy_dataset(batches), 4, partial_window="carry", ckpt_path=None,
+                                   log_every=0)
+    assert len(losses) == 3  # 9 micro-batches: windows of 4, 4, then the last 1 flushed
+    expected = reference_train("sgd", _windows(batches * 3, [4, 4, 1]))
+    assert_params_close(params_of(net), expected, context="carry across 3 epochs")
+
+
+def test_unequal_last_batch_is_weighted_by_samples():
+    batches = micro_batches([4, 4, 4, 3])
+    trainer, net, _ = _trainer("adam")
+    trainer.train_process(1, numpy_dataset(batches), 2, ckpt_path=None, log_every=0)
+    assert_params_close(params_of(net), reference_train("adam", _windows(batches, [2, 2])), context="last batch 3")
+
+
+def test_prints_the_window_mean_loss_over_samples(capsys):
+    batches = micro_batches([4, 2, 4, 4])
+    trainer, net, _ = _trainer("sgd")
+    loss_net = trainer.loss_network
+    first = sum(float(loss_net(ms.Tensor(x), ms.Tensor(y)).asnumpy()) * len(y) for x, y in batches[:2]) / 6
+    losses = trainer.train_process(1, numpy_dataset(batches), 2, ckpt_path=None)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [re.sub(r"is .*", "", line) for line in lines] == ["epoch: 1 step: 1 loss ", "epoch: 1 step: 2 loss "]
+    assert float(lines[0].split()[-1]) == pytest.approx(first, rel=1e-5)
+    assert losses[0] == pytest.approx(first, rel=1e-6)
+    assert net is trainer.network
+
+
+class _Recorder(Callback):
+    def __init__(self):
+        super().__init__()
+        self.events = []
+
+    def on_train_begin(self, run_context):
+        self.events.append("begin")
+
+    def on_train_epoch_end(self, run_context):
+        cb = run_context.original_args()
+        self.events.append(("epoch_end", cb.cur_epoch_num, cb.cur_step_num))
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        self.events.append(("step", cb.cur_epoch_num, cb.cur_step_num, cb.batch_num, cb.window_micro_steps,
+                            float(cb.net_outputs.asnumpy())))
+
+    def on_train_end(self, run_context):
+        self.events.append("end")
+
+
+def test_callbacks_fire_once_per_update_with_update_counts(capsys):
+    batches = micro_batches([4] * 5)
+    trainer, _, _ = _trainer()
+    recorder = _Recorder()
+    losses = trainer.train_process(2, numpy_dataset(batches), 2, callbacks=[recorder, LossMonitor(1)],
+                                   ckpt_path=None, log_every=0)
+    steps = [e for e in recorder.events if isinstance(e, tuple) and e[0] == "step"]
+    assert [(e[1], e[2], e[3], e[4]) for e in steps] == [
+        (1, 1, 3, 2), (1, 2, 3, 2), (1, 3, 3, 1), (2, 4, 3, 2), (2, 5, 3, 2), (2, 6, 3, 1)]
+    assert [e[5] for e in steps] == pytest.approx(losses)
+    assert recorder.events[0] == "begin" and recorder.events[-1] == "end"
+    assert ("epoch_end", 1, 3) in recorder.events and ("epoch_end", 2, 6) in recorder.events
+    printed = capsys.readouterr().out
+    assert "epoch: 2 step: 3, loss is" in printed and printed.count("loss is") == 6
+
+
+def test_stop_request_from_a_callback_ends_training():
+    class StopAfterTwo(Callback):
+        def on_train_step_end(self, run_context):
+            if run_context.original_args().cur_step_num == 2:
+                run_context.request_stop()
+
+    trainer, _, opt = _trainer()
+    losses = trainer.train_process(3, numpy_dataset(micro_batches([4] * 8)), 2, callbacks=StopAfterTwo(),
+                                   ckpt_path=None, log_every=0)
+    assert len(losses) == 2 and opt.global_step.asnumpy()[0] == 2
+
+
+def test_model_checkpoint_saves_network_and_optimizer_without_buffers(tmp_path):
+    trainer, net, _ = _trainer()
+    saver = ModelCheckpoint(prefix="ckpt", directory=str(tmp_path), config=CheckpointConfig(save_checkpoint_steps=2))
+    trainer.train_process(1, numpy_dataset(micro_batches([4] * 8)), 2, callbacks=saver, ckpt_path=None,
+                          log_every=0)
+    assert sorted(f for f in os.listdir(tmp_path) if f.endswith(".ckpt")) == ["ckpt-1_2.ckpt", "ckpt-1_4.ckpt"]
+    saved = ms.load_checkpoint(str(tmp_path / "ckpt-1_4.ckpt"))
+    assert {p.name for p in net.get_parameters()} <= saved.keys()
+    assert any(name.startswith("moments.") for name in saved)
+    assert not any(name.startswith("grad_sum") for name in saved)
+
+
+def test_final_checkpoint_round_trips(tmp_path):
+    trainer, net, _ = _trainer()
+    path = str(tmp_path / "sub" / "final.ckpt")
+    trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=path, log_every=0)
+    saved = ms.load_checkpoint(path)
+    assert "global_step" in saved and not any(name.startswith("grad_sum") for name in saved)
+    fresh, _, _ = build("momentum", seed=5)
+    ms_accum.load_network_checkpoint(fresh, path)
+    assert_params_close(params_of(fresh), params_of(net), rtol=0, context="reloaded")
+    assert os.listdir(tmp_path / "sub") == ["final.ckpt"]
+
+
+def test_failed_checkpoint_write_keeps_the_previous_file(tmp_path, monkeypatch):
+    trainer, net, _ = _trainer()
+    path = str(tmp_path / "model.ckpt")
+    ms_accum.save_checkpoint_atomic(trainer.train_state, path)
+    before = params_of(net)
+    real_save = ms.save_checkpoint
+
+    def crash_midway(save_obj, ckpt_file_name, **kwargs):
+        real_save(save_obj, ckpt_file_name, **kwargs)
+        with open(ckpt_file_name, "r+b") as f:
+            f.truncate(100)
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ms, "save_checkpoint", crash_midway)
+    trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None, log_every=0)
+    with pytest.raises(OSError, match="disk full"):
+        ms_accum.save_checkpoint_atomic(trainer.train_state, path)
+    assert os.listdir(tmp_path) == ["model.ckpt"], "a partial file was left behind"
+    fresh, _, _ = build("momentum", seed=5)
+    ms_accum.load_network_checkpoint(fresh, path)
+    assert_params_close(params_of(fresh), before, rtol=0, context="previous checkpoint")
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("value, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError),
+                                              ("4", TypeError), (True, TypeError)])
+    def test_mini_steps(self, value, error):
+        trainer, _, _ = _trainer()
+        with pytest.raises(error, match=rf"For 'GradientAccumulation.train_process', 'mini_steps' must be an int "
+                                        rf">= 1, but got {re.escape(repr(value))}"):
+            trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), value, ckpt_path=None)
+
+    def test_epoch(self):
+        trainer, _, _ = _trainer()
+        with pytest.raises(ValueError, match="'epoch' must be an int >= 1, but got 0"):
+            trainer.train_process(0, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None)
+
+    def test_partial_window(self):
+        trainer, _, _ = _trainer()
+        with pytest.raises(ValueError, match=r"'partial_window' must be one of \['flush', 'drop', 'carry'\], "
+                                             r"but got 'keep'"):
+            trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), 2, partial_window="keep")
+
+    def test_mini_steps_larger_than_an_epoch(self):
+        trainer, _, _ = _trainer()
+        with pytest.raises(ValueError, match=r"'mini_steps' must be <= the 4 micro-batches in an epoch, but got 5"
+                                             r".*partial_window='carry'"):
+            trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), 5, ckpt_path=None)
+
+    def test_empty_dataset(self):
+        trainer, _, _ = _trainer()
+        empty = numpy_dataset(micro_batches([4] * 2)).batch(8, drop_remainder=True)
+        with pytest.raises(ValueError, match="'train_dataset' must yield at least one batch per epoch, but it is "
+                                             "empty"):
+            trainer.train_process(1, empty, 1, ckpt_path=None)
+
+    def test_checkpoint_name(self):
+        trainer, _, _ = _trainer()
+        with pytest.raises(ValueError, match="'ckpt_path' must be a str ending with '.ckpt', but got 'model.bin'"):
+            ms_accum.save_checkpoint_atomic(trainer.train_state, "model.bin")
