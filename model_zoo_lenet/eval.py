@@ -1,0 +1,50 @@
+"""Evaluate a LeNet5 checkpoint on the test split of MNIST-format data.
+
+    python model_zoo_lenet/eval.py --device_target CPU --data_path data/fashion-mnist \
+        --ckpt_path runs/lenet/checkpoint_lenet-10_469.ckpt
+
+Accepts checkpoints written by train.py and by the MindSpore tutorial's accumulation code (which saved the
+whole forward-backward cell, gradient buffers included); prints ============== {'Accuracy': ...} ==============.
+"""
+import argparse
+import sys
+
+from src.cpu_speed import apply_env_defaults
+
+apply_env_defaults()  # must precede the MindSpore import
+
+# pylint: disable=wrong-import-position
+import mindspore as ms
+from mindspore import nn
+from mindspore.train import Accuracy, Model
+
+from ms_accum import load_network_checkpoint
+from src.cli import run_cli, set_device
+from src.cpu_speed import set_cpu_threads
+from src.dataset import create_dataset
+from src.lenet import LeNet5
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device_target", default="CPU", choices=["Ascend", "GPU", "CPU"])
+    parser.add_argument("--data_path", default="data/fashion-mnist", help="directory with test/")
+    parser.add_argument("--ckpt_path", required=True, help="checkpoint file to evaluate")
+    parser.add_argument("--batch_size", type=int, default=256)
+    args = parser.parse_args(argv)
+    set_device(args.device_target)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    if args.device_target == "CPU":
+        set_cpu_threads()
+    net = LeNet5()
+    load_network_checkpoint(net, args.ckpt_path)
+    dataset = create_dataset(args.data_path, args.batch_size, "test")
+    model = Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                  metrics={"Accuracy": Accuracy()})
+    result = model.eval(dataset, dataset_sink_mode=False)
+    print(f"============== {result} ==============", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

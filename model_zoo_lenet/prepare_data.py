@@ -1,0 +1,39 @@
+"""Lay out MNIST-format data as DEST/train and DEST/test, uncompressed, as create_dataset and MindSpore expect.
+
+    python model_zoo_lenet/prepare_data.py --source /usr/share/datasets/fashion-mnist --dest data/fashion-mnist
+
+The source may hold the four IDX files plain or gzipped (Debian's dataset-fashion-mnist installs them gzipped;
+MNIST uses the same names). --train_limit/--test_limit keep only the first samples (used to cut the sample
+bundled under model_zoo_lenet/data/).
+"""
+import argparse
+import os
+import sys
+
+from src.cli import run_cli
+from src.idx import DataError, copy_split
+
+DEBIAN_FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--source", default=DEBIAN_FASHION_MNIST,
+                        help="directory with the IDX files, plain or .gz (default: %(default)s)")
+    parser.add_argument("--dest", required=True, help="output directory; train/ and test/ are created in it")
+    parser.add_argument("--train_limit", type=int, default=None, help="keep only the first N training samples")
+    parser.add_argument("--test_limit", type=int, default=None, help="keep only the first N test samples")
+    args = parser.parse_args(argv)
+    if not os.path.isdir(args.source):
+        hint = " Install it with 'apt-get install dataset-fashion-mnist'." \
+            if args.source == DEBIAN_FASHION_MNIST else ""
+        raise DataError(f"'--source' must be a directory of MNIST-format files, but {args.source!r} does not "
+                        f"exist.{hint}")
+    for split, limit in (("train", args.train_limit), ("test", args.test_limit)):
+        copy_split(args.source, os.path.join(args.dest, split), split, limit)
+    print(f"prepared {args.dest}/train and {args.dest}/test from {args.source}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
