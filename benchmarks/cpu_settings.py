@@ -1,0 +1,86 @@
+"""Measure LeNet training throughput on CPU under MindSpore's defaults and under train.py's CPU defaults.
+
+    .venv/bin/python benchmarks/cpu_settings.py            # 3 processes per setting, prints a Markdown table
+
+Each setting runs in fresh processes (oneDNN reads ONEDNN_MAX_CPU_ISA once, and MindSpore's thread count can be
+set once per process): GradientAccumulation with micro-batch 32 x 4 in GRAPH_MODE on the bundled Fashion-MNIST
+sample, the first 30 updates excluded as warm-up, then as many updates as fit in --seconds. The figure is the
+median samples/s over the processes.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ZOO = os.path.join(ROOT, "model_zoo_lenet")
+SETTINGS = [
+    ("MindSpore defaults (oneDNN any ISA, default threads)", {"ONEDNN_MAX_CPU_ISA": "ALL"}, None),
+    ("oneDNN capped at AVX2, default threads", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, None),
+    ("oneDNN capped at AVX2, 1 thread", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, 1),
+    ("train.py default: AVX2, threads = cores available", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "cores"),
+]
+
+
+def child(threads, seconds):
+    """One measurement in this process; prints a JSON line."""
+    sys.path.insert(0, ZOO)
+    from src.cpu_speed import apply_env_defaults, set_cpu_threads  # pylint: disable=import-outside-toplevel
+    apply_env_defaults()
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
+    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
+
+    ms.set_device("CPU")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    if threads is not None:
+        set_cpu_threads(None if threads == "cores" else int(threads))
+    data = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), 32, "train", shuffle=False)
+    batches = list(data.create_tuple_iterator(num_epochs=1))
+    net = LeNet5()
+    trainer = ms_accum.GradientAccumulation(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                                            nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    updates, index, start = 0, 0, None
+    while start is None or time.perf_counter() - start < seconds:
+        for _ in range(4):
+            trainer.forward_backward(*batches[index % len(batches)])
+            index += 1
+        trainer.optim().asnumpy()
+        trainer.clear()
+        updates += 1
+        if updates == 30:
+            start, updates = time.perf_counter(), 0
+    elapsed = time.perf_counter() - start
+    print(json.dumps({"samples_per_s": updates * 4 * 32 / elapsed}))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.threads, args.seconds)
+        return
+    print(f"| setting | samples/s (median of {args.repeats}) | runs |")
+    print("|---|---|---|")
+    for label, env, threads in SETTINGS:
+        runs = []
+        for _ in range(args.repeats):
+            cmd = [sys.executable, __file__, "--child", "--seconds", str(args.seconds)]
+            if threads is not None:
+                cmd += ["--threads", str(threads)]
+            out = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
+            runs.append(json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"])
+        print(f"| {label} | {statistics.median(runs):.0f} | {', '.join(f'{r:.0f}' for r in runs)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
