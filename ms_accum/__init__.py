@@ -2,9 +2,14 @@
 
 Single device: :class:`TrainForwardBackward`, :class:`TrainOptim` and :class:`TrainClear` share ``grad_sum``
 buffers; :class:`GradientAccumulation` drives them over a dataset.
+Parallel: :class:`TrainAccuStepsCell` and :class:`TrainAccuStepsWithLossScaleCell` accumulate and communicate
+once per window; :class:`Model_ACCU` trains them, alternating two graphs in dataset sink mode.
 """
+from .accu_loss_scale import TrainAccuStepsWithLossScaleCell
+from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, TrainAccuStepsCell
 from .checkpoint import CheckpointError, load_network_checkpoint, read_checkpoint, save_checkpoint_atomic
 from .driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, TrainState
+from .model_accu import Model_ACCU, sink_mode_available
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
 
 __version__ = "0.1.0"
@@ -16,6 +21,12 @@ __all__ = [
     "GradientAccumulation",
     "TrainState",
     "PARTIAL_WINDOW_POLICIES",
+    "TrainAccuStepsCell",
+    "TrainAccuStepsWithLossScaleCell",
+    "Model_ACCU",
+    "ACCUMULATE_PHASE",
+    "UPDATE_PHASE",
+    "sink_mode_available",
     "save_checkpoint_atomic",
     "read_checkpoint",
     "load_network_checkpoint",

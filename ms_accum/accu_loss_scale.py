@@ -1,0 +1,93 @@
+"""TrainAccuStepsWithLossScaleCell: TrainAccuStepsCell with loss scaling and a window-wide overflow decision."""
+from mindspore import Parameter, Tensor, nn, ops
+from mindspore import dtype as mstype
+
+from . import grad_ops
+from .accu_steps import AccumulationWindow, float32_buffers
+
+
+class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLossScaleCell):
+    r"""
+    Gradient accumulation with loss scaling: one overflowing micro-batch discards the whole window.
+
+    Gradients of the scaled loss are accumulated in float32 ``accu_grads``, and each micro-batch's overflow
+    (any inf or nan gradient) is or-ed into ``accu_overflow``. On the update call the flag is combined across
+    devices, so every device takes the same decision; the loss scale (a
+    :class:`mindspore.nn.DynamicLossScaleUpdateCell`, say) is updated once for the window; without overflow the
+    optimizer receives the unscaled mean gradient of the window's samples, with overflow the step is skipped
+    (parameters and optimizer state untouched). Buffers and flag are reset either way.
+
+    The overflow check uses IsFinite, which runs on CPU, GPU and Ascend; on Ascend in saturation mode (910A,
+    or ``MS_ASCEND_CHECK_OVERFLOW_MODE=SATURATION_MODE``), where overflows saturate instead of producing inf,
+    MindSpore's float-status check is used for each micro-batch instead.
+
+    Args:
+        network (Cell): The loss network (first input's leading dimension = micro-batch size, mean loss).
+        optimizer (Cell): The optimizer.
+        scale_sense (Union[Tensor, Cell]): The loss scale, or a cell updating it, as in
+            :class:`mindspore.nn.TrainOneStepWithLossScaleCell`.
+        accumulation_steps (int): Micro-batches per update, >= 1. Default: ``1``.
+
+    Inputs:
+        - **\*inputs** (Tuple(Tensor)) - One micro-batch.
+
+    Outputs:
+        Tuple of 3 Tensors, like :class:`mindspore.nn.TrainOneStepWithLossScaleCell`:
+
+        - **loss** (Tensor) - The micro-batch's unscaled loss when accumulating; on the update call, the mean
+          loss over the window's samples on this device.
+        - **overflow** (Tensor) - bool: an overflow so far in the window (on the update call: on any device).
+        - **loss scale** (Tensor) - The loss scale used by this micro-batch; on the update call, the scale for
+          the next window (after the loss-scale cell's update).
+
+    Raises:
+        TypeError: If `accumulation_steps` is not an int, or `scale_sense` is neither a Cell nor a Tensor.
+        ValueError: If `accumulation_steps` is < 1, or `scale_sense` is a Tensor of shape other than () or (1,).
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> manager = nn.DynamicLossScaleUpdateCell(loss_scale_value=2**12, scale_factor=2, scale_window=1000)
+        >>> cell = ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, nn.MSELoss()), optimizer,
+        ...                                                 scale_sense=manager, accumulation_steps=4)
+    """
+
+    def __init__(self, network, optimizer, scale_sense, accumulation_steps=1):
+        super().__init__(network, optimizer, scale_sense)
+        self._init_window("TrainAccuStepsWithLossScaleCell", accumulation_steps,
+                          float32_buffers(self.weights, "accu_grads"))
+        self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name="accu_overflow", requires_grad=False)
+        self.saturation_mode = bool(self.ascend_910a_target) or (
+            bool(self.ascend_910b_target) and self._ascend_check_overflow_mode == "SATURATION_MODE")
+
+    def _micro_batch_overflow(self, status, grads):
+        """1.0 if this micro-batch's gradients overflowed on this device, else 0.0 (no communication)."""
+        if self.saturation_mode:
+            return ops.cast(self.get_overflow_status(status, grads), mstype.float32)
+        return ops.AddN()(self.window_map(grad_ops.nonfinite, grads)) > 0.0
+
+    def construct(self, *inputs):
+        loss = self.network(*inputs)
+        scaling_sens = self.scale_sense
+        status, scaling_sens = self.start_overflow_check(loss, scaling_sens)
+        seed = ops.ones_like(loss) * ops.cast(scaling_sens, ops.dtype(loss))
+        grads = self.grad(self.network, self.weights)(*inputs, seed)
+        flag = ops.cast(self._micro_batch_overflow(status, grads), mstype.float32)
+        loss = ops.depend(loss, ops.assign(self.accu_overflow, ops.maximum(self.accu_overflow, flag)))
+        loss = self._add_micro_batch(loss, grads, ops.shape(inputs[0])[0])
+        if self.accumulation:
+            return loss, self.accu_overflow > 0.0, scaling_sens
+        grads = self._window_gradients(self._window_samples() * ops.reshape(scaling_sens, ()))
+        overflow = self._window_sum_over_devices(self.accu_overflow + 0.0) > 0.0
+        overflow = self.process_loss_scale(overflow)
+        mean_loss = self.accu_loss / ops.maximum(self.accu_samples, 1.0)
+        if not overflow:
+            mean_loss = ops.depend(mean_loss, self.optimizer(grads))
+        mean_loss = ops.depend(mean_loss, ops.assign(self.accu_overflow, ops.zeros_like(self.accu_overflow)))
+        next_scale = ops.depend(self.scale_sense * 1.0, overflow)
+        return self._reset_window(mean_loss), overflow, next_scale

@@ -1,0 +1,234 @@
+"""Model_ACCU: a mindspore.train.Model that alternates an accumulation graph and an update graph.
+
+In dataset sink mode (GPU, Ascend; GRAPH_MODE) each window runs the accumulation graph sunk for N-1 steps and the
+update graph sunk for 1 step: two compiled phases of one sink network, each registered once with its own loop
+size. Elsewhere (CPU, PYNATIVE, dataset_sink_mode=False) the same alternation runs micro-batch by micro-batch.
+Written against MindSpore 2.10's Model internals (see shared notes on sink mode).
+"""
+import math
+
+from mindspore import context
+from mindspore.dataset.engine.datasets import _set_training_dataset
+from mindspore.graph.api import _cell_graph_executor
+from mindspore.train._utils import _get_types_and_shapes
+from mindspore.train.callback import RunContext
+from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
+from mindspore.train.model import Model, _transfer_tensor_to_tuple
+
+from ._checks import check_positive_int
+from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationWindow
+
+
+class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know from the tutorial)
+    r"""
+    A :class:`mindspore.train.Model` that trains a :class:`TrainAccuStepsCell` (or its loss-scale variant) with
+    one optimizer step per `accumulation_steps` micro-batches.
+
+    Callbacks see one step per update: ``cur_step_num`` counts updates, ``batch_num`` is updates per epoch (per
+    sink in sink mode), ``net_outputs`` is the update call's output (the window's mean loss; a tuple with the
+    overflow flag and loss scale for the loss-scale cell), and step callbacks fire only at update boundaries, so
+    checkpoints never see a half-filled window (``accu_grads`` are zero there).
+
+    Without sink mode a window still open at the end of an epoch (dataset size not a multiple of N) is applied
+    as a smaller window, weighted by its own samples. In sink mode `sink_size` (the dataset size when -1) must
+    be a multiple of N.
+
+    Args:
+        network (Cell): A :class:`TrainAccuStepsCell` or :class:`TrainAccuStepsWithLossScaleCell`.
+        accumulation_steps (int, optional): Micro-batches per update; replaces the cell's value. Default: the
+            cell's `accumulation_steps`.
+        metrics, eval_network, eval_indexes, amp_level, boost_level, kwargs: As in
+            :class:`mindspore.train.Model`. `loss_fn` and `optimizer` must be left ``None``: the cell holds them.
+
+    Raises:
+        TypeError: If `network` is not an accumulation cell, `loss_fn` or `optimizer` is given, or
+            `accumulation_steps` is not an int.
+        ValueError: If `accumulation_steps` is < 1; at train time, if N exceeds the micro-batches of an epoch or,
+            in sink mode, does not divide `sink_size`.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, accumulation_steps=4)
+        >>> model = ms_accum.Model_ACCU(cell)
+        >>> # model.train(epoch, dataset, callbacks=[LossMonitor()], dataset_sink_mode=True)
+    """
+
+    def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None, eval_indexes=None,
+                 amp_level="O0", boost_level="O0", accumulation_steps=None, **kwargs):
+        if not isinstance(network, AccumulationWindow):
+            raise TypeError(f"For 'Model_ACCU', 'network' must be a TrainAccuStepsCell or "
+                            f"TrainAccuStepsWithLossScaleCell, but got {type(network).__name__}. Wrap the loss "
+                            f"network: Model_ACCU(TrainAccuStepsCell(loss_net, optimizer, accumulation_steps=N)).")
+        if loss_fn is not None or optimizer is not None:
+            raise TypeError("For 'Model_ACCU', 'loss_fn' and 'optimizer' must be None because the accumulation "
+                            "cell already holds them, but got "
+                            f"{type(loss_fn).__name__ if loss_fn is not None else type(optimizer).__name__}.")
+        if accumulation_steps is not None:
+            network.accumulation_steps = check_positive_int("Model_ACCU", "accumulation_steps", accumulation_steps)
+        super().__init__(network, None, None, metrics, eval_network, eval_indexes, amp_level, boost_level,
+                         **kwargs)
+        self._registered_loops = set()
+
+    @property
+    def accumulation_steps(self):
+        """Micro-batches per update (the cell's value)."""
+        return self._train_network.accumulation_steps
+
+    def build(self, *args, **kwargs):
+        """Not supported: it would compile a third 'train' graph and bind the dataset to it."""
+        raise RuntimeError("For 'Model_ACCU', 'build' is not supported: the accumulation and update graphs are "
+                           "compiled on the first window of 'train'. Call 'train' directly.")
+
+    def _check_window_fits(self, steps):
+        n = self.accumulation_steps
+        if n > steps:
+            raise ValueError(f"For 'Model_ACCU.train', 'accumulation_steps' must be <= the {steps} micro-batches "
+                             f"of an epoch, but got {n}. Lower it, or use a larger data set.")
+
+    # ---------------------------------------------------------------- non-sink: micro-batch by micro-batch
+    def _train_process(self, epoch, train_dataset, list_callback=None, cb_params=None, initial_epoch=0,
+                       valid_infos=None):
+        """Alternate the two modes per micro-batch; callbacks fire once per update."""
+        n = self.accumulation_steps
+        steps = train_dataset.get_dataset_size()
+        self._check_window_fits(steps)
+        dataset_helper, _ = self._exec_preprocess(is_train=True, dataset=train_dataset, dataset_sink_mode=False,
+                                                  epoch_num=epoch)
+        cell = self._train_network
+        cb_params.dataset_sink_mode = False
+        cb_params.batch_num = math.ceil(steps / n)
+        self.batch_num = cb_params.batch_num
+        run_context = RunContext(cb_params)
+        list_callback.on_train_begin(run_context)
+        for i in range(initial_epoch, epoch):
+            cb_params.cur_epoch_num = i + 1
+            self._current_epoch_num = cb_params.cur_epoch_num
+            self._current_step_num = 0
+            list_callback.on_train_epoch_begin(run_context)
+            for index, next_element in enumerate(dataset_helper):
+                next_element = _transfer_tensor_to_tuple(next_element)
+                position = index % n
+                update = position == n - 1 or index == steps - 1
+                if position == 0:
+                    cb_params.cur_step_num += 1
+                    self._current_step_num = int((cb_params.cur_step_num - 1) % cb_params.batch_num + 1)
+                    cb_params.train_dataset_element = next_element
+                    list_callback.on_train_step_begin(run_context)
+                self._check_network_mode(cell, True)
+                cell.set_accumulation(not update)
+                outputs = cell(*next_element)
+                if update:
+                    cb_params.net_outputs = outputs
+                    list_callback.on_train_step_end(run_context)
+                    if run_context.get_stop_requested():
+                        break
+            self._eval_during_train(valid_infos, cb_params, list_callback)
+            train_dataset.reset()
+            self._flush_from_cache(cb_params)
+            list_callback.on_train_epoch_end(run_context)
+            cb_params.pop("metrics", None)
+            cb_params.pop("eval_results", None)
+            if run_context.get_stop_requested():
+                break
+        list_callback.on_train_end(run_context)
+
+    # ---------------------------------------------------------------- sink: two sunk graphs per window
+    def _train_dataset_sink_process(self, epoch, train_dataset, list_callback=None, cb_params=None, sink_size=-1,
+                                    initial_epoch=0, valid_infos=None):
+        """Per window: the accumulation graph sunk for N-1 steps, then the update graph sunk for 1 step."""
+        n = self.accumulation_steps
+        if n == 1:
+            return super()._train_dataset_sink_process(epoch, train_dataset, list_callback, cb_params, sink_size,
+                                                       initial_epoch, valid_infos)
+        dataset_size = train_dataset.get_dataset_size()
+        sink_size = dataset_size if sink_size == -1 else sink_size
+        self._check_window_fits(sink_size)
+        if sink_size % n:
+            raise ValueError(f"For 'Model_ACCU.train', 'sink_size' (the dataset size {dataset_size} when -1) must "
+                             f"be a multiple of accumulation_steps {n} in dataset sink mode, but got {sink_size}. "
+                             f"Pass sink_size=k*{n}, or drop or pad batches.")
+        cycles = sink_size // n
+        dataset_sink_num = math.ceil(epoch * sink_size / dataset_size)
+        train_dataset.__total_batch__ = epoch * sink_size
+        cb_params.sink_size = sink_size
+        cb_params.dataset_sink_mode = True
+        cb_params.batch_num = cycles
+        self.batch_num = cycles
+        helper = self._make_sink_helper(train_dataset, sink_size, dataset_sink_num)
+        sink_net = self._connect(helper)
+        sink_net.set_train(True)
+        self._backbone_is_train = True
+        cb_params.train_network = sink_net
+        cb_params.dataset_helper = helper
+        run_context = RunContext(cb_params)
+        list_callback.on_train_begin(run_context)
+        for i in range(initial_epoch, epoch):
+            cb_params.cur_epoch_num = i + 1
+            self._current_epoch_num = cb_params.cur_epoch_num
+            self._current_step_num = 0
+            list_callback.on_train_epoch_begin(run_context)
+            for _ in range(cycles):
+                cb_params.cur_step_num += 1
+                self._current_step_num = int((cb_params.cur_step_num - 1) % cycles + 1)
+                self._store_training_step_info(cb_params)
+                list_callback.on_train_step_begin(run_context)
+                self._run_sink_graph(sink_net, train_dataset, accumulate=True, loop=n - 1)
+                cb_params.net_outputs = self._run_sink_graph(sink_net, train_dataset, accumulate=False, loop=1)
+                list_callback.on_train_step_end(run_context)
+                if run_context.get_stop_requested():
+                    break
+            helper.continue_send()
+            self._eval_during_train(valid_infos, cb_params, list_callback)
+            list_callback.on_train_epoch_end(run_context)
+            cb_params.pop("metrics", None)
+            cb_params.pop("eval_results", None)
+            if run_context.get_stop_requested():
+                break
+        helper.stop_send()
+        helper.release()
+        list_callback.on_train_end(run_context)
+        return None
+
+    def _run_sink_graph(self, sink_net, dataset, accumulate, loop):
+        """Select the mode and phase right before the call (set_train resets the phase), then launch."""
+        sink_net = self._check_network_mode(sink_net, True)
+        self._train_network.set_accumulation(accumulate)
+        phase = ACCUMULATE_PHASE if accumulate else UPDATE_PHASE
+        sink_net.phase = phase
+        if phase not in self._registered_loops:
+            self._register_loop_size(dataset, loop, phase)
+            self._registered_loops.add(phase)
+        return sink_net()
+
+    # Device seams: each one wraps a MindSpore call that needs a GPU or Ascend device queue.
+    def _make_sink_helper(self, dataset, sink_size, dataset_sink_num):
+        """Create the device queue with a loop size of 1 (any N; no divisibility check on N-1)."""
+        dataset.__loop_size__ = 1
+        helper = DatasetHelper(dataset, True, sink_size, dataset_sink_num)
+        if self._need_reset_data:
+            _set_training_dataset(helper)
+        return helper
+
+    def _connect(self, helper):
+        """The sink network: GetNext in front of the (unwrapped) accumulation cell."""
+        return connect_network_with_dataset(self._train_network, helper)
+
+    @staticmethod
+    def _register_loop_size(dataset, loop, phase):
+        """Tell the backend how many steps `phase` sinks; read when that phase is first compiled."""
+        types, shapes = _get_types_and_shapes(dataset)
+        _cell_graph_executor.init_dataset(dataset.__transfer_dataset__.queue_name, loop, dataset.get_batch_size(),
+                                          types, shapes, dataset.input_indexs, phase=phase + "_dataset",
+                                          need_run=False)
+
+
+def sink_mode_available():
+    """True where MindSpore 2.10 supports dataset sink mode (GPU or Ascend, GRAPH_MODE)."""
+    return context.get_context("device_target") in ("GPU", "Ascend") and \
+        context.get_context("mode") == context.GRAPH_MODE

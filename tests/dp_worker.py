@@ -1,0 +1,75 @@
+"""One rank of the DATA_PARALLEL tests, launched by msrun (see test_data_parallel.py).
+
+Each rank trains a copy of SmallConvNet with an accumulation cell on its own micro-batches (the union over ranks
+is what single-process training sees) and saves its parameters, counters and per-window outputs to
+OUT/rank_<r>.npz. Arguments: OUT MODE(graph|pynative) CELL(plain|dynamic) WINDOWS STEPS [OVERFLOW_RANK
+OVERFLOW_WINDOW OVERFLOW_STEP].
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model_zoo_lenet"))
+
+from src.cpu_speed import apply_env_defaults  # noqa: E402
+
+apply_env_defaults()
+
+import numpy as np  # noqa: E402
+import mindspore as ms  # noqa: E402
+from mindspore import Tensor, nn  # noqa: E402
+from mindspore.communication import get_group_size, get_rank, init  # noqa: E402
+
+import ms_accum  # noqa: E402
+from helpers import build, micro_batches  # noqa: E402
+
+RANKS_DATA_SEED = 7
+
+
+def rank_batches(rank, world, windows, steps, size=4):
+    """Rank r's micro-batches: a slice of one global stream, so the union is known to every process."""
+    everything = micro_batches([size * world] * (windows * steps), seed=RANKS_DATA_SEED)
+    return [(x[rank * size:(rank + 1) * size], y[rank * size:(rank + 1) * size]) for x, y in everything]
+
+
+def main():
+    out, mode, cell_kind, windows, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+    overflow = tuple(int(v) for v in sys.argv[6:9]) if len(sys.argv) > 6 else None
+    ms.set_device("CPU")
+    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+    if mode == "graph":
+        ms.set_context(save_graphs=1, save_graphs_path=os.path.join(out, f"graphs_{os.environ.get('RANK_ID', 'x')}"))
+    init()
+    rank, world = get_rank(), get_group_size()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True,
+                                 device_num=world)
+    net, loss, opt = build("momentum")
+    loss_net = nn.WithLossCell(net, loss)
+    if cell_kind == "plain":
+        cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=steps)
+    else:
+        cell = ms_accum.TrainAccuStepsWithLossScaleCell(
+            loss_net, opt, nn.DynamicLossScaleUpdateCell(2.0 ** 10, 2, 1000), accumulation_steps=steps)
+    batches = rank_batches(rank, world, windows, steps)
+    outputs = []
+    for w in range(windows):
+        for s in range(steps):
+            x, y = batches[w * steps + s]
+            if overflow and overflow == (rank, w, s):
+                x = x.copy()
+                x[0, 0, 0, 0] = np.inf
+            cell.set_accumulation(s < steps - 1)
+            result = cell(Tensor(x), Tensor(y))
+        outputs.append([float(np.asarray(r.asnumpy()).reshape(-1)[0]) for r in
+                        (result if isinstance(result, tuple) else (result,))])
+    arrays = {f"param:{p.name}": p.asnumpy() for p in net.get_parameters()}
+    arrays.update({f"opt:{p.name}": p.asnumpy() for p in opt.get_parameters()})
+    arrays["outputs"] = np.array(outputs, np.float64)
+    arrays["global_step"] = opt.global_step.asnumpy()
+    arrays["accu_grads_zero"] = np.array(all(not g.asnumpy().any() for g in cell.accu_grads))
+    np.savez(os.path.join(out, f"rank_{rank}.npz"), **arrays)
+    print(f"rank {rank}/{world} done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

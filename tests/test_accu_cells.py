@@ -1,0 +1,142 @@
+"""TrainAccuStepsCell and TrainAccuStepsWithLossScaleCell on one process: equivalence, modes and overflow."""
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor, nn
+
+import ms_accum
+from helpers import OPTIMIZERS, assert_params_close, build, micro_batches, params_of, reference_train
+
+CELLS = {
+    "plain": lambda net, opt, n: ms_accum.TrainAccuStepsCell(net, opt, accumulation_steps=n),
+    "static_scale": lambda net, opt, n: ms_accum.TrainAccuStepsWithLossScaleCell(
+        net, opt, Tensor(1024.0, ms.float32), accumulation_steps=n),
+    "dynamic_scale": lambda net, opt, n: ms_accum.TrainAccuStepsWithLossScaleCell(
+        net, opt, nn.DynamicLossScaleUpdateCell(2.0 ** 10, 2, 1000), accumulation_steps=n),
+}
+
+
+def make_cell(kind, optimizer="momentum", steps=4):
+    net, loss, opt = build(optimizer)
+    return CELLS[kind](nn.WithLossCell(net, loss), opt, steps), net, opt
+
+
+def run_window(cell, window):
+    """Accumulate every micro-batch but the last, update on the last; return the update call's output."""
+    for i, (x, y) in enumerate(window):
+        cell.set_accumulation(i < len(window) - 1)
+        out = cell(Tensor(x), Tensor(y))
+    return out
+
+
+def optimizer_state(opt):
+    return {p.name: p.asnumpy().copy() for p in opt.get_parameters()}
+
+
+@pytest.mark.parametrize("kind", sorted(CELLS))
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_one_window_equals_one_large_batch_step(kind, optimizer, exec_mode):
+    batches = micro_batches((5, 3, 4, 2) * 2)
+    windows = [batches[:4], batches[4:]]
+    cell, net, opt = make_cell(kind, optimizer)
+    for window in windows:
+        run_window(cell, window)
+    assert_params_close(params_of(net), reference_train(optimizer, windows), context=f"{kind}, {optimizer}")
+    assert opt.global_step.asnumpy()[0] == 2
+    assert all(not g.asnumpy().any() for g in cell.accu_grads)
+
+
+def test_accumulation_calls_leave_parameters_alone_and_fill_buffers(exec_mode):
+    cell, net, opt = make_cell("plain")
+    before = params_of(net)
+    batches = micro_batches((4, 4, 4))
+    for x, y in batches:
+        cell.set_accumulation(True)
+        cell(Tensor(x), Tensor(y))
+    assert_params_close(params_of(net), before, rtol=0, context="after accumulation calls")
+    assert any(g.asnumpy().any() for g in cell.accu_grads)
+    assert cell.accu_micro_steps.asnumpy() == 3 and cell.accu_samples.asnumpy() == 12
+    assert opt.global_step.asnumpy()[0] == 0
+
+
+def test_update_call_returns_the_window_mean_loss(exec_mode):
+    cell, net, _ = make_cell("plain", "sgd")
+    batches = micro_batches((4, 2))
+    loss_net = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
+    expected = sum(float(loss_net(Tensor(x), Tensor(y)).asnumpy()) * len(y) for x, y in batches) / 6
+    assert float(run_window(cell, batches).asnumpy()) == pytest.approx(expected, rel=1e-5)
+
+
+def test_graph_mode_compiles_one_graph_per_mode():
+    ms.set_context(mode=ms.GRAPH_MODE)
+    cell, _, _ = make_cell("plain", steps=3)
+    batches = micro_batches((4,) * 9)
+    for w in range(3):
+        run_window(cell, batches[3 * w:3 * w + 3])
+    phases = {key.split(".")[0] for key in cell.compile_cache}
+    assert phases == {ms_accum.ACCUMULATE_PHASE, ms_accum.UPDATE_PHASE}
+    assert len(cell.compile_cache) == 2
+
+
+def test_graph_mode_without_set_accumulation_would_reuse_a_stale_graph():
+    """Why set_accumulation switches the phase: the attribute alone does not recompile in GRAPH_MODE."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    cell, net, _ = make_cell("plain", steps=2)
+    (x, y), = micro_batches((4,))
+    cell.accumulation = True
+    cell(Tensor(x), Tensor(y))
+    before = params_of(net)
+    cell.accumulation = False  # attribute only: the cached accumulation graph runs again
+    cell(Tensor(x), Tensor(y))
+    assert_params_close(params_of(net), before, rtol=0, context="stale graph")
+    cell.set_accumulation(False)(Tensor(x), Tensor(y))
+    assert any(np.abs(params_of(net)[k] - before[k]).max() > 0 for k in before)
+
+
+@pytest.mark.parametrize("kind", ["static_scale", "dynamic_scale"])
+def test_overflow_in_any_micro_step_skips_the_window(kind, exec_mode):
+    cell, net, opt = make_cell(kind)
+    batches = micro_batches((4,) * 8)
+    poisoned = [(x.copy(), y) for x, y in batches[:4]]
+    poisoned[1][0][0, 0, 0, 0] = np.inf
+    params_before, state_before = params_of(net), optimizer_state(opt)
+    loss, overflow, scale = run_window(cell, poisoned)
+    assert bool(overflow.asnumpy()), "overflow not reported"
+    assert_params_close(params_of(net), params_before, rtol=0, context="parameters after the skipped window")
+    assert optimizer_state(opt).keys() == state_before.keys()
+    for name, value in optimizer_state(opt).items():
+        np.testing.assert_array_equal(value, state_before[name], err_msg=f"optimizer state {name} changed")
+    expected_scale = 512.0 if kind == "dynamic_scale" else 1024.0
+    assert float(scale.asnumpy()) == expected_scale
+    assert float(cell.scale_sense.asnumpy()) == expected_scale, "loss scale updated more or less than once"
+    assert all(not g.asnumpy().any() for g in cell.accu_grads)
+    assert float(cell.accu_overflow.asnumpy()) == 0.0 and float(cell.accu_samples.asnumpy()) == 0.0
+    assert not np.isfinite(float(loss.asnumpy()))
+    _, overflow, _ = run_window(cell, batches[4:])
+    assert not bool(overflow.asnumpy())
+    assert_params_close(params_of(net), reference_train("momentum", [batches[4:]]), context="window after overflow")
+    assert opt.global_step.asnumpy()[0] == 1
+
+
+def test_loss_scale_cell_accumulates_in_float32_buffers():
+    cell, _, _ = make_cell("static_scale")
+    assert all(g.dtype == ms.float32 for g in cell.accu_grads)
+    assert {g.name.split(".", 1)[0] for g in cell.accu_grads} == {"accu_grads"}
+
+
+class TestBadInput:
+    @pytest.mark.parametrize("cls", ["TrainAccuStepsCell", "TrainAccuStepsWithLossScaleCell"])
+    @pytest.mark.parametrize("value, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError),
+                                              ("2", TypeError)])
+    def test_accumulation_steps(self, cls, value, error):
+        net, loss, opt = build()
+        args = (Tensor(1.0, ms.float32),) if cls == "TrainAccuStepsWithLossScaleCell" else ()
+        with pytest.raises(error, match=rf"For '{cls}', 'accumulation_steps' must be an int >= 1, but got "
+                                        rf"{value!r}"):
+            getattr(ms_accum, cls)(nn.WithLossCell(net, loss), opt, *args, accumulation_steps=value)
+
+    def test_set_accumulation_needs_a_bool(self):
+        cell, _, _ = make_cell("plain")
+        with pytest.raises(TypeError, match="For 'TrainAccuStepsCell', 'accumulation' must be a bool, but got 1"):
+            cell.set_accumulation(1)

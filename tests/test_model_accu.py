@@ -1,0 +1,258 @@
+"""Model_ACCU: training through mindspore.train.Model, the sink-mode orchestration, and argument errors."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+import mindspore.train.model as model_module
+from mindspore import nn
+from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
+
+import ms_accum
+from helpers import assert_params_close, build, micro_batches, numpy_dataset, params_of, reference_train
+from test_accu_cells import CELLS, make_cell
+
+
+def windows_of(batches, n, epochs=1):
+    """Per epoch, consecutive windows of n micro-batches; the last may be shorter."""
+    out = []
+    for _ in range(epochs):
+        out += [batches[i:i + n] for i in range(0, len(batches), n)]
+    return out
+
+
+class StepLog(Callback):
+    """Records (epoch, cur_step_num, batch_num) at every step end and epoch end."""
+
+    def __init__(self):
+        super().__init__()
+        self.steps, self.epochs = [], []
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        self.steps.append((cb.cur_epoch_num, cb.cur_step_num, cb.batch_num))
+
+    def on_train_epoch_end(self, run_context):
+        cb = run_context.original_args()
+        self.epochs.append((cb.cur_epoch_num, cb.cur_step_num))
+
+
+@pytest.mark.parametrize("kind", sorted(CELLS))
+def test_train_without_sink_equals_large_batch_training(kind, exec_mode):
+    batches = micro_batches((4,) * 10)
+    cell, net, opt = make_cell(kind, steps=4)
+    log = StepLog()
+    ms_accum.Model_ACCU(cell).train(2, numpy_dataset(batches), callbacks=[log], dataset_sink_mode=False)
+    assert_params_close(params_of(net), reference_train("momentum", windows_of(batches, 4, epochs=2)),
+                        context=f"{kind}, {exec_mode}")
+    assert log.steps == [(1, 1, 3), (1, 2, 3), (1, 3, 3), (2, 4, 3), (2, 5, 3), (2, 6, 3)]
+    assert log.epochs == [(1, 3), (2, 6)]
+    assert opt.global_step.asnumpy()[0] == 6
+
+
+def test_accumulation_steps_argument_replaces_the_cells():
+    batches = micro_batches((4,) * 6)
+    cell, net, _ = make_cell("plain", steps=4)
+    model = ms_accum.Model_ACCU(cell, accumulation_steps=3)
+    assert model.accumulation_steps == 3 == cell.accumulation_steps
+    model.train(1, numpy_dataset(batches), dataset_sink_mode=False)
+    assert_params_close(params_of(net), reference_train("momentum", windows_of(batches, 3)), context="N=3")
+
+
+def test_sink_mode_request_on_cpu_runs_the_same_alternation(capsys):
+    batches = micro_batches((4,) * 8)
+    cell, net, _ = make_cell("plain", steps=2)
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), callbacks=[LossMonitor(1)], dataset_sink_mode=True)
+    assert_params_close(params_of(net), reference_train("momentum", windows_of(batches, 2)), context="cpu sink")
+    printed = capsys.readouterr().out
+    assert printed.count("loss is") == 4 and "epoch: 1 step: 4, loss is" in printed
+
+
+def test_checkpoints_are_taken_at_update_boundaries(tmp_path):
+    cell, _, _ = make_cell("plain", steps=3)
+    saver = ModelCheckpoint(prefix="accu", directory=str(tmp_path), config=CheckpointConfig(save_checkpoint_steps=1))
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 6)), callbacks=[saver],
+                                    dataset_sink_mode=False)
+    saved = sorted(f for f in os.listdir(tmp_path) if f.endswith(".ckpt"))
+    assert saved == ["accu-1_1.ckpt", "accu-1_2.ckpt"]
+    for name in saved:
+        params = ms.load_checkpoint(str(tmp_path / name))
+        buffers = [v.asnumpy() for k, v in params.items() if k.startswith("accu_grads.")]
+        assert buffers and not any(b.any() for b in buffers), f"{name} holds a half-filled window"
+
+
+class TestBadInput:
+    def test_network_must_be_an_accumulation_cell(self):
+        net, loss, opt = build()
+        with pytest.raises(TypeError, match=r"For 'Model_ACCU', 'network' must be a TrainAccuStepsCell or "
+                                            r"TrainAccuStepsWithLossScaleCell, but got TrainOneStepCell"):
+            ms_accum.Model_ACCU(nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt))
+
+    def test_loss_and_optimizer_belong_to_the_cell(self):
+        cell, _, opt = make_cell("plain")
+        with pytest.raises(TypeError, match="'loss_fn' and 'optimizer' must be None"):
+            ms_accum.Model_ACCU(cell, optimizer=opt)
+
+    def test_accumulation_steps(self):
+        cell, _, _ = make_cell("plain")
+        with pytest.raises(ValueError, match="For 'Model_ACCU', 'accumulation_steps' must be an int >= 1, but got 0"):
+            ms_accum.Model_ACCU(cell, accumulation_steps=0)
+
+    def test_more_steps_than_an_epoch(self):
+        cell, _, _ = make_cell("plain", steps=8)
+        with pytest.raises(ValueError, match="'accumulation_steps' must be <= the 5 micro-batches of an epoch, "
+                                             "but got 8"):
+            ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 5)), dataset_sink_mode=False)
+
+    def test_build_is_refused(self):
+        cell, _, _ = make_cell("plain")
+        with pytest.raises(RuntimeError, match="'build' is not supported"):
+            ms_accum.Model_ACCU(cell).build()
+
+
+# ------------------------------------------------------------------ sink mode with the device seams faked
+class _Backend:
+    """What the device would hold: the loop size in force, and a trace of the calls."""
+
+    def __init__(self):
+        self.iter_num = 1
+        self.events = []
+
+
+class _FakeHelper:
+    """The device queue, fed from the host: the dataset repeated for every epoch it was sent for."""
+
+    def __init__(self, dataset, epochs, backend):
+        self.host = dataset.create_tuple_iterator(num_epochs=epochs)
+        self.backend = backend
+
+    def continue_send(self):
+        self.backend.events.append(("continue_send",))
+
+    def stop_send(self):
+        self.backend.events.append(("stop_send",))
+
+    def release(self):
+        self.backend.events.append(("release",))
+
+
+class _FakeSinkNet(nn.Cell):
+    """The GetNext wrapper: one launch runs the real cell `loop` times, `loop` frozen at its phase's first call."""
+
+    def __init__(self, network, helper, backend):
+        super().__init__(auto_prefix=False)
+        self.network = network
+        self.helper = helper
+        self.backend = backend
+        self.loops = {}
+
+    def __call__(self):  # pylint: disable=invalid-overridden-method
+        loop = self.loops.setdefault(self.phase, self.backend.iter_num)
+        self.backend.events.append(("run", self.phase, loop, self.network.accumulation))
+        for _ in range(loop):
+            out = self.network(*next(self.helper.host))
+        return out
+
+
+class _DeviceContext:
+    """mindspore.context as Model sees it, reporting a GPU so that _train takes the sink branch."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def get_context(self, key):
+        return "GPU" if key == "device_target" else self._real.get_context(key)
+
+
+@pytest.fixture
+def fake_device(monkeypatch):
+    backend = _Backend()
+    monkeypatch.setattr(model_module, "context", _DeviceContext(model_module.context))
+
+    def make_helper(self, dataset, sink_size, dataset_sink_num):
+        backend.events.append(("helper", sink_size, dataset_sink_num))
+        dataset.__loop_size__ = 1
+        return _FakeHelper(dataset, dataset_sink_num, backend)
+
+    def register(dataset, loop, phase):
+        backend.events.append(("register", phase, loop))
+        backend.iter_num = loop
+
+    monkeypatch.setattr(ms_accum.Model_ACCU, "_make_sink_helper", make_helper)
+    monkeypatch.setattr(ms_accum.Model_ACCU, "_connect", lambda self, h: _FakeSinkNet(self._train_network, h,
+                                                                                        backend))
+    monkeypatch.setattr(ms_accum.Model_ACCU, "_register_loop_size", staticmethod(register))
+    return backend
+
+
+class _EvalInTrain(Callback):
+    """Imitates eval during training: the backbone leaves train mode at each epoch end."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def on_train_epoch_end(self, run_context):
+        self.model._backbone_is_train = False  # pylint: disable=protected-access
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_sink_mode_alternates_two_graphs_per_window(fake_device, mode, capsys):
+    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+    n, batches = 3, micro_batches((4,) * 12)
+    cell, net, _ = make_cell("plain", steps=n)
+    model = ms_accum.Model_ACCU(cell)
+    log = StepLog()
+    model.train(2, numpy_dataset(batches), callbacks=[log, LossMonitor(1), _EvalInTrain(model)],
+                dataset_sink_mode=True, sink_size=6)
+    events = fake_device.events
+    assert events[0] == ("helper", 6, 1)
+    runs = [e for e in events if e[0] == "run"]
+    accumulate, update = ms_accum.ACCUMULATE_PHASE, ms_accum.UPDATE_PHASE
+    assert runs == [("run", accumulate, n - 1, True), ("run", update, 1, False)] * 4
+    registrations = [i for i, e in enumerate(events) if e[0] == "register"]
+    assert [events[i] for i in registrations] == [("register", accumulate, n - 1), ("register", update, 1)]
+    assert registrations[0] < events.index(runs[0]) and registrations[1] < events.index(runs[1])
+    assert events[-2:] == [("stop_send",), ("release",)]
+    assert events.count(("continue_send",)) == 2
+    assert log.steps == [(1, 1, 2), (1, 2, 2), (2, 3, 2), (2, 4, 2)]
+    assert log.epochs == [(1, 2), (2, 4)]
+    assert "epoch: 2 step: 2, loss is" in capsys.readouterr().out
+    if mode == "graph":
+        assert {key.split(".")[0] for key in cell.compile_cache} == {accumulate, update}
+    assert_params_close(params_of(net), reference_train("momentum", windows_of(batches, n)), context="sink")
+
+
+def test_sink_size_must_be_a_multiple_of_the_window(fake_device):
+    cell, _, _ = make_cell("plain", steps=4)
+    with pytest.raises(ValueError, match=r"'sink_size' \(the dataset size 10 when -1\) must be a multiple of "
+                                         r"accumulation_steps 4 in dataset sink mode, but got 10"):
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 10)), dataset_sink_mode=True)
+    assert not fake_device.events
+
+
+def _gpu_unavailable_reason():
+    probe = subprocess.run([sys.executable, "-c", "import mindspore as ms; ms.set_device('GPU'); "
+                            "print(ms.ops.ones((1,), ms.float32).asnumpy())"], capture_output=True, text=True,
+                           timeout=300, check=False)
+    if probe.returncode != 0:
+        lines = [line for line in probe.stderr.splitlines() if "Error" in line or "Unsupported" in line]
+        return "no GPU usable by MindSpore here: " + (lines[-1] if lines else f"exit {probe.returncode}")[:200]
+    return None
+
+
+@pytest.mark.slow
+def test_real_sink_mode_on_gpu():
+    reason = _gpu_unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    script = os.path.join(os.path.dirname(__file__), "sink_worker.py")
+    proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "sink equivalence ok" in proc.stdout
