@@ -17,6 +17,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
+WARMUP_UPDATES = 30
 SETTINGS = [
     ("MindSpore defaults (oneDNN any ISA, default threads)", {"ONEDNN_MAX_CPU_ISA": "ALL"}, None),
     ("oneDNN capped at AVX2, default threads", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, None),
@@ -45,16 +46,18 @@ def child(threads, seconds):
     net = LeNet5()
     trainer = ms_accum.GradientAccumulation(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
                                             nn.Momentum(net.trainable_params(), 0.01, 0.9))
-    updates, index, start = 0, 0, None
-    while start is None or time.perf_counter() - start < seconds:
-        for _ in range(4):
-            trainer.forward_backward(*batches[index % len(batches)])
-            index += 1
+    def update(index):
+        for step in range(4):
+            trainer.forward_backward(*batches[(4 * index + step) % len(batches)])
         trainer.optim().asnumpy()
         trainer.clear()
+
+    for index in range(WARMUP_UPDATES):
+        update(index)
+    updates, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        update(WARMUP_UPDATES + updates)
         updates += 1
-        if updates == 30:
-            start, updates = time.perf_counter(), 0
     elapsed = time.perf_counter() - start
     print(json.dumps({"samples_per_s": updates * 4 * 32 / elapsed}))
 
