@@ -4,8 +4,16 @@
         --epoch_size 10 --batch_size 32 --accumulation_steps 4
 
 Each optimizer step applies the mean gradient of --accumulation_steps micro-batches of --batch_size samples,
-the same update as one batch of accumulation_steps*batch_size. Checkpoints (network and optimizer state) are
-written to --ckpt_path as checkpoint_lenet-<epoch>_<update>.ckpt at the end of every epoch.
+the same update as one batch of accumulation_steps*batch_size (times the number of devices in parallel modes).
+Checkpoints (network and optimizer state) are written at the end of every epoch as
+checkpoint_lenet-<epoch>_<update>.ckpt, in --ckpt_path (one device) or --ckpt_path/rank_<r> (parallel).
+
+Trainers: 'driver' (one device: GradientAccumulation over the three single-device cells) or 'model_accu'
+(TrainAccuStepsCell trained by Model_ACCU; required by the parallel modes, and the one that uses dataset sink mode
+on GPU/Ascend). Parallel modes are launched with msrun, for example on 2 CPU processes:
+
+    msrun --worker_num=2 --local_worker_num=2 --master_addr=127.0.0.1 --master_port=8118 --join=True \
+        --log_dir=runs/msrun_logs model_zoo_lenet/train.py --parallel_mode data_parallel ...
 """
 import argparse
 import math
@@ -20,13 +28,14 @@ apply_env_defaults()  # must precede the MindSpore import
 # pylint: disable=wrong-import-position
 import mindspore as ms
 from mindspore import nn
-from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
+from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
 
 import ms_accum
 from src.cli import run_cli, set_device
 from src.cpu_speed import set_cpu_threads
 from src.dataset import create_dataset
 from src.lenet import LeNet5
+from src.parallel import PARALLEL_MODES, init_parallel
 
 
 def positive_int(text):
@@ -62,19 +71,29 @@ def parse_args(argv):
     parser.add_argument("--batch_size", type=positive_int, default=32, help="micro-batch size")
     parser.add_argument("--accumulation_steps", type=positive_int, default=4,
                         help="micro-batches per optimizer step (default: %(default)s)")
-    parser.add_argument("--lr", type=positive_float, default=0.01)
+    parser.add_argument("--lr", type=positive_float, default=0.05,
+                        help="learning rate of each (large-batch) update (default: %(default)s)")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--partial_window", default="flush", choices=list(ms_accum.PARTIAL_WINDOW_POLICIES),
                         help="what to do with a window still open at the end of an epoch")
     parser.add_argument("--raw_sum", action="store_true",
                         help="apply the raw sum of micro-batch gradients (the tutorial's behaviour) instead of "
                              "the large-batch mean")
-    parser.add_argument("--num_samples", type=positive_int, default=None, help="train on the first N samples only")
+    parser.add_argument("--num_samples", type=positive_int, default=None,
+                        help="train on N samples only (per process in parallel modes)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cpu_threads", type=positive_int, default=None,
                         help="MindSpore CPU kernel threads (default: the cores available)")
     parser.add_argument("--log_every", type=int, default=100, help="print the loss every N updates (0: never)")
     parser.add_argument("--keep_checkpoint_max", type=positive_int, default=10)
+    parser.add_argument("--trainer", choices=["driver", "model_accu"], default=None,
+                        help="default: driver on one device, model_accu in parallel modes")
+    parser.add_argument("--parallel_mode", choices=list(PARALLEL_MODES), default="stand_alone",
+                        help="launch the parallel modes with msrun (default: %(default)s)")
+    parser.add_argument("--dataset_sink_mode", action="store_true",
+                        help="model_accu only: sink the accumulation and update graphs (GPU/Ascend, graph mode)")
+    parser.add_argument("--resume", default=None, metavar="CKPT",
+                        help="continue from a checkpoint written by train.py (any device count)")
     return parser.parse_args(argv)
 
 
@@ -98,32 +117,71 @@ class EpochSummary(Callback):
               f"samples/s), about {left:.0f} s left", flush=True)
 
 
+def resume_from(cell, ckpt_path):
+    """Load network and optimizer state into `cell`; return the number of epochs the checkpoint had done."""
+    params = ms_accum.load_network_checkpoint(cell, ckpt_path, optional=ms_accum.is_accumulation_buffer)
+    if "epoch_num" not in params:
+        raise ValueError(f"'--resume' must name a checkpoint written by train.py (it records epoch_num), but "
+                         f"{ckpt_path!r} does not record it.")
+    return int(params["epoch_num"].asnumpy())
+
+
 def main(argv=None):
     args = parse_args(argv)
+    trainer_kind = args.trainer or ("driver" if args.parallel_mode == "stand_alone" else "model_accu")
+    if trainer_kind == "driver" and (args.parallel_mode != "stand_alone" or args.dataset_sink_mode):
+        raise ValueError("'--trainer driver' runs on one device without sink mode; use '--trainer model_accu' "
+                         "with --parallel_mode or --dataset_sink_mode.")
+    if trainer_kind == "model_accu" and (args.raw_sum or args.partial_window != "flush"):
+        raise ValueError("'--raw_sum' and '--partial_window' other than 'flush' are options of '--trainer driver'; "
+                         "model_accu always averages and flushes a partial window at the end of an epoch.")
     set_device(args.device_target)
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
     if args.device_target == "CPU":
         threads = set_cpu_threads(args.cpu_threads)
         print(f"CPU settings: ONEDNN_MAX_CPU_ISA={os.environ['ONEDNN_MAX_CPU_ISA']}, {threads} kernel threads")
+    rank, world = init_parallel(args.parallel_mode)
     ms.set_seed(args.seed)
     dataset = create_dataset(args.data_path, args.batch_size, "train", num_samples=args.num_samples,
-                             seed=args.seed)
+                             seed=args.seed, num_shards=world if world > 1 else None,
+                             shard_id=rank if world > 1 else None)
     steps = dataset.get_dataset_size()
     net = LeNet5()
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=args.lr, momentum=args.momentum)
-    trainer = ms_accum.GradientAccumulation(net, loss, optimizer, average=not args.raw_sum)
-    updates_per_epoch = math.ceil(steps / args.accumulation_steps) if args.partial_window == "flush" \
-        else max(1, steps // args.accumulation_steps)
-    checkpoints = ModelCheckpoint(prefix="checkpoint_lenet", directory=args.ckpt_path,
+    n = args.accumulation_steps
+    sink_size = steps // n * n if args.dataset_sink_mode else -1
+    if trainer_kind == "driver":
+        trainer = ms_accum.GradientAccumulation(net, loss, optimizer, average=not args.raw_sum)
+        state_cell = trainer.train_state
+        updates_per_epoch = math.ceil(steps / n) if args.partial_window == "flush" else max(1, steps // n)
+    else:
+        state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=n)
+        updates_per_epoch = sink_size // n if args.dataset_sink_mode else math.ceil(steps / n)
+    initial_epoch = resume_from(state_cell, args.resume) if args.resume else 0
+    if initial_epoch >= args.epoch_size:
+        raise ValueError(f"'--epoch_size' must exceed the {initial_epoch} epochs done in {args.resume!r}, but got "
+                         f"{args.epoch_size}.")
+    directory = args.ckpt_path if world == 1 else os.path.join(args.ckpt_path, f"rank_{rank}")
+    checkpoints = ModelCheckpoint(prefix="checkpoint_lenet", directory=directory,
                                   config=CheckpointConfig(save_checkpoint_steps=updates_per_epoch,
-                                                          keep_checkpoint_max=args.keep_checkpoint_max))
-    print(f"training LeNet5 on {args.data_path}/train: {steps} micro-batches of {args.batch_size} per epoch, "
-          f"{args.accumulation_steps} per update (effective batch {args.batch_size * args.accumulation_steps}), "
-          f"{args.epoch_size} epochs", flush=True)
-    trainer.train_process(args.epoch_size, dataset, args.accumulation_steps,
-                          callbacks=[checkpoints, EpochSummary(steps * args.batch_size)],
-                          partial_window=args.partial_window, ckpt_path=None, log_every=args.log_every)
+                                                          keep_checkpoint_max=args.keep_checkpoint_max,
+                                                          append_info=["epoch_num", "step_num"]))
+    callbacks = [checkpoints, EpochSummary(steps * args.batch_size)]
+    print(f"training LeNet5 on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, rank {rank} of "
+          f"{world}): {steps} micro-batches of {args.batch_size} per epoch, {n} per update "
+          f"(effective batch {args.batch_size * n * world}), epochs {initial_epoch + 1}.."
+          f"{args.epoch_size}", flush=True)
+    if trainer_kind == "driver":
+        trainer.train_process(args.epoch_size, dataset, n, callbacks=callbacks,
+                              partial_window=args.partial_window, ckpt_path=None, log_every=args.log_every,
+                              initial_epoch=initial_epoch)
+    else:
+        if args.log_every:
+            callbacks.append(LossMonitor(args.log_every))
+        ms_accum.Model_ACCU(state_cell).train(args.epoch_size, dataset, callbacks=callbacks,
+                                              dataset_sink_mode=args.dataset_sink_mode, sink_size=sink_size,
+                                              initial_epoch=initial_epoch)
     print(f"last checkpoint: {checkpoints.latest_ckpt_file_name}", flush=True)
     return 0
 

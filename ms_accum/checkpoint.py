@@ -9,6 +9,35 @@ import os
 import mindspore as ms
 
 
+BUFFER_PREFIXES = ("accu_grads.", "grad_sum.")
+WINDOW_COUNTERS = ("accu_samples", "accu_loss", "accu_micro_steps", "accu_overflow")
+
+
+def is_accumulation_buffer(name):
+    """
+    Whether a parameter name is a transient accumulation buffer or window counter.
+
+    Those are ``grad_sum.*`` (the single-device cells and their window counters), ``accu_grads.*`` and the
+    ``accu_*`` counters of the parallel cells. They are zero at every update boundary, so a checkpoint may omit
+    them; everything else in a training cell (network, optimizer state, loss scale) is state.
+
+    Args:
+        name (str): A parameter name.
+
+    Returns:
+        bool.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from ms_accum import is_accumulation_buffer
+        >>> is_accumulation_buffer("accu_grads.fc.weight"), is_accumulation_buffer("moments.fc.weight")
+        (True, False)
+    """
+    return name.startswith(BUFFER_PREFIXES) or name in WINDOW_COUNTERS
+
+
 class CheckpointError(ValueError):
     """A checkpoint file is missing, unreadable, or does not fit the network it is loaded into."""
 
@@ -98,23 +127,27 @@ def read_checkpoint(ckpt_path):
     return params
 
 
-def load_network_checkpoint(network, ckpt_path):
+def load_network_checkpoint(network, ckpt_path, optional=None):
     """
     Load a checkpoint into `network`, requiring every parameter of the network, with its shape.
 
     Entries the network does not have (optimizer state, the tutorial's ``grad_sum`` buffers) are ignored, so
-    checkpoints of ms_accum's driver and of the tutorial's forward-backward cell both load.
+    checkpoints of ms_accum's driver, of Model_ACCU and of the tutorial's forward-backward cell all load into a
+    bare network. To resume training, pass the training cell (network and optimizer) and
+    ``optional=is_accumulation_buffer``.
 
     Args:
-        network (Cell): The network to fill.
+        network (Cell): The cell to fill: a network, or a training cell holding network and optimizer.
         ckpt_path (str): The checkpoint file.
+        optional (Callable[[str], bool], optional): Parameters of `network` whose name it accepts may be absent
+            from the checkpoint (they keep their values). Default: ``None`` (all are required).
 
     Returns:
-        list[str], the names of checkpoint entries that were not used.
+        dict[str, Parameter], the checkpoint's contents, including entries `network` does not have.
 
     Raises:
-        CheckpointError: If the file cannot be read (see :func:`read_checkpoint`), or it lacks parameters of the
-            network or holds them with other shapes (a checkpoint of another network).
+        CheckpointError: If the file cannot be read (see :func:`read_checkpoint`), or it lacks required
+            parameters of `network` or holds them with other shapes (a checkpoint of another network).
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -122,14 +155,15 @@ def load_network_checkpoint(network, ckpt_path):
     Examples:
         >>> from mindspore import nn
         >>> from ms_accum import load_network_checkpoint
-        >>> unused = load_network_checkpoint(nn.Dense(2, 2), "/tmp/dense.ckpt")
+        >>> params = load_network_checkpoint(nn.Dense(2, 2), "/tmp/dense.ckpt")
     """
     params = read_checkpoint(ckpt_path)
     missing, mismatched = [], []
     for param in network.get_parameters():
         found = params.get(param.name)
         if found is None:
-            missing.append(param.name)
+            if optional is None or not optional(param.name):
+                missing.append(param.name)
         elif tuple(found.shape) != tuple(param.shape):
             mismatched.append(f"{param.name} {tuple(found.shape)} != {tuple(param.shape)}")
     if missing or mismatched:
@@ -138,5 +172,5 @@ def load_network_checkpoint(network, ckpt_path):
                  (f"shape mismatch {mismatched[:5]}" if mismatched else "")
         raise CheckpointError(f"'ckpt_path' must be a checkpoint of {type(network).__name__}, but {ckpt_path!r} "
                               f"belongs to another network: {detail}.")
-    _, unused = ms.load_param_into_net(network, params)
-    return list(unused)
+    ms.load_param_into_net(network, params)
+    return params

@@ -1,4 +1,9 @@
-"""Small models, data and reference training used by several test modules."""
+"""Small models, data, reference training and script runners used by several test modules."""
+import os
+import re
+import subprocess
+import sys
+
 import numpy as np
 
 import mindspore as ms
@@ -6,6 +11,7 @@ import mindspore.dataset as ds
 from mindspore import Tensor, nn
 
 import ms_accum
+from conftest import ROOT, ZOO
 
 
 class SmallConvNet(nn.Cell):
@@ -20,6 +26,19 @@ class SmallConvNet(nn.Cell):
 
     def construct(self, x):
         return self.fc(self.flatten(self.relu(self.conv(x))))
+
+
+class BatchNormNet(nn.Cell):
+    """BatchNorm in training mode: micro-batch statistics make accumulation differ from the large batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(36, 8)
+        self.bn = nn.BatchNorm1d(8)
+        self.head = nn.Dense(8, 4)
+
+    def construct(self, x):
+        return self.head(self.bn(self.fc(x.reshape(x.shape[0], -1))))
 
 
 OPTIMIZERS = {
@@ -97,3 +116,17 @@ def numpy_dataset(batches, shuffle=False):
     def generate():
         yield from batches
     return ds.GeneratorDataset(generate, ["x", "y"], shuffle=shuffle)
+
+
+SAMPLE = os.path.join(ZOO, "data", "fashion_mnist_sample")
+ACCURACY = re.compile(r"^============== \{'Accuracy': ([0-9.]+)\} ==============$", re.M)
+
+
+def run_script(script, *args, check=True):
+    """Run a model-zoo script as a user would; return (returncode, stdout, stderr)."""
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.run([sys.executable, os.path.join(ZOO, script), *map(str, args)], capture_output=True,
+                          text=True, env=env, timeout=600, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{script} {args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc.returncode, proc.stdout, proc.stderr

@@ -23,7 +23,8 @@ def create_dataset(data_path, batch_size=32, split="train", shuffle=None, num_pa
         shuffle (bool, optional): Default: True for train, False for test.
         num_parallel_workers (int): Workers for the map operations. Default: 1.
         drop_remainder (bool, optional): Drop a last incomplete batch. Default: True for train, False for test.
-        num_samples (int, optional): Use only the first this many samples. Default: all.
+        num_samples (int, optional): Use only this many samples (per shard when sharded, as MindSpore counts).
+            Default: all.
         num_shards (int, optional): Shards for data-parallel training. Default: None.
         shard_id (int, optional): This process's shard. Default: None.
         seed (int, optional): Shuffle seed (sets the global dataset seed). Default: None.
@@ -47,9 +48,9 @@ def create_dataset(data_path, batch_size=32, split="train", shuffle=None, num_pa
     train = split == "train"
     shuffle = train if shuffle is None else shuffle
     drop_remainder = train if drop_remainder is None else drop_remainder
-    if num_samples is not None:
-        count = min(count, num_samples)
     usable = count // (num_shards or 1)
+    if num_samples is not None:
+        usable = min(usable, num_samples)
     if usable == 0 or (drop_remainder and usable < batch_size):
         raise DataError(f"'{directory}' must hold at least one batch of {batch_size} samples"
                         f"{' per shard' if num_shards else ''}, but it holds {usable}.")

@@ -1,0 +1,147 @@
+"""DATA_PARALLEL across two real processes on CPU (msrun, 127.0.0.1 only, bounded time)."""
+import glob
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import nn
+
+import ms_accum
+from conftest import ROOT, ZOO
+from dp_worker import rank_batches
+from helpers import ACCURACY, SAMPLE, params_of, reference_train, run_script
+from src.dataset import create_dataset
+from src.lenet import LeNet5
+
+pytestmark = pytest.mark.slow
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORLD = 2
+
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def msrun(out_dir, script, *args, timeout=300):
+    """Launch `script` on 2 local CPU workers with msrun (127.0.0.1); fail with the workers' logs on error."""
+    bin_dir = os.path.dirname(sys.executable)
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
+    cmd = [os.path.join(bin_dir, "msrun"), f"--worker_num={WORLD}", f"--local_worker_num={WORLD}",
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "--join=True",
+           f"--log_dir={out_dir / 'logs'}", script, *map(str, args)]
+    proc = subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"msrun did not finish in {timeout} s; logs in {out_dir / 'logs'}")
+    logs = "".join(open(p, encoding="utf-8", errors="replace").read()[-3000:]
+                   for p in sorted(glob.glob(str(out_dir / "logs" / "worker_*.log"))))
+    assert proc.returncode == 0, f"msrun exited {proc.returncode}\n{output[-3000:]}\n{logs}"
+    return logs
+
+
+def run_workers(out_dir, *worker_args):
+    """dp_worker.py on both ranks; return each rank's saved arrays."""
+    msrun(out_dir, os.path.join(HERE, "dp_worker.py"), out_dir, *worker_args)
+    return [dict(np.load(out_dir / f"rank_{r}.npz")) for r in range(WORLD)]
+
+
+def union_windows(windows, steps):
+    """What single-process training sees: window w = every rank's micro-batches of window w."""
+    per_rank = [rank_batches(r, WORLD, windows, steps) for r in range(WORLD)]
+    return [[per_rank[r][w * steps + s] for r in range(WORLD) for s in range(steps)] for w in range(windows)]
+
+
+def params(rank_arrays):
+    return {k[len("param:"):]: v for k, v in rank_arrays.items() if k.startswith("param:")}
+
+
+@pytest.fixture(scope="module")
+def plain_graph_run(tmp_path_factory):
+    """3 windows of 3 micro-steps per rank, GRAPH_MODE, TrainAccuStepsCell; graphs saved."""
+    out = tmp_path_factory.mktemp("dp_plain")
+    return out, run_workers(out, "graph", "plain", 3, 3)
+
+
+def test_two_ranks_equal_single_process_training_on_their_union(plain_graph_run):
+    _, ranks = plain_graph_run
+    for name, value in params(ranks[0]).items():
+        np.testing.assert_array_equal(params(ranks[1])[name], value, err_msg=f"{name} differs between ranks")
+    expected = reference_train("momentum", union_windows(3, 3))
+    for name, want in expected.items():
+        err = np.abs(params(ranks[0])[name] - want).max() / np.abs(want).max()
+        assert err <= 1e-5, f"{name}: relative difference {err:.3g} to single-process training on the union"
+    assert all(r["global_step"][0] == 3 and bool(r["accu_grads_zero"]) for r in ranks)
+
+
+def test_accumulation_graph_has_no_allreduce_and_no_optimizer(plain_graph_run):
+    """The final IR MindSpore saved for each graph compiled on rank 0."""
+    out, _ = plain_graph_run
+    finals = sorted(glob.glob(str(out / "graphs_*" / "rank_0" / "hwopt_common_final_graph_*.ir")))
+    assert len(finals) == 2, finals
+    contents = [open(f, encoding="utf-8").read() for f in finals]
+    kinds = sorted((len(re.findall(r"\bAllReduce\b", c)) > 0, "ApplyMomentum" in c) for c in contents)
+    assert kinds == [(False, False), (True, True)], "accumulation graph must hold neither; update graph both"
+
+
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_overflow_on_one_rank_makes_both_skip(tmp_path, mode):
+    windows, steps = 2, 3
+    ranks = run_workers(tmp_path, mode, "dynamic", windows, steps, 1, 0, 1)  # rank 1, window 0, micro-step 1
+    for r, arrays in enumerate(ranks):
+        loss, overflow, scale = arrays["outputs"][0]
+        assert overflow == 1.0 and scale == 512.0, f"rank {r} window 0: overflow {overflow}, scale {scale}"
+        assert arrays["outputs"][1][1] == 0.0 and arrays["outputs"][1][2] == 512.0
+        assert arrays["global_step"][0] == 1, f"rank {r} did not skip the overflowing window"
+    expected = reference_train("momentum", union_windows(windows, steps)[1:])
+    for name, want in expected.items():
+        np.testing.assert_array_equal(params(ranks[1])[name], params(ranks[0])[name])
+        err = np.abs(params(ranks[0])[name] - want).max() / np.abs(want).max()
+        assert err <= 1e-5, f"{name}: relative difference {err:.3g} after the skipped window"
+
+
+def test_lenet_data_parallel_checkpoint_evaluates_and_resumes_on_one_device(tmp_path):
+    common = ("--data_path", SAMPLE, "--num_samples", 1024, "--batch_size", 32, "--accumulation_steps", 4,
+              "--lr", 0.05, "--log_every", 0)
+    logs = msrun(tmp_path, os.path.join(ZOO, "train.py"), "--parallel_mode", "data_parallel", "--epoch_size", 1,
+                 "--ckpt_path", tmp_path / "dp", *common)
+    assert "effective batch 256" in logs
+    ckpts = [tmp_path / "dp" / f"rank_{r}" / "checkpoint_lenet-1_8.ckpt" for r in range(WORLD)]  # 32 x 32 each
+    saved = [ms.load_checkpoint(str(c)) for c in ckpts]
+    for param in LeNet5().get_parameters():
+        np.testing.assert_array_equal(saved[0][param.name].asnumpy(), saved[1][param.name].asnumpy())
+    assert int(saved[0]["global_step"].asnumpy()[0]) == 8 and int(saved[0]["epoch_num"].asnumpy()) == 1
+
+    _, out, _ = run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", ckpts[0])
+    assert ACCURACY.search(out), out
+
+    run_script("train.py", "--trainer", "model_accu", "--resume", ckpts[0], "--epoch_size", 2,
+               "--ckpt_path", tmp_path / "one", *common)
+    resumed = ms.load_checkpoint(str(tmp_path / "one" / "checkpoint_lenet-2_8.ckpt"))
+    assert int(resumed["global_step"].asnumpy()[0]) == 8 + 8, "optimizer state did not carry over"
+
+    # The same epoch computed here from the data-parallel checkpoint: resuming lost nothing.
+    net = LeNet5()
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.05, momentum=0.9)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=4)
+    ms_accum.load_network_checkpoint(cell, str(ckpts[0]), optional=ms_accum.is_accumulation_buffer)
+    data = create_dataset(SAMPLE, 32, "train", num_samples=1024, seed=1)
+    for index, (images, labels) in enumerate(data.create_tuple_iterator(num_epochs=1)):
+        cell.set_accumulation(index % 4 != 3)
+        cell(images, labels)
+    for name, want in params_of(net).items():
+        err = np.abs(resumed[name].asnumpy() - want).max() / np.abs(want).max()
+        assert err <= 1e-4, f"{name}: resumed run differs from the direct computation by {err:.3g}"
