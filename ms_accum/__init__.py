@@ -7,9 +7,12 @@ once per window; :class:`Model_ACCU` trains them, alternating two graphs in data
 """
 from .accu_loss_scale import TrainAccuStepsWithLossScaleCell
 from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, TrainAccuStepsCell
-from .checkpoint import CheckpointError, load_network_checkpoint, read_checkpoint, save_checkpoint_atomic
+from .batchnorm import adjust_batchnorm_momentum
+from .checkpoint import (CheckpointError, is_accumulation_buffer, load_network_checkpoint, read_checkpoint,
+                         save_checkpoint_atomic)
 from .driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, TrainState
-from .model_accu import Model_ACCU, sink_mode_available
+from .equivalence import EquivalenceReport, check_equivalence
+from .model_accu import Model_ACCU
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
 
 __version__ = "0.1.0"
@@ -24,11 +27,14 @@ __all__ = [
     "TrainAccuStepsCell",
     "TrainAccuStepsWithLossScaleCell",
     "Model_ACCU",
+    "adjust_batchnorm_momentum",
+    "check_equivalence",
+    "EquivalenceReport",
     "ACCUMULATE_PHASE",
     "UPDATE_PHASE",
-    "sink_mode_available",
     "save_checkpoint_atomic",
     "read_checkpoint",
     "load_network_checkpoint",
+    "is_accumulation_buffer",
     "CheckpointError",
 ]

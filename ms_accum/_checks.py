@@ -2,7 +2,10 @@
 
 Each check raises with one message shape: "For 'Owner', 'arg' must be <expected>, but got <received>."
 """
-from mindspore import Parameter, ParameterTuple
+import math
+
+from mindspore import Parameter, ParameterTuple, Tensor
+from mindspore.nn import CellList
 
 
 def check_positive_int(owner, arg_name, value):
@@ -32,8 +35,7 @@ def check_bool(owner, arg_name, value):
 
 def check_sens(owner, value):
     """Return `value` as a float if it is a non-zero finite real number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value == 0 \
-            or value in (float("inf"), float("-inf")):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value == 0:
         raise ValueError(f"For '{owner}', 'sens' must be a non-zero finite number, but got {value!r}.")
     return float(value)
 
@@ -55,3 +57,24 @@ def check_grad_sum(owner, grad_sum, optimizer=None):
                              f"(shapes {expected}), but got shapes {got}. Build it with "
                              f"optimizer.parameters.clone(prefix='grad_sum', init='zeros').")
     return grad_sum
+
+
+def check_lr_schedule(owner, optimizer, micro_steps, updates):
+    """
+    Raise if the optimizer's learning-rate list has one entry per micro-batch instead of one per update.
+
+    A list or 1-D Tensor learning rate is indexed by the optimizer's global_step, which advances once per window;
+    one built with `micro_steps` entries (the count of micro-batches in the whole run) was built for the wrong
+    unit and would stretch the schedule by the accumulation factor.
+    """
+    if micro_steps == updates or not getattr(optimizer, "dynamic_lr", False):
+        return
+    rates = optimizer.learning_rate
+    for rate in rates if isinstance(rates, (tuple, list, CellList)) else (rates,):
+        table = getattr(rate, "learning_rate", rate)  # a list or Tensor rate is wrapped in _IteratorLearningRate
+        length = table.shape[0] if isinstance(table, Tensor) and len(table.shape) == 1 else None
+        if length == micro_steps:
+            raise ValueError(f"For '{owner}', the optimizer's learning-rate schedule must have one entry per update "
+                             f"({updates}), but got {length} entries, one per micro-batch. The optimizer's "
+                             f"global_step advances once per accumulation window: build the schedule for "
+                             f"{updates} steps.")

@@ -11,8 +11,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
     Gradient accumulation with loss scaling: one overflowing micro-batch discards the whole window.
 
     Gradients of the scaled loss are accumulated in float32 ``accu_grads``, and each micro-batch's overflow
-    (any inf or nan gradient) is or-ed into ``accu_overflow``. On the update call the flag is combined across
-    devices, so every device takes the same decision; the loss scale (a
+    (any inf or nan in the buffers after its gradient is added) is or-ed into ``accu_overflow``. On the update
+    call the flag is combined across devices, so every device takes the same decision; the loss scale (a
     :class:`mindspore.nn.DynamicLossScaleUpdateCell`, say) is updated once for the window; without overflow the
     optimizer receives the unscaled mean gradient of the window's samples, with overflow the step is skipped
     (parameters and optimizer state untouched). Buffers and flag are reset either way.
@@ -65,11 +65,20 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
         self.saturation_mode = bool(self.ascend_910a_target) or (
             bool(self.ascend_910b_target) and self._ascend_check_overflow_mode == "SATURATION_MODE")
 
-    def _micro_batch_overflow(self, status, grads):
-        """1.0 if this micro-batch's gradients overflowed on this device, else 0.0 (no communication)."""
+    def _local_overflow(self, status, grads):
+        """1.0 if the window overflowed so far on this device, else 0.0 (no communication).
+
+        An inf or nan in any micro-batch's gradient stays in the float32 buffers until they are reset, so the
+        buffers are checked after each addition; this also covers sparse gradients and a sum that overflows.
+        Ascend in saturation mode produces no inf: there MindSpore's float-status check runs on the gradients.
+        """
         if self.saturation_mode:
             return ops.cast(self.get_overflow_status(status, grads), mstype.float32)
-        return ops.AddN()(self.window_map(grad_ops.nonfinite, grads)) > 0.0
+        flags = self.window_map(grad_ops.nonfinite, self.accu_grads)
+        total = flags[0]
+        for flag in flags[1:]:
+            total = total + flag
+        return ops.cast(total > 0.0, mstype.float32)
 
     def construct(self, *inputs):
         loss = self.network(*inputs)
@@ -77,9 +86,9 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
         status, scaling_sens = self.start_overflow_check(loss, scaling_sens)
         seed = ops.ones_like(loss) * ops.cast(scaling_sens, ops.dtype(loss))
         grads = self.grad(self.network, self.weights)(*inputs, seed)
-        flag = ops.cast(self._micro_batch_overflow(status, grads), mstype.float32)
-        loss = ops.depend(loss, ops.assign(self.accu_overflow, ops.maximum(self.accu_overflow, flag)))
         loss = self._add_micro_batch(loss, grads, ops.shape(inputs[0])[0])
+        flag = self._local_overflow(status, grads)
+        loss = ops.depend(loss, ops.assign(self.accu_overflow, ops.maximum(self.accu_overflow, flag)))
         if self.accumulation:
             return loss, self.accu_overflow > 0.0, scaling_sens
         grads = self._window_gradients(self._window_samples() * ops.reshape(scaling_sens, ()))

@@ -10,7 +10,6 @@ from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
 from mindspore.communication.management import GlobalComm
 from mindspore.context import ParallelMode
-from mindspore.parallel._utils import _get_parallel_mode
 
 from . import grad_ops
 from ._checks import check_bool, check_positive_int, check_sens
@@ -34,6 +33,7 @@ class AccumulationWindow:
     """
 
     def _init_window(self, owner, accumulation_steps, accu_grads):
+        self.owner_name = owner
         self.accumulation_steps = check_positive_int(owner, "accumulation_steps", accumulation_steps)
         self.accumulation = False
         self.accu_grads = accu_grads
@@ -42,7 +42,7 @@ class AccumulationWindow:
         self.accu_micro_steps = Parameter(Tensor(0, mstype.int32), name="accu_micro_steps", requires_grad=False)
         self.window_map = ops.HyperMap()
         self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
-        self.device_degree = float(self.grad_reducer.degree) if self.reducer_flag else 1.0
+        self.device_degree = float(self.degree) if self.reducer_flag else 1.0
         self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
 
     def set_accumulation(self, accumulation):
@@ -58,12 +58,13 @@ class AccumulationWindow:
         Raises:
             TypeError: If `accumulation` is not a bool.
         """
-        self.accumulation = check_bool(type(self).__name__, "accumulation", accumulation)
+        self.accumulation = check_bool(self.owner_name, "accumulation", accumulation)
         self.phase = ACCUMULATE_PHASE if accumulation else UPDATE_PHASE
         return self
 
     def _add_micro_batch(self, loss, grads, batch):
         """accu_grads += batch * grads; counters += this micro-batch. Returns loss after the updates."""
+        grad_ops.check_scalar_loss(self.owner_name, loss)
         batch_f = ops.scalar_to_tensor(batch, mstype.float32)
         added = self.window_map(ops.partial(grad_ops.accumulate_weighted, batch_f), self.accu_grads, grads)
         loss = ops.depend(loss, added)

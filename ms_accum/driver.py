@@ -5,7 +5,7 @@ from mindspore import nn
 from mindspore.train.callback import RunContext
 from mindspore.train.callback._callback import CallbackManager, InternalCallbackParam
 
-from ._checks import check_bool, check_choice, check_positive_int
+from ._checks import check_bool, check_choice, check_lr_schedule, check_positive_int
 from .checkpoint import save_checkpoint_atomic
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
 
@@ -73,7 +73,7 @@ class GradientAccumulation:
         self.train_state = TrainState(self.loss_network, optimizer)
 
     def train_process(self, epoch, train_dataset, mini_steps, callbacks=None, partial_window="flush",
-                      ckpt_path="gradient_accumulation.ckpt", log_every=1):
+                      ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0):
         r"""
         Train for `epoch` epochs, one optimizer step every `mini_steps` micro-batches.
 
@@ -84,8 +84,9 @@ class GradientAccumulation:
         - ``"drop"``: discard its gradients;
         - ``"carry"``: keep it open into the next epoch; one still open after the last epoch is flushed.
 
-        Callbacks see one step per update: ``cur_step_num`` counts updates since the start, ``batch_num`` is the
-        number of updates per epoch, ``net_outputs`` is the window's mean loss over its samples, and
+        Callbacks see one step per window (``on_train_step_begin`` before its first micro-batch,
+        ``on_train_step_end`` after its update): ``cur_step_num`` counts updates since the start, ``batch_num``
+        is the number of updates per epoch, ``net_outputs`` is the window's mean loss over its samples, and
         ``train_network`` holds the network and optimizer (what :class:`mindspore.train.ModelCheckpoint` saves,
         without the gradient buffers). ``window_micro_steps`` gives the micro-batches in the update's window.
 
@@ -101,13 +102,18 @@ class GradientAccumulation:
                 atomically); ``None`` to skip. Default: ``"gradient_accumulation.ckpt"``.
             log_every (int): Print ``epoch: E step: S loss is L`` every this many updates; 0 to stay quiet.
                 Default: ``1``.
+            initial_epoch (int): Epochs already done (when resuming): training runs epochs
+                ``initial_epoch + 1 .. epoch`` and ``cur_step_num`` starts at ``initial_epoch * batch_num``.
+                Default: ``0``.
 
         Returns:
             list[float], the mean loss of every update's window, in order.
 
         Raises:
             TypeError: If `epoch` or `mini_steps` is not an int.
-            ValueError: If `epoch` or `mini_steps` is < 1, `partial_window` is unknown, the dataset is empty,
+            ValueError: If `epoch` or `mini_steps` is < 1, `initial_epoch` is not in [0, epoch), `partial_window`
+                is unknown, the dataset is empty, the optimizer's learning-rate list has one entry per micro-batch
+                of the run instead of one per update,
                 or `mini_steps` exceeds the micro-batches in an epoch with `partial_window` other than
                 ``"carry"``.
         """
@@ -117,6 +123,9 @@ class GradientAccumulation:
         check_choice(owner, "partial_window", partial_window, PARTIAL_WINDOW_POLICIES)
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
             raise ValueError(f"For '{owner}', 'log_every' must be an int >= 0, but got {log_every!r}.")
+        if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, int) or not 0 <= initial_epoch < epoch:
+            raise ValueError(f"For '{owner}', 'initial_epoch' must be an int in [0, {epoch}), but got "
+                             f"{initial_epoch!r}.")
         steps_per_epoch = train_dataset.get_dataset_size()
         if steps_per_epoch < 1:
             raise ValueError(f"For '{owner}', 'train_dataset' must yield at least one batch per epoch, but it is "
@@ -126,7 +135,11 @@ class GradientAccumulation:
             raise ValueError(f"For '{owner}', 'mini_steps' must be <= the {steps_per_epoch} micro-batches in an "
                              f"epoch, but got {mini_steps}. Lower it, or pass partial_window='carry' to let "
                              f"windows span epochs.")
-        run = _Run(self, epoch, steps_per_epoch, mini_steps, partial_window, callbacks, log_every)
+        updates = {"flush": math.ceil(steps_per_epoch / mini_steps) * epoch,
+                   "drop": steps_per_epoch // mini_steps * epoch,
+                   "carry": math.ceil(steps_per_epoch * epoch / mini_steps)}[partial_window]
+        check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, updates)
+        run = _Run(self, (initial_epoch, epoch), steps_per_epoch, mini_steps, partial_window, callbacks, log_every)
         run.loop(train_dataset)
         if ckpt_path is not None:
             save_checkpoint_atomic(self.train_state, ckpt_path)
@@ -136,9 +149,9 @@ class GradientAccumulation:
 class _Run:
     """The state of one train_process call: counters, callback parameters and the loop itself."""
 
-    def __init__(self, owner, epoch, steps_per_epoch, mini_steps, partial_window, callbacks, log_every):
+    def __init__(self, owner, epochs, steps_per_epoch, mini_steps, partial_window, callbacks, log_every):
         self.owner = owner
-        self.epoch = epoch
+        self.initial_epoch, self.epoch = epochs
         self.mini_steps = mini_steps
         self.partial_window = partial_window
         self.callbacks = callbacks
@@ -152,10 +165,10 @@ class _Run:
         cb_params.train_network = owner.train_state
         cb_params.network = owner.network
         cb_params.optimizer = owner.optimizer
-        cb_params.epoch_num = epoch
+        cb_params.epoch_num = self.epoch
         cb_params.batch_num = max(1, per_epoch)
-        cb_params.cur_epoch_num = 0
-        cb_params.cur_step_num = 0
+        cb_params.cur_epoch_num = self.initial_epoch
+        cb_params.cur_step_num = self.initial_epoch * cb_params.batch_num
         cb_params.dataset_sink_mode = False
         cb_params.mode = "train"
         cb_params.net_outputs = None
@@ -167,14 +180,16 @@ class _Run:
         """Run every epoch; callbacks fire at train, epoch and update boundaries."""
         cb_params, run_context = self.cb_params, self.run_context
         cb_params.train_dataset = train_dataset
-        iterator = train_dataset.create_tuple_iterator(num_epochs=self.epoch)
+        iterator = train_dataset.create_tuple_iterator(num_epochs=self.epoch - self.initial_epoch)
         with CallbackManager(self.callbacks) as callbacks:
             callbacks.on_train_begin(run_context)
-            for epoch_index in range(1, self.epoch + 1):
+            for epoch_index in range(self.initial_epoch + 1, self.epoch + 1):
                 cb_params.cur_epoch_num = epoch_index
                 self.updates_in_epoch = 0
                 callbacks.on_train_epoch_begin(run_context)
                 for data in iterator:
+                    if not self.pending:
+                        self._begin_window(callbacks)
                     self.owner.forward_backward(*data)
                     self.pending += 1
                     if self.pending == self.mini_steps:
@@ -197,13 +212,16 @@ class _Run:
             self.owner.clear()
             self.pending = 0
 
+    def _begin_window(self, callbacks):
+        """A window opens: callbacks see the start of one step."""
+        self.cb_params.cur_step_num += 1
+        callbacks.on_train_step_begin(self.run_context)
+
     def _update(self, callbacks):
-        """One optimizer step from the open window, then clear it; callbacks see it as one step."""
+        """One optimizer step from the open window, then clear it; callbacks see the end of the step."""
         cb_params = self.cb_params
-        cb_params.cur_step_num += 1
         self.updates_in_epoch += 1
         cb_params.window_micro_steps = self.pending
-        callbacks.on_train_step_begin(self.run_context)
         mean_loss = self.owner.optim()
         self.owner.clear()
         self.pending = 0

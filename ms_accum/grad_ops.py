@@ -1,26 +1,51 @@
 """Per-parameter helpers applied over gradient buffers with ``ops.HyperMap``.
 
-Each helper is a ``MultitypeFuncGraph`` registered per gradient type, so a new gradient type (for example
-sparse rows) is one more registration here and every cell picks it up.
+Each helper is a ``MultitypeFuncGraph`` registered per gradient type: dense ``Tensor`` gradients, and the
+``RowTensor`` gradients of sparse lookups (``nn.EmbeddingLookup(sparse=True)``: the touched rows' values and
+their indices, not the table's shape). Sparse rows are added into the dense buffer in place with ScatterAdd, so no
+dense temporary of the table's size is built per micro-step.
 """
 from mindspore import dtype as mstype
 from mindspore import ops
+from mindspore.common.sparse_tensor import RowTensorInner
 
 accumulate = ops.MultitypeFuncGraph("accumulate")
 scale = ops.MultitypeFuncGraph("scale")
 clear = ops.MultitypeFuncGraph("clear")
 
 
+def _check_dense_shape(buffer, grad):
+    """A dense gradient must have its buffer's shape; a mismatch is a sparse gradient that lost its indices."""
+    if buffer.shape != grad.shape:
+        raise ValueError(f"A gradient of shape {grad.shape} cannot be added to its buffer of shape {buffer.shape}: "
+                         f"it is the values of a sparse gradient (for example nn.EmbeddingLookup(sparse=True)), "
+                         f"whose row indices MindSpore 2.10 drops in PYNATIVE_MODE. Run sparse models in "
+                         f"GRAPH_MODE (mindspore.set_context(mode=mindspore.GRAPH_MODE)).")
+
+
 @accumulate.register("Tensor", "Tensor")
 def _accumulate_dense(buffer, grad):
     """buffer += grad, in the buffer's dtype."""
+    _check_dense_shape(buffer, grad)
     return ops.assign_add(buffer, ops.cast(grad, ops.dtype(buffer)))
+
+
+@accumulate.register("Tensor", "RowTensor")
+def _accumulate_rows(buffer, grad):
+    """buffer[indices] += values, in place; repeated indices add up."""
+    return ops.scatter_add(buffer, grad.indices, ops.cast(grad.values, ops.dtype(buffer)))
 
 
 @scale.register("Tensor", "Tensor")
 def _scale_dense(factor, grad):
     """grad * factor, in the gradient's dtype."""
     return grad * ops.cast(factor, ops.dtype(grad))
+
+
+@scale.register("Tensor", "RowTensor")
+def _scale_rows(factor, grad):
+    """The rows' values times factor."""
+    return RowTensorInner(grad.indices, grad.values * ops.cast(factor, ops.dtype(grad.values)), grad.dense_shape)
 
 
 @clear.register("Tensor")
@@ -36,11 +61,32 @@ nonfinite = ops.MultitypeFuncGraph("nonfinite")
 @accumulate_weighted.register("Tensor", "Tensor", "Tensor")
 def _accumulate_weighted_dense(weight, buffer, grad):
     """buffer += grad * weight, computed in the buffer's dtype (float32 buffers keep float16 grads exact)."""
+    _check_dense_shape(buffer, grad)
     dtype = ops.dtype(buffer)
     return ops.assign_add(buffer, ops.cast(grad, dtype) * ops.cast(weight, dtype))
+
+
+@accumulate_weighted.register("Tensor", "Tensor", "RowTensor")
+def _accumulate_weighted_rows(weight, buffer, grad):
+    """buffer[indices] += values * weight, in place, in the buffer's dtype."""
+    dtype = ops.dtype(buffer)
+    return ops.scatter_add(buffer, grad.indices, ops.cast(grad.values, dtype) * ops.cast(weight, dtype))
 
 
 @nonfinite.register("Tensor")
 def _nonfinite_dense(grad):
     """1.0 if any element of grad is inf or nan, else 0.0 (IsFinite runs on CPU, GPU and Ascend)."""
     return ops.cast(ops.logical_not(ops.isfinite(grad).all()), mstype.float32)
+
+
+@nonfinite.register("RowTensor")
+def _nonfinite_rows(grad):
+    """1.0 if any value of the rows is inf or nan, else 0.0."""
+    return ops.cast(ops.logical_not(ops.isfinite(grad.values).all()), mstype.float32)
+
+
+def check_scalar_loss(owner, loss):
+    """Raise if the loss network returned a non-scalar loss (graph-compatible: shapes are constants)."""
+    if loss.shape not in ((), (1,)):
+        raise ValueError(f"For '{owner}', the loss network must return one scalar loss, the mean over its "
+                         f"micro-batch (for example reduction='mean'), but it returned shape {loss.shape}.")

@@ -3,11 +3,11 @@
 In dataset sink mode (GPU, Ascend; GRAPH_MODE) each window runs the accumulation graph sunk for N-1 steps and the
 update graph sunk for 1 step: two compiled phases of one sink network, each registered once with its own loop
 size. Elsewhere (CPU, PYNATIVE, dataset_sink_mode=False) the same alternation runs micro-batch by micro-batch.
-Written against MindSpore 2.10's Model internals (see shared notes on sink mode).
+Written against MindSpore 2.10's Model internals (train/model.py `_train`, `_train_dataset_sink_process`;
+train/dataset_helper.py `DatasetHelper`, `connect_network_with_dataset`).
 """
 import math
 
-from mindspore import context
 from mindspore.dataset.engine.datasets import _set_training_dataset
 from mindspore.graph.api import _cell_graph_executor
 from mindspore.train._utils import _get_types_and_shapes
@@ -15,7 +15,7 @@ from mindspore.train.callback import RunContext
 from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
 from mindspore.train.model import Model, _transfer_tensor_to_tuple
 
-from ._checks import check_positive_int
+from ._checks import check_lr_schedule, check_positive_int
 from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationWindow
 
 
@@ -43,8 +43,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     Raises:
         TypeError: If `network` is not an accumulation cell, `loss_fn` or `optimizer` is given, or
             `accumulation_steps` is not an int.
-        ValueError: If `accumulation_steps` is < 1; at train time, if N exceeds the micro-batches of an epoch or,
-            in sink mode, does not divide `sink_size`.
+        ValueError: If `accumulation_steps` is < 1; at train time, if N exceeds the micro-batches of an epoch,
+            in sink mode does not divide `sink_size`, or the optimizer's learning-rate list has one entry per
+            micro-batch of the run instead of one per update.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -98,6 +99,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         n = self.accumulation_steps
         steps = train_dataset.get_dataset_size()
         self._check_window_fits(steps)
+        check_lr_schedule("Model_ACCU.train", self._train_network.optimizer, epoch * steps,
+                          epoch * math.ceil(steps / n))
         dataset_helper, _ = self._exec_preprocess(is_train=True, dataset=train_dataset, dataset_sink_mode=False,
                                                   epoch_num=epoch)
         cell = self._train_network
@@ -154,6 +157,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                              f"be a multiple of accumulation_steps {n} in dataset sink mode, but got {sink_size}. "
                              f"Pass sink_size=k*{n}, or drop or pad batches.")
         cycles = sink_size // n
+        check_lr_schedule("Model_ACCU.train", self._train_network.optimizer, epoch * sink_size, epoch * cycles)
         dataset_sink_num = math.ceil(epoch * sink_size / dataset_size)
         train_dataset.__total_batch__ = epoch * sink_size
         cb_params.sink_size = sink_size
@@ -227,8 +231,3 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                                           types, shapes, dataset.input_indexs, phase=phase + "_dataset",
                                           need_run=False)
 
-
-def sink_mode_available():
-    """True where MindSpore 2.10 supports dataset sink mode (GPU or Ascend, GRAPH_MODE)."""
-    return context.get_context("device_target") in ("GPU", "Ascend") and \
-        context.get_context("mode") == context.GRAPH_MODE

@@ -69,6 +69,7 @@ class TrainForwardBackward(nn.TrainOneStepCell):
 
     def construct(self, *inputs):
         loss = self.network(*inputs)
+        grad_ops.check_scalar_loss("TrainForwardBackward", loss)
         batch = ops.shape(inputs[0])[0]
         seed = self.sens * batch if self.average else self.sens
         grads = self.grad(self.network, self.weights)(*inputs, ops.fill(loss.dtype, loss.shape, seed))

@@ -136,6 +136,13 @@ class TestBadInput:
                                         rf"{value!r}"):
             getattr(ms_accum, cls)(nn.WithLossCell(net, loss), opt, *args, accumulation_steps=value)
 
+    def test_loss_must_be_a_scalar(self, exec_mode):
+        net = nn.Dense(2, 2)
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss(reduction="none")),
+                                           nn.SGD(net.trainable_params(), 0.1), accumulation_steps=2)
+        with pytest.raises(ValueError, match=r"For 'TrainAccuStepsCell', the loss network must return one scalar"):
+            cell.set_accumulation(True)(Tensor(np.ones((3, 2), np.float32)), Tensor(np.ones((3, 2), np.float32)))
+
     def test_set_accumulation_needs_a_bool(self):
         cell, _, _ = make_cell("plain")
         with pytest.raises(TypeError, match="For 'TrainAccuStepsCell', 'accumulation' must be a bool, but got 1"):

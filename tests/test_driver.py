@@ -2,10 +2,10 @@
 import os
 import re
 
-import numpy as np
 import pytest
 
 import mindspore as ms
+from mindspore import nn
 from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
 
 import ms_accum
@@ -76,12 +76,17 @@ def test_prints_the_window_mean_loss_over_samples(capsys):
 
 
 class _Recorder(Callback):
-    def __init__(self):
+    def __init__(self, trainer=None):
         super().__init__()
+        self.trainer = trainer
         self.events = []
 
     def on_train_begin(self, run_context):
         self.events.append("begin")
+
+    def on_train_step_begin(self, run_context):
+        held = int(self.trainer.forward_backward.micro_steps.asnumpy()) if self.trainer else None
+        self.events.append(("step_begin", run_context.original_args().cur_step_num, held))
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
@@ -99,9 +104,11 @@ class _Recorder(Callback):
 def test_callbacks_fire_once_per_update_with_update_counts(capsys):
     batches = micro_batches([4] * 5)
     trainer, _, _ = _trainer()
-    recorder = _Recorder()
+    recorder = _Recorder(trainer)
     losses = trainer.train_process(2, numpy_dataset(batches), 2, callbacks=[recorder, LossMonitor(1)],
                                    ckpt_path=None, log_every=0)
+    begins = [e for e in recorder.events if isinstance(e, tuple) and e[0] == "step_begin"]
+    assert begins == [("step_begin", step, 0) for step in range(1, 7)], "a step must begin before its window"
     steps = [e for e in recorder.events if isinstance(e, tuple) and e[0] == "step"]
     assert [(e[1], e[2], e[3], e[4]) for e in steps] == [
         (1, 1, 3, 2), (1, 2, 3, 2), (1, 3, 3, 1), (2, 4, 3, 2), (2, 5, 3, 2), (2, 6, 3, 1)]
@@ -203,6 +210,16 @@ class TestBadInput:
         with pytest.raises(ValueError, match="'train_dataset' must yield at least one batch per epoch, but it is "
                                              "empty"):
             trainer.train_process(1, empty, 1, ckpt_path=None)
+
+    def test_learning_rate_schedule_counted_in_micro_batches(self):
+        net, loss, _ = build()
+        trainer = ms_accum.GradientAccumulation(net, loss, nn.SGD(net.trainable_params(), [0.1, 0.1, 0.05, 0.05]))
+        with pytest.raises(ValueError, match=r"learning-rate schedule must have one entry per update \(2\), but got "
+                                             r"4 entries, one per micro-batch"):
+            trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None)
+        net, loss, _ = build()
+        fitting = ms_accum.GradientAccumulation(net, loss, nn.SGD(net.trainable_params(), [0.1, 0.05]))
+        assert len(fitting.train_process(1, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None)) == 2
 
     def test_checkpoint_name(self):
         trainer, _, _ = _trainer()

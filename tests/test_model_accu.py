@@ -3,7 +3,6 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 import mindspore as ms
@@ -106,6 +105,14 @@ class TestBadInput:
         with pytest.raises(ValueError, match="'accumulation_steps' must be <= the 5 micro-batches of an epoch, "
                                              "but got 8"):
             ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 5)), dataset_sink_mode=False)
+
+    def test_learning_rate_schedule_counted_in_micro_batches(self):
+        net, loss, _ = build()
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), nn.SGD(net.trainable_params(), [0.1] * 6),
+                                           accumulation_steps=3)
+        with pytest.raises(ValueError, match=r"For 'Model_ACCU.train', the optimizer's learning-rate schedule must "
+                                             r"have one entry per update \(2\), but got 6 entries"):
+            ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 6)), dataset_sink_mode=False)
 
     def test_build_is_refused(self):
         cell, _, _ = make_cell("plain")

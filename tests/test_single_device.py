@@ -143,6 +143,16 @@ def test_graph_mode_recompiles_nothing_per_step():
 
 
 class TestBadInput:
+    def test_loss_must_be_a_scalar(self, exec_mode):
+        net = nn.Dense(2, 2)
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+        loss_net = nn.WithLossCell(net, nn.MSELoss(reduction="none"))
+        cell = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
+        with pytest.raises(ValueError, match=r"For 'TrainForwardBackward', the loss network must return one scalar "
+                                             r"loss.*reduction='mean'.*but it returned shape \(3, 2\)"):
+            cell(Tensor(np.ones((3, 2), np.float32)), Tensor(np.ones((3, 2), np.float32)))
+
     def test_grad_sum_must_be_a_parameter_tuple(self):
         net = LinearLoss()
         opt = nn.SGD(net.trainable_params(), 0.1)

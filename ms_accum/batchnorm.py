@@ -1,0 +1,56 @@
+"""BatchNorm under accumulation: moving statistics see micro-batches, not the large batch.
+
+Each micro-batch normalises with its own statistics and updates the moving mean and variance once, so a window of
+N micro-batches decays the old moving statistics by momentum**N where one large batch decays them by momentum.
+Batch statistics of a micro-batch are also noisier than those of the large batch; no accumulation can change that
+without a second pass. `adjust_batchnorm_momentum` restores the decay per window.
+"""
+from mindspore import ops
+from mindspore.nn.layer.normalization import _BatchNorm
+
+from ._checks import check_positive_int
+
+
+def adjust_batchnorm_momentum(network, accumulation_steps):
+    r"""
+    Set every BatchNorm layer's momentum m to m ** (1 / accumulation_steps).
+
+    After a window of N micro-batches the old moving statistics then carry the weight m, as after one
+    large-batch step, instead of m ** N. With micro-batches of equal batch mean the moving mean equals the
+    large batch's exactly; in general it is the average of the micro-batch statistics with the large batch's
+    decay. Call it once, before the first training step (the momentum is frozen into the compiled graph).
+
+    Args:
+        network (Cell): The network; its ``nn.BatchNorm1d/2d/3d`` layers (any ``_BatchNorm``) are changed in place.
+        accumulation_steps (int): Micro-batches per update, >= 1.
+
+    Returns:
+        list[tuple[str, float, float]], for each BatchNorm layer: its name, old momentum and new momentum (in the
+        convention of ``nn.BatchNorm2d(momentum=...)``: the weight of the old moving statistics).
+
+    Raises:
+        TypeError: If `accumulation_steps` is not an int.
+        ValueError: If `accumulation_steps` is < 1.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.SequentialCell([nn.Dense(4, 4), nn.BatchNorm1d(4, momentum=0.9)])
+        >>> ms_accum.adjust_batchnorm_momentum(net, 4)
+        [('1', 0.9, 0.9740037464252967)]
+    """
+    check_positive_int("adjust_batchnorm_momentum", "accumulation_steps", accumulation_steps)
+    changed = []
+    for name, cell in network.cells_and_names():
+        if not isinstance(cell, _BatchNorm):
+            continue
+        old = 1.0 - cell.momentum  # the cell stores 1 - momentum, the op's weight of the new statistics
+        new = old ** (1.0 / accumulation_steps)
+        cell.momentum = 1.0 - new
+        cell.bn_train = ops.BatchNorm(is_training=True, epsilon=cell.eps, momentum=cell.momentum,
+                                      data_format=cell.format)
+        changed.append((name, old, new))
+    return changed

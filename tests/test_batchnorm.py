@@ -1,0 +1,57 @@
+"""BatchNorm moving statistics under accumulation, with and without adjust_batchnorm_momentum."""
+import numpy as np
+import pytest
+
+from mindspore import Tensor, nn, ops
+
+import ms_accum
+
+
+class BNLoss(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3, momentum=0.9)
+        self.fc = nn.Dense(3, 1)
+
+    def construct(self, x):
+        return ops.mean(self.fc(self.bn(x)))
+
+
+def micro_batches_with_equal_means(n, size=4, seed=0):
+    """n micro-batches whose per-feature means are all (1, 2, 3)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        x = rng.normal(size=(size, 3)).astype(np.float32)
+        out.append(x - x.mean(axis=0) + np.array([1.0, 2.0, 3.0], np.float32))
+    return out
+
+
+def moving_mean_after_window(adjust, steps=4):
+    net = BNLoss()
+    net.set_train(True)
+    if adjust:
+        changed = ms_accum.adjust_batchnorm_momentum(net, steps)
+        assert [(name, pytest.approx(old), pytest.approx(new)) for name, old, new in changed] == \
+            [("bn", pytest.approx(0.9), pytest.approx(0.9 ** (1 / steps)))]
+    opt = nn.SGD(net.trainable_params(), 0.1)
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(net, opt, grad_sum)
+    for x in micro_batches_with_equal_means(steps):
+        forward_backward(Tensor(x))
+    return net.bn.moving_mean.asnumpy()
+
+
+def test_micro_batches_decay_moving_statistics_too_fast(exec_mode):
+    # one large batch: 0.9 * 0 + 0.1 * mean; four micro-batches: (1 - 0.9 ** 4) * mean
+    np.testing.assert_allclose(moving_mean_after_window(adjust=False), (1 - 0.9 ** 4) * np.array([1, 2, 3]),
+                               rtol=1e-5)
+
+
+def test_adjusted_momentum_matches_the_large_batch(exec_mode):
+    np.testing.assert_allclose(moving_mean_after_window(adjust=True), 0.1 * np.array([1, 2, 3]), rtol=1e-5)
+
+
+def test_accumulation_steps_is_checked():
+    with pytest.raises(ValueError, match="For 'adjust_batchnorm_momentum', 'accumulation_steps' must be an int >= 1"):
+        ms_accum.adjust_batchnorm_momentum(BNLoss(), 0)

@@ -1,0 +1,109 @@
+"""Sparse gradients (nn.EmbeddingLookup(sparse=True)) accumulate into dense buffers in every ms_accum cell.
+
+MindSpore 2.10 hands a sparse gradient over as rows plus indices (RowTensor) in GRAPH_MODE only; in PYNATIVE_MODE
+the same gradient arrives as the rows' values without their indices, so ms_accum refuses it with a clear error.
+"""
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor, nn
+
+import ms_accum
+from helpers import assert_params_close, params_of
+
+
+class EmbeddingNet(nn.Cell):
+    """Mean of the looked-up rows, then a dense head; the table's gradient is sparse when `sparse` is True."""
+
+    def __init__(self, sparse):
+        super().__init__()
+        self.embedding = nn.EmbeddingLookup(10, 4, target="CPU" if sparse else "DEVICE", sparse=sparse)
+        self.head = nn.Dense(4, 3)
+
+    def construct(self, ids):
+        return self.head(self.embedding(ids).mean(axis=1))
+
+
+def build(sparse):
+    ms.set_seed(3)
+    net = EmbeddingNet(sparse)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    return net, nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), learning_rate=0.5, momentum=0.9)
+
+
+def batches():
+    """Three micro-batches of different sizes; ids repeat within and across micro-batches."""
+    ids = [np.array([[1, 1, 2], [3, 2, 2]]), np.array([[1, 7, 7]]), np.array([[9, 1, 3], [2, 2, 2], [7, 0, 1]])]
+    labels = [np.array([0, 2]), np.array([1]), np.array([2, 0, 1])]
+    return [(i.astype(np.int32), y.astype(np.int32)) for i, y in zip(ids, labels)]
+
+
+def dense_reference():
+    net, loss_net, opt = build(sparse=False)
+    step = nn.TrainOneStepCell(loss_net, opt)
+    data = batches()
+    step(Tensor(np.concatenate([i for i, _ in data])), Tensor(np.concatenate([y for _, y in data])))
+    return params_of(net)
+
+
+@pytest.fixture(autouse=True)
+def _graph_mode():
+    ms.set_context(mode=ms.GRAPH_MODE)
+
+
+def test_three_cells_accumulate_sparse_rows():
+    net, loss_net, opt = build(sparse=True)
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
+    for ids, labels in batches():
+        forward_backward(Tensor(ids), Tensor(labels))
+    table_grad = grad_sum[0].asnumpy()
+    assert table_grad.shape == (10, 4) and not table_grad[[4, 5, 6, 8]].any(), "untouched rows must stay zero"
+    ms_accum.TrainOptim(opt, grad_sum)()
+    assert_params_close(params_of(net), dense_reference(), context="sparse, three cells")
+
+
+@pytest.mark.parametrize("kind", ["plain", "dynamic_scale"])
+def test_parallel_cells_accumulate_sparse_rows(kind):
+    net, loss_net, opt = build(sparse=True)
+    if kind == "plain":
+        cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=3)
+    else:
+        cell = ms_accum.TrainAccuStepsWithLossScaleCell(loss_net, opt, nn.DynamicLossScaleUpdateCell(1024.0, 2, 100),
+                                                        accumulation_steps=3)
+    data = batches()
+    for index, (ids, labels) in enumerate(data):
+        cell.set_accumulation(index < len(data) - 1)
+        cell(Tensor(ids), Tensor(labels))
+    assert_params_close(params_of(net), dense_reference(), context=f"sparse, {kind}")
+
+
+def test_sparse_and_dense_embeddings_train_alike_through_the_driver():
+    import mindspore.dataset as ds
+    data = batches()
+
+    def generate():
+        yield from data
+
+    results = []
+    for sparse in (True, False):
+        net, _, opt = build(sparse)
+        loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        trainer = ms_accum.GradientAccumulation(net, loss, opt)
+        trainer.train_process(2, ds.GeneratorDataset(generate, ["ids", "y"], shuffle=False), 3, ckpt_path=None,
+                              log_every=0)
+        results.append(params_of(net))
+    assert_params_close(results[0], results[1], context="sparse vs dense, 2 epochs")
+
+
+def test_pynative_refuses_sparse_values_without_indices():
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    _, loss_net, opt = build(sparse=True)
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
+    ids, labels = batches()[0]
+    with pytest.raises(ValueError, match=r"gradient of shape \(6, 4\) cannot be added to its buffer of shape "
+                                         r"\(10, 4\).*sparse gradient.*Run sparse models in GRAPH_MODE"):
+        forward_backward(Tensor(ids), Tensor(labels))
+    assert not grad_sum[0].asnumpy().any()
