@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/cpu_settings.py            # 3 processes per setting, prints a Markdown table
 
 Each setting runs in fresh processes (oneDNN reads ONEDNN_MAX_CPU_ISA once, and MindSpore's thread count can be
-set once per process): GradientAccumulation with micro-batch 32 x 4 in GRAPH_MODE on the bundled Fashion-MNIST
+set once per process), the settings taking turns so that a slow spell of a shared machine hits them all: GradientAccumulation with micro-batch 32 x 4 in GRAPH_MODE on the bundled Fashion-MNIST
 sample, the first 30 updates excluded as warm-up, then as many updates as fit in --seconds. The figure is the
 median samples/s over the processes.
 """
@@ -72,17 +72,18 @@ def main():
     if args.child:
         child(args.threads, args.seconds)
         return
-    print(f"| setting | samples/s (median of {args.repeats}) | runs |")
-    print("|---|---|---|")
-    for label, env, threads in SETTINGS:
-        runs = []
-        for _ in range(args.repeats):
+    runs = {label: [] for label, _, _ in SETTINGS}
+    for _ in range(args.repeats):  # settings interleaved, so that a slow spell of the machine hits them all
+        for label, env, threads in SETTINGS:
             cmd = [sys.executable, __file__, "--child", "--seconds", str(args.seconds)]
             if threads is not None:
                 cmd += ["--threads", str(threads)]
             out = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
-            runs.append(json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"])
-        print(f"| {label} | {statistics.median(runs):.0f} | {', '.join(f'{r:.0f}' for r in runs)} |", flush=True)
+            runs[label].append(json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"])
+    print(f"| setting | samples/s (median of {args.repeats}) | runs, in order |")
+    print("|---|---|---|")
+    for label, values in runs.items():
+        print(f"| {label} | {statistics.median(values):.0f} | {', '.join(f'{r:.0f}' for r in values)} |")
 
 
 if __name__ == "__main__":

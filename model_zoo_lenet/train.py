@@ -28,7 +28,7 @@ apply_env_defaults()  # must precede the MindSpore import
 # pylint: disable=wrong-import-position
 import mindspore as ms
 from mindspore import nn
-from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
+from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
 
 import ms_accum
 from src.cli import run_cli, set_device
@@ -84,7 +84,11 @@ def parse_args(argv):
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cpu_threads", type=positive_int, default=None,
                         help="MindSpore CPU kernel threads (default: the cores available)")
-    parser.add_argument("--log_every", type=int, default=100, help="print the loss every N updates (0: never)")
+    parser.add_argument("--log_every", type=int, default=100,
+                        help="print progress (updates done/total, loss, rate, time left) every N updates (0: never)")
+    parser.add_argument("--telemetry_csv", default=None, metavar="FILE",
+                        help="write one row per update (loss, micro-batches, samples, grad norm, lr, loss scale, "
+                             "skipped windows); plot it with plot_telemetry.py")
     parser.add_argument("--keep_checkpoint_max", type=positive_int, default=10)
     parser.add_argument("--trainer", choices=["driver", "model_accu"], default=None,
                         help="default: driver on one device, model_accu in parallel modes")
@@ -93,7 +97,12 @@ def parse_args(argv):
     parser.add_argument("--dataset_sink_mode", action="store_true",
                         help="model_accu only: sink the accumulation and update graphs (GPU/Ascend, graph mode)")
     parser.add_argument("--resume", default=None, metavar="CKPT",
-                        help="continue from a checkpoint written by train.py (any device count)")
+                        help="continue from a checkpoint written by train.py: an epoch checkpoint (any device count), "
+                             "or train_state.ckpt (the exact micro-batch where it stopped; same device count)")
+    parser.add_argument("--save_state_every", type=int, default=100, metavar="N",
+                        help="write the exact training state to CKPT_PATH[/rank_R]/train_state.ckpt every N "
+                             "micro-batches, atomically (0: never; not with --dataset_sink_mode; "
+                             "default: %(default)s)")
     return parser.parse_args(argv)
 
 
@@ -115,6 +124,11 @@ class EpochSummary(Callback):
         print(f"epoch {cb.cur_epoch_num}/{cb.epoch_num}: {cb.cur_step_num} updates so far, "
               f"{self.samples_per_epoch} samples in {elapsed:.1f} s ({self.samples_per_epoch / elapsed:.0f} "
               f"samples/s), about {left:.0f} s left", flush=True)
+
+
+def is_state_file(ckpt_path):
+    """Whether a checkpoint is the driver's exact training state (it records the position in the data)."""
+    return "ms_accum_micro_steps_done" in ms_accum.read_checkpoint(ckpt_path)
 
 
 def resume_from(cell, ckpt_path):
@@ -158,30 +172,35 @@ def main(argv=None):
     else:
         state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=n)
         updates_per_epoch = sink_size // n if args.dataset_sink_mode else math.ceil(steps / n)
-    initial_epoch = resume_from(state_cell, args.resume) if args.resume else 0
+    exact = bool(args.resume) and is_state_file(args.resume)
+    initial_epoch = resume_from(state_cell, args.resume) if args.resume and not exact else 0
     if initial_epoch >= args.epoch_size:
         raise ValueError(f"'--epoch_size' must exceed the {initial_epoch} epochs done in {args.resume!r}, but got "
                          f"{args.epoch_size}.")
     directory = args.ckpt_path if world == 1 else os.path.join(args.ckpt_path, f"rank_{rank}")
+    state_path = os.path.join(directory, "train_state.ckpt")
+    save_state_every = 0 if args.dataset_sink_mode else args.save_state_every
     checkpoints = ModelCheckpoint(prefix="checkpoint_lenet", directory=directory,
                                   config=CheckpointConfig(save_checkpoint_steps=updates_per_epoch,
                                                           keep_checkpoint_max=args.keep_checkpoint_max,
                                                           append_info=["epoch_num", "step_num"]))
-    callbacks = [checkpoints, EpochSummary(steps * args.batch_size)]
+    if args.log_every < 0:
+        raise ValueError(f"'--log_every' must be an int >= 0, but got {args.log_every}.")
+    callbacks = [checkpoints, EpochSummary(steps * args.batch_size),
+                 ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)]
     print(f"training LeNet5 on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, rank {rank} of "
           f"{world}): {steps} micro-batches of {args.batch_size} per epoch, {n} per update "
           f"(effective batch {args.batch_size * n * world}), epochs {initial_epoch + 1}.."
           f"{args.epoch_size}", flush=True)
     if trainer_kind == "driver":
         trainer.train_process(args.epoch_size, dataset, n, callbacks=callbacks,
-                              partial_window=args.partial_window, ckpt_path=None, log_every=args.log_every,
-                              initial_epoch=initial_epoch)
+                              partial_window=args.partial_window, ckpt_path=None, log_every=0,
+                              initial_epoch=initial_epoch, resume_from=args.resume if exact else None,
+                              state_path=state_path, save_state_every=save_state_every)
     else:
-        if args.log_every:
-            callbacks.append(LossMonitor(args.log_every))
-        ms_accum.Model_ACCU(state_cell).train(args.epoch_size, dataset, callbacks=callbacks,
-                                              dataset_sink_mode=args.dataset_sink_mode, sink_size=sink_size,
-                                              initial_epoch=initial_epoch)
+        model = ms_accum.Model_ACCU(state_cell, state_path=state_path, save_state_every=save_state_every)
+        model.train(args.epoch_size, dataset, callbacks=callbacks, dataset_sink_mode=args.dataset_sink_mode,
+                    sink_size=sink_size, initial_epoch=initial_epoch, resume_from=args.resume if exact else None)
     print(f"last checkpoint: {checkpoints.latest_ckpt_file_name}", flush=True)
     return 0
 

@@ -14,6 +14,7 @@ from .driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, TrainState
 from .equivalence import EquivalenceReport, check_equivalence
 from .model_accu import Model_ACCU
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
+from .telemetry import WindowRecord, WindowTelemetry
 
 __version__ = "0.1.0"
 
@@ -30,6 +31,8 @@ __all__ = [
     "adjust_batchnorm_momentum",
     "check_equivalence",
     "EquivalenceReport",
+    "WindowTelemetry",
+    "WindowRecord",
     "ACCUMULATE_PHASE",
     "UPDATE_PHASE",
     "save_checkpoint_atomic",

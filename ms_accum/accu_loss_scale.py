@@ -91,10 +91,11 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
         loss = ops.depend(loss, ops.assign(self.accu_overflow, ops.maximum(self.accu_overflow, flag)))
         if self.accumulation:
             return loss, self.accu_overflow > 0.0, scaling_sens
-        grads = self._window_gradients(self._window_samples() * ops.reshape(scaling_sens, ()))
+        per_device, total = self._window_samples()
+        grads, recorded = self._window_gradients(per_device * ops.reshape(scaling_sens, ()), total)
         overflow = self._window_sum_over_devices(self.accu_overflow + 0.0) > 0.0
         overflow = self.process_loss_scale(overflow)
-        mean_loss = self.accu_loss / ops.maximum(self.accu_samples, 1.0)
+        mean_loss = ops.depend(self.accu_loss / ops.maximum(self.accu_samples, 1.0), recorded)
         if not overflow:
             mean_loss = ops.depend(mean_loss, self.optimizer(grads))
         mean_loss = ops.depend(mean_loss, ops.assign(self.accu_overflow, ops.zeros_like(self.accu_overflow)))

@@ -40,6 +40,10 @@ class AccumulationWindow:
         self.accu_samples = Parameter(Tensor(0.0, mstype.float32), name="accu_samples", requires_grad=False)
         self.accu_loss = Parameter(Tensor(0.0, mstype.float32), name="accu_loss", requires_grad=False)
         self.accu_micro_steps = Parameter(Tensor(0, mstype.int32), name="accu_micro_steps", requires_grad=False)
+        self.accu_last_samples = Parameter(Tensor(0.0, mstype.float32), name="accu_last_samples",
+                                           requires_grad=False)
+        self.accu_last_grad_norm = Parameter(Tensor(0.0, mstype.float32), name="accu_last_grad_norm",
+                                             requires_grad=False)
         self.window_map = ops.HyperMap()
         self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
         self.device_degree = float(self.degree) if self.reducer_flag else 1.0
@@ -79,16 +83,22 @@ class AccumulationWindow:
         return value
 
     def _window_samples(self):
-        """Samples per device in the window, averaged over the data-parallel devices."""
-        samples = self.accu_samples + 0.0
+        """(samples per device averaged over the data-parallel devices, samples on all of them) in the window."""
+        total = self.accu_samples + 0.0
         if self.reducer_flag:
-            samples = self._window_sum_over_devices(samples) / self.device_degree
-        return ops.maximum(samples, 1.0)
+            total = self._window_sum_over_devices(total)
+        return ops.maximum(total / self.device_degree, 1.0), total
 
-    def _window_gradients(self, divisor):
-        """accu_grads / divisor, reduced once across devices: the gradient the optimizer receives."""
+    def _window_gradients(self, divisor, total_samples):
+        """accu_grads / divisor, reduced once across devices: the gradient the optimizer receives.
+
+        Also records the window's samples and the gradient's global norm (accu_last_*) for telemetry.
+        """
         grads = self.window_map(ops.partial(grad_ops.scale, 1.0 / divisor), self.accu_grads)
-        return self.grad_reducer(grads)
+        grads = self.grad_reducer(grads)
+        norm = ops.depend(grad_ops.global_norm(self.window_map, grads), ops.assign(self.accu_last_samples,
+                                                                                  total_samples))
+        return grads, ops.assign(self.accu_last_grad_norm, norm)
 
     def _reset_window(self, result):
         """Zero the buffers and counters after `result` is computed; returns `result`."""
@@ -156,7 +166,8 @@ class TrainAccuStepsCell(AccumulationWindow, nn.TrainOneStepCell):
         loss = self._add_micro_batch(loss, grads, ops.shape(inputs[0])[0])
         if self.accumulation:
             return loss
-        grads = self._window_gradients(self._window_samples())
-        mean_loss = self.accu_loss / ops.maximum(self.accu_samples, 1.0)
+        per_device, total = self._window_samples()
+        grads, recorded = self._window_gradients(per_device, total)
+        mean_loss = ops.depend(self.accu_loss / ops.maximum(self.accu_samples, 1.0), recorded)
         mean_loss = ops.depend(mean_loss, self.optimizer(grads))
         return self._reset_window(mean_loss)

@@ -10,7 +10,8 @@ import mindspore as ms
 
 
 BUFFER_PREFIXES = ("accu_grads.", "grad_sum.")
-WINDOW_COUNTERS = ("accu_samples", "accu_loss", "accu_micro_steps", "accu_overflow")
+WINDOW_COUNTERS = ("accu_samples", "accu_loss", "accu_micro_steps", "accu_overflow", "accu_last_samples",
+                   "accu_last_grad_norm")
 
 
 def is_accumulation_buffer(name):
@@ -174,3 +175,66 @@ def load_network_checkpoint(network, ckpt_path, optional=None):
                               f"belongs to another network: {detail}.")
     ms.load_param_into_net(network, params)
     return params
+
+
+MICRO_STEPS_DONE = "ms_accum_micro_steps_done"
+UPDATES_DONE = "ms_accum_updates_done"
+
+
+def save_training_state(cell, state_path, micro_steps_done, updates_done):
+    """
+    Write a training cell's exact state atomically, with the run's position: micro-batches and updates done.
+
+    The cell (TrainForwardBackward for the driver, the accumulation cell for Model_ACCU) holds the network, the
+    optimizer state, the gradient buffers and the window counters, so a window may be half full.
+
+    Args:
+        cell (Cell): The training cell.
+        state_path (str): Target file, ending with ``.ckpt``.
+        micro_steps_done (int): Micro-batches consumed since the start of training.
+        updates_done (int): Windows begun since the start of training (callbacks' ``cur_step_num``).
+
+    Returns:
+        str, the absolute path written.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> # ms_accum.save_training_state(trainer.forward_backward, "runs/state.ckpt", 37, 9)
+    """
+    return save_checkpoint_atomic(cell, state_path,
+                                  append_dict={MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done})
+
+
+def load_training_state(cell, state_path, total_micro_steps):
+    """
+    Load a state file written by :func:`save_training_state` into `cell`.
+
+    Args:
+        cell (Cell): The training cell, built like the one that was saved.
+        state_path (str): The state file.
+        total_micro_steps (int): Micro-batches of the whole run being resumed (epochs x micro-batches per epoch).
+
+    Returns:
+        tuple[int, int], micro-batches and updates done when the state was written.
+
+    Raises:
+        CheckpointError: If the file is unreadable, belongs to another model, records no position, or was written
+            at or past the end of this run.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> # micro_done, updates_done = ms_accum.load_training_state(cell, "runs/state.ckpt", 10 * 1875)
+    """
+    params = load_network_checkpoint(cell, state_path)
+    if MICRO_STEPS_DONE not in params or UPDATES_DONE not in params:
+        raise CheckpointError(f"'resume_from' must be a training state file (written with 'state_path'), but "
+                              f"{state_path!r} does not record the position in the data.")
+    micro_done = int(params[MICRO_STEPS_DONE].asnumpy())
+    if not 0 <= micro_done < total_micro_steps:
+        raise CheckpointError(f"'resume_from' {state_path!r} was written after {micro_done} micro-batches, but this "
+                              f"run has only {total_micro_steps}: raise 'epoch' to continue it.")
+    return micro_done, int(params[UPDATES_DONE].asnumpy())

@@ -1,13 +1,16 @@
 """GradientAccumulation: the Python loop that drives the three single-device cells over a dataset."""
 import math
+from dataclasses import dataclass
+from functools import partial
 
 from mindspore import nn
 from mindspore.train.callback import RunContext
 from mindspore.train.callback._callback import CallbackManager, InternalCallbackParam
 
 from ._checks import check_bool, check_choice, check_lr_schedule, check_positive_int
-from .checkpoint import save_checkpoint_atomic
+from .checkpoint import load_training_state, save_checkpoint_atomic, save_training_state
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
+from .telemetry import window_record
 
 PARTIAL_WINDOW_POLICIES = ("flush", "drop", "carry")
 
@@ -73,7 +76,8 @@ class GradientAccumulation:
         self.train_state = TrainState(self.loss_network, optimizer)
 
     def train_process(self, epoch, train_dataset, mini_steps, callbacks=None, partial_window="flush",
-                      ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0):
+                      ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0, state_path=None,
+                      save_state_every=0, resume_from=None):
         r"""
         Train for `epoch` epochs, one optimizer step every `mini_steps` micro-batches.
 
@@ -88,7 +92,8 @@ class GradientAccumulation:
         ``on_train_step_end`` after its update): ``cur_step_num`` counts updates since the start, ``batch_num``
         is the number of updates per epoch, ``net_outputs`` is the window's mean loss over its samples, and
         ``train_network`` holds the network and optimizer (what :class:`mindspore.train.ModelCheckpoint` saves,
-        without the gradient buffers). ``window_micro_steps`` gives the micro-batches in the update's window.
+        without the gradient buffers). ``window_micro_steps`` gives the micro-batches in the update's window, and
+        ``window_record()`` its :class:`WindowRecord` (read by :class:`WindowTelemetry`).
 
         Args:
             epoch (int): Number of passes over `train_dataset`, >= 1.
@@ -102,15 +107,22 @@ class GradientAccumulation:
                 atomically); ``None`` to skip. Default: ``"gradient_accumulation.ckpt"``.
             log_every (int): Print ``epoch: E step: S loss is L`` every this many updates; 0 to stay quiet.
                 Default: ``1``.
-            initial_epoch (int): Epochs already done (when resuming): training runs epochs
-                ``initial_epoch + 1 .. epoch`` and ``cur_step_num`` starts at ``initial_epoch * batch_num``.
-                Default: ``0``.
+            initial_epoch (int): Epochs already done (when resuming from an epoch checkpoint that holds the
+                network and optimizer): training runs epochs ``initial_epoch + 1 .. epoch``, seeing the data in the
+                order an uninterrupted run would. Default: ``0``.
+            state_path (str, optional): Where to keep the exact training state (network, optimizer, gradient
+                buffers, window counters and the position in the data), written atomically. Default: ``None``.
+            save_state_every (int): Write `state_path` every this many micro-batches (0: never). Default: ``0``.
+            resume_from (str, optional): A state file written through `state_path`: training continues at the
+                exact micro-batch where it was written, and ends with the parameters of an uninterrupted run
+                (given deterministic data order and kernels; dropout masks are not restored). Default: ``None``.
 
         Returns:
             list[float], the mean loss of every update's window, in order.
 
         Raises:
             TypeError: If `epoch` or `mini_steps` is not an int.
+            CheckpointError: If `resume_from` is not a state file of this model (see :func:`load_training_state`).
             ValueError: If `epoch` or `mini_steps` is < 1, `initial_epoch` is not in [0, epoch), `partial_window`
                 is unknown, the dataset is empty, the optimizer's learning-rate list has one entry per micro-batch
                 of the run instead of one per update,
@@ -139,36 +151,65 @@ class GradientAccumulation:
                    "drop": steps_per_epoch // mini_steps * epoch,
                    "carry": math.ceil(steps_per_epoch * epoch / mini_steps)}[partial_window]
         check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, updates)
-        run = _Run(self, (initial_epoch, epoch), steps_per_epoch, mini_steps, partial_window, callbacks, log_every)
+        if isinstance(save_state_every, bool) or not isinstance(save_state_every, int) or save_state_every < 0 \
+                or (save_state_every and state_path is None):
+            raise ValueError(f"For '{owner}', 'save_state_every' must be an int >= 0, and > 0 only with a "
+                             f"'state_path', but got {save_state_every!r} with state_path={state_path!r}.")
+        plan = _Plan(epoch, steps_per_epoch, mini_steps, partial_window, callbacks, log_every,
+                     initial_epoch * steps_per_epoch, 0, state_path, save_state_every)
+        if resume_from is not None:
+            if initial_epoch:
+                raise ValueError(f"For '{owner}', pass either 'resume_from' or 'initial_epoch', not both: the "
+                                 f"state file records where training stopped.")
+            plan.start_micro, plan.start_updates = load_training_state(self.forward_backward, resume_from,
+                                                                       epoch * steps_per_epoch)
+        run = _Run(self, plan)
         run.loop(train_dataset)
         if ckpt_path is not None:
             save_checkpoint_atomic(self.train_state, ckpt_path)
         return run.history
 
 
+@dataclass
+class _Plan:
+    """What one train_process call does: sizes, policies, and where it starts."""
+
+    epoch: int
+    steps_per_epoch: int
+    mini_steps: int
+    partial_window: str
+    callbacks: object
+    log_every: int
+    start_micro: int
+    start_updates: int
+    state_path: str
+    save_state_every: int
+
+
 class _Run:
     """The state of one train_process call: counters, callback parameters and the loop itself."""
 
-    def __init__(self, owner, epochs, steps_per_epoch, mini_steps, partial_window, callbacks, log_every):
+    def __init__(self, owner, plan):
         self.owner = owner
-        self.initial_epoch, self.epoch = epochs
-        self.mini_steps = mini_steps
-        self.partial_window = partial_window
-        self.callbacks = callbacks
-        self.log_every = log_every
+        self.plan = plan
+        self.epoch = plan.epoch
+        self.mini_steps = plan.mini_steps
+        self.partial_window = plan.partial_window
+        self.log_every = plan.log_every
         self.history = []
-        self.pending = 0
+        self.micro_done = plan.start_micro
+        self.pending = int(owner.forward_backward.micro_steps.asnumpy())  # a resumed window may be open
         self.updates_in_epoch = 0
-        per_epoch = {"flush": math.ceil(steps_per_epoch / mini_steps), "drop": steps_per_epoch // mini_steps,
-                     "carry": steps_per_epoch // mini_steps}[partial_window]
+        steps, n = plan.steps_per_epoch, plan.mini_steps
+        per_epoch = {"flush": math.ceil(steps / n), "drop": steps // n, "carry": steps // n}[plan.partial_window]
         cb_params = InternalCallbackParam()
         cb_params.train_network = owner.train_state
         cb_params.network = owner.network
         cb_params.optimizer = owner.optimizer
         cb_params.epoch_num = self.epoch
         cb_params.batch_num = max(1, per_epoch)
-        cb_params.cur_epoch_num = self.initial_epoch
-        cb_params.cur_step_num = self.initial_epoch * cb_params.batch_num
+        cb_params.cur_epoch_num = plan.start_micro // steps
+        cb_params.cur_step_num = plan.start_updates or cb_params.cur_epoch_num * cb_params.batch_num
         cb_params.dataset_sink_mode = False
         cb_params.mode = "train"
         cb_params.net_outputs = None
@@ -176,14 +217,25 @@ class _Run:
         self.cb_params = cb_params
         self.run_context = RunContext(cb_params)
 
+    def _iterator(self, train_dataset):
+        """The data from the start position on, in the order of an uninterrupted run (MindSpore's init step)."""
+        if not self.micro_done:
+            return train_dataset.create_tuple_iterator(num_epochs=self.epoch)
+        train_dataset.set_init_step(self.micro_done)
+        try:
+            return train_dataset.create_tuple_iterator(num_epochs=self.epoch)
+        finally:
+            train_dataset.set_init_step(0)
+
     def loop(self, train_dataset):
         """Run every epoch; callbacks fire at train, epoch and update boundaries."""
         cb_params, run_context = self.cb_params, self.run_context
         cb_params.train_dataset = train_dataset
-        iterator = train_dataset.create_tuple_iterator(num_epochs=self.epoch - self.initial_epoch)
-        with CallbackManager(self.callbacks) as callbacks:
+        steps = self.plan.steps_per_epoch
+        iterator = self._iterator(train_dataset)
+        with CallbackManager(self.plan.callbacks) as callbacks:
             callbacks.on_train_begin(run_context)
-            for epoch_index in range(self.initial_epoch + 1, self.epoch + 1):
+            for epoch_index in range(self.micro_done // steps + 1, self.epoch + 1):
                 cb_params.cur_epoch_num = epoch_index
                 self.updates_in_epoch = 0
                 callbacks.on_train_epoch_begin(run_context)
@@ -192,15 +244,26 @@ class _Run:
                         self._begin_window(callbacks)
                     self.owner.forward_backward(*data)
                     self.pending += 1
+                    self.micro_done += 1
                     if self.pending == self.mini_steps:
                         self._update(callbacks)
-                        if run_context.get_stop_requested():
-                            break
+                    if self.micro_done % steps:  # the epoch's last micro-batch is saved after the epoch-end policy
+                        self._maybe_save_state()
+                    if run_context.get_stop_requested():
+                        break
                 self._end_epoch(callbacks, last=epoch_index == self.epoch)
+                self._maybe_save_state()
                 callbacks.on_train_epoch_end(run_context)
                 if run_context.get_stop_requested():
                     break
             callbacks.on_train_end(run_context)
+
+    def _maybe_save_state(self):
+        """Write the state file when `save_state_every` micro-batches have passed."""
+        every = self.plan.save_state_every
+        if every and self.micro_done % every == 0 and self.micro_done < self.epoch * self.plan.steps_per_epoch:
+            save_training_state(self.owner.forward_backward, self.plan.state_path, self.micro_done,
+                                self.cb_params.cur_step_num)
 
     def _end_epoch(self, callbacks, last):
         """Apply the partial-window policy to a window still open at the end of an epoch."""
@@ -222,8 +285,11 @@ class _Run:
         cb_params = self.cb_params
         self.updates_in_epoch += 1
         cb_params.window_micro_steps = self.pending
-        mean_loss = self.owner.optim()
+        optim = self.owner.optim
+        mean_loss = optim()
         self.owner.clear()
+        cb_params.window_record = partial(window_record, cb_params, mean_loss, self.pending, optim.last_samples,
+                                          optim.last_grad_norm, self.owner.optimizer)
         self.pending = 0
         cb_params.net_outputs = mean_loss
         loss = float(mean_loss.asnumpy())

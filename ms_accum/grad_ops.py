@@ -90,3 +90,22 @@ def check_scalar_loss(owner, loss):
     if loss.shape not in ((), (1,)):
         raise ValueError(f"For '{owner}', the loss network must return one scalar loss, the mean over its "
                          f"micro-batch (for example reduction='mean'), but it returned shape {loss.shape}.")
+
+
+squared_sum = ops.MultitypeFuncGraph("squared_sum")
+
+
+@squared_sum.register("Tensor")
+def _squared_sum_dense(grad):
+    """sum(grad ** 2) in float32."""
+    grad = ops.cast(grad, mstype.float32)
+    return ops.reduce_sum(grad * grad)
+
+
+def global_norm(hyper_map, grads):
+    """The L2 norm of all gradients together (the figure gradient clipping uses)."""
+    squares = hyper_map(squared_sum, grads)
+    total = squares[0]
+    for square in squares[1:]:
+        total = total + square
+    return ops.sqrt(total)

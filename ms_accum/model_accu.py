@@ -7,6 +7,7 @@ Written against MindSpore 2.10's Model internals (train/model.py `_train`, `_tra
 train/dataset_helper.py `DatasetHelper`, `connect_network_with_dataset`).
 """
 import math
+from functools import partial
 
 from mindspore.dataset.engine.datasets import _set_training_dataset
 from mindspore.graph.api import _cell_graph_executor
@@ -16,7 +17,9 @@ from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_d
 from mindspore.train.model import Model, _transfer_tensor_to_tuple
 
 from ._checks import check_lr_schedule, check_positive_int
+from .checkpoint import load_training_state, save_training_state
 from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationWindow
+from .telemetry import window_record
 
 
 class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know from the tutorial)
@@ -26,7 +29,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
 
     Callbacks see one step per update: ``cur_step_num`` counts updates, ``batch_num`` is updates per epoch (per
     sink in sink mode), ``net_outputs`` is the update call's output (the window's mean loss; a tuple with the
-    overflow flag and loss scale for the loss-scale cell), and step callbacks fire only at update boundaries, so
+    overflow flag and loss scale for the loss-scale cell), ``window_record()`` gives the update's
+    :class:`WindowRecord` (for :class:`WindowTelemetry`), and step callbacks fire only at update boundaries, so
     checkpoints never see a half-filled window (``accu_grads`` are zero there).
 
     Without sink mode a window still open at the end of an epoch (dataset size not a multiple of N) is applied
@@ -37,6 +41,11 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         network (Cell): A :class:`TrainAccuStepsCell` or :class:`TrainAccuStepsWithLossScaleCell`.
         accumulation_steps (int, optional): Micro-batches per update; replaces the cell's value. Default: the
             cell's `accumulation_steps`.
+        state_path (str, optional): Without sink mode, where to keep the exact training state (the cell's
+            parameters, a half-filled window included, and the position in the data), written atomically.
+            Default: ``None``.
+        save_state_every (int): Write `state_path` every this many micro-batches (0: never). Resume with
+            ``train(..., resume_from=state_path)``. Default: ``0``.
         metrics, eval_network, eval_indexes, amp_level, boost_level, kwargs: As in
             :class:`mindspore.train.Model`. `loss_fn` and `optimizer` must be left ``None``: the cell holds them.
 
@@ -61,7 +70,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     """
 
     def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None, eval_indexes=None,
-                 amp_level="O0", boost_level="O0", accumulation_steps=None, **kwargs):
+                 amp_level="O0", boost_level="O0", accumulation_steps=None, state_path=None, save_state_every=0,
+                 **kwargs):
         if not isinstance(network, AccumulationWindow):
             raise TypeError(f"For 'Model_ACCU', 'network' must be a TrainAccuStepsCell or "
                             f"TrainAccuStepsWithLossScaleCell, but got {type(network).__name__}. Wrap the loss "
@@ -72,14 +82,45 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                             f"{type(loss_fn).__name__ if loss_fn is not None else type(optimizer).__name__}.")
         if accumulation_steps is not None:
             network.accumulation_steps = check_positive_int("Model_ACCU", "accumulation_steps", accumulation_steps)
+        if isinstance(save_state_every, bool) or not isinstance(save_state_every, int) or save_state_every < 0 \
+                or (save_state_every and state_path is None):
+            raise ValueError(f"For 'Model_ACCU', 'save_state_every' must be an int >= 0, and > 0 only with a "
+                             f"'state_path', but got {save_state_every!r} with state_path={state_path!r}.")
         super().__init__(network, None, None, metrics, eval_network, eval_indexes, amp_level, boost_level,
                          **kwargs)
         self._registered_loops = set()
+        self._state_path, self._save_state_every = state_path, save_state_every
+        self._resume_from = None
 
     @property
     def accumulation_steps(self):
         """Micro-batches per update (the cell's value)."""
         return self._train_network.accumulation_steps
+
+    def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, sink_size=-1, initial_epoch=0,
+              resume_from=None):
+        """
+        :meth:`mindspore.train.Model.train`, plus exact resume without sink mode.
+
+        Args:
+            resume_from (str, optional): A state file written through `state_path`: training continues at the
+                exact micro-batch where it was written (a half-filled window included) and ends with the
+                parameters of an uninterrupted run, given deterministic data order and kernels. Not with
+                `dataset_sink_mode` on GPU/Ascend, nor with `initial_epoch`. Default: ``None``.
+            Others: as in :meth:`mindspore.train.Model.train`.
+
+        Raises:
+            CheckpointError: If `resume_from` is not a state file of this cell.
+            ValueError: As listed for the class, or if `resume_from` is combined with `initial_epoch`.
+        """
+        if resume_from is not None and initial_epoch:
+            raise ValueError("For 'Model_ACCU.train', pass either 'resume_from' or 'initial_epoch', not both: the "
+                             "state file records where training stopped.")
+        self._resume_from = resume_from
+        try:
+            return super().train(epoch, train_dataset, callbacks, dataset_sink_mode, sink_size, initial_epoch)
+        finally:
+            self._resume_from = None
 
     def build(self, *args, **kwargs):
         """Not supported: it would compile a third 'train' graph and bind the dataset to it."""
@@ -101,20 +142,27 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._check_window_fits(steps)
         check_lr_schedule("Model_ACCU.train", self._train_network.optimizer, epoch * steps,
                           epoch * math.ceil(steps / n))
-        dataset_helper, _ = self._exec_preprocess(is_train=True, dataset=train_dataset, dataset_sink_mode=False,
-                                                  epoch_num=epoch)
         cell = self._train_network
+        micro_done = initial_epoch * steps
+        if self._resume_from is not None:
+            micro_done, cb_params.cur_step_num = load_training_state(cell, self._resume_from, epoch * steps)
+        train_dataset.set_init_step(micro_done)  # the data order of an uninterrupted run from here on
+        try:
+            dataset_helper, _ = self._exec_preprocess(is_train=True, dataset=train_dataset, dataset_sink_mode=False,
+                                                      epoch_num=epoch)
+        finally:
+            train_dataset.set_init_step(0)
         cb_params.dataset_sink_mode = False
         cb_params.batch_num = math.ceil(steps / n)
         self.batch_num = cb_params.batch_num
         run_context = RunContext(cb_params)
         list_callback.on_train_begin(run_context)
-        for i in range(initial_epoch, epoch):
+        for i in range(micro_done // steps, epoch):
             cb_params.cur_epoch_num = i + 1
             self._current_epoch_num = cb_params.cur_epoch_num
             self._current_step_num = 0
             list_callback.on_train_epoch_begin(run_context)
-            for index, next_element in enumerate(dataset_helper):
+            for index, next_element in enumerate(dataset_helper, start=micro_done % steps):
                 next_element = _transfer_tensor_to_tuple(next_element)
                 position = index % n
                 update = position == n - 1 or index == steps - 1
@@ -126,11 +174,16 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 self._check_network_mode(cell, True)
                 cell.set_accumulation(not update)
                 outputs = cell(*next_element)
+                micro_done += 1
                 if update:
                     cb_params.net_outputs = outputs
+                    cb_params.window_record = self._window_record(cb_params, outputs, position + 1)
                     list_callback.on_train_step_end(run_context)
-                    if run_context.get_stop_requested():
-                        break
+                every = self._save_state_every
+                if every and micro_done % every == 0 and micro_done < epoch * steps:
+                    save_training_state(cell, self._state_path, micro_done, cb_params.cur_step_num)
+                if update and run_context.get_stop_requested():
+                    break
             self._eval_during_train(valid_infos, cb_params, list_callback)
             train_dataset.reset()
             self._flush_from_cache(cb_params)
@@ -146,6 +199,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                                     initial_epoch=0, valid_infos=None):
         """Per window: the accumulation graph sunk for N-1 steps, then the update graph sunk for 1 step."""
         n = self.accumulation_steps
+        if self._resume_from is not None or self._save_state_every:
+            raise ValueError("For 'Model_ACCU.train', exact state saving and 'resume_from' work without dataset "
+                             "sink mode; pass dataset_sink_mode=False, or resume at an epoch with 'initial_epoch'.")
         if n == 1:
             return super()._train_dataset_sink_process(epoch, train_dataset, list_callback, cb_params, sink_size,
                                                        initial_epoch, valid_infos)
@@ -184,6 +240,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 list_callback.on_train_step_begin(run_context)
                 self._run_sink_graph(sink_net, train_dataset, accumulate=True, loop=n - 1)
                 cb_params.net_outputs = self._run_sink_graph(sink_net, train_dataset, accumulate=False, loop=1)
+                cb_params.window_record = self._window_record(cb_params, cb_params.net_outputs, n)
                 list_callback.on_train_step_end(run_context)
                 if run_context.get_stop_requested():
                     break
@@ -198,6 +255,12 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         helper.release()
         list_callback.on_train_end(run_context)
         return None
+
+    def _window_record(self, cb_params, outputs, micro_batches):
+        """A function building the update's WindowRecord on demand (it reads the device only when called)."""
+        cell = self._train_network
+        return partial(window_record, cb_params, outputs, micro_batches, cell.accu_last_samples,
+                       cell.accu_last_grad_norm, cell.optimizer)
 
     def _run_sink_graph(self, sink_net, dataset, accumulate, loop):
         """Select the mode and phase right before the call (set_train resets the phase), then launch."""

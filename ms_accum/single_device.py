@@ -88,8 +88,9 @@ class TrainOptim(nn.Cell):
 
     With ``average=True`` the optimizer receives ``grad_sum / sample_count``, the gradient of the mean loss over
     every sample of the window; with ``average=False`` it receives ``grad_sum`` unchanged. The optimizer (and
-    its global step, hence any learning-rate schedule) advances once per call. The buffers are not cleared:
-    call :class:`TrainClear` next.
+    its global step, hence any learning-rate schedule) advances once per call. The window's sample count and the
+    applied gradient's global norm are kept in the ``last_samples`` and ``last_grad_norm`` parameters. The
+    buffers are not cleared: call :class:`TrainClear` next.
 
     Args:
         optimizer (Cell): The optimizer shared with :class:`TrainForwardBackward`.
@@ -129,6 +130,7 @@ class TrainOptim(nn.Cell):
         state = window_state(grad_sum)
         state.bind_average(owner, average)
         self.sample_count, _, self.loss_sum = state.parameters
+        self.last_samples, self.last_grad_norm = state.last_samples, state.last_grad_norm
         self.hyper_map = ops.HyperMap()
 
     def construct(self):
@@ -138,6 +140,9 @@ class TrainOptim(nn.Cell):
         else:
             grads = self.grad_sum
         mean_loss = self.loss_sum / count
+        mean_loss = ops.depend(mean_loss, ops.assign(self.last_samples, self.sample_count + 0.0))
+        mean_loss = ops.depend(mean_loss, ops.assign(self.last_grad_norm,
+                                                     grad_ops.global_norm(self.hyper_map, grads)))
         return ops.depend(mean_loss, self.optimizer(grads))
 
 

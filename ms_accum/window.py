@@ -17,6 +17,8 @@ class WindowState:
         sample_count (Parameter): float32 scalar, samples added since the last clear.
         micro_steps (Parameter): int32 scalar, micro-batches added since the last clear.
         loss_sum (Parameter): float32 scalar, sum over those samples of the (unscaled) per-sample loss.
+        last_samples (Parameter): float32 scalar, samples of the last window applied by TrainOptim.
+        last_grad_norm (Parameter): float32 scalar, global L2 norm of the gradient TrainOptim last applied.
         average (bool or None): whether the window's gradient is averaged over samples (``True``) or applied as
             the raw sum of micro-batch gradients (``False``); fixed by the first cell built on the buffers.
     """
@@ -26,6 +28,10 @@ class WindowState:
                                       requires_grad=False)
         self.micro_steps = Parameter(Tensor(0, mstype.int32), name=f"{prefix}.micro_steps", requires_grad=False)
         self.loss_sum = Parameter(Tensor(0.0, mstype.float32), name=f"{prefix}.loss_sum", requires_grad=False)
+        self.last_samples = Parameter(Tensor(0.0, mstype.float32), name=f"{prefix}.last_samples",
+                                      requires_grad=False)
+        self.last_grad_norm = Parameter(Tensor(0.0, mstype.float32), name=f"{prefix}.last_grad_norm",
+                                        requires_grad=False)
         self.average = None
 
     @property

@@ -138,8 +138,10 @@ def test_lenet_data_parallel_checkpoint_evaluates_and_resumes_on_one_device(tmp_
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=4)
     ms_accum.load_network_checkpoint(cell, str(ckpts[0]), optional=ms_accum.is_accumulation_buffer)
-    data = create_dataset(SAMPLE, 32, "train", num_samples=1024, seed=1)
-    for index, (images, labels) in enumerate(data.create_tuple_iterator(num_epochs=1)):
+    batches = create_dataset(SAMPLE, 32, "train", num_samples=1024, seed=1).create_tuple_iterator(num_epochs=2)
+    for _ in batches:  # resuming after epoch 1 replays the data order of epoch 2 of an uninterrupted run
+        pass
+    for index, (images, labels) in enumerate(batches):
         cell.set_accumulation(index % 4 != 3)
         cell(images, labels)
     for name, want in params_of(net).items():

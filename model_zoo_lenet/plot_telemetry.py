@@ -1,0 +1,70 @@
+"""Plot a telemetry CSV written by train.py --telemetry_csv (ms_accum.WindowTelemetry) to a PNG.
+
+    python model_zoo_lenet/plot_telemetry.py --csv runs/lenet/telemetry.csv --out runs/lenet/telemetry.png
+
+Four panels against the update number: the window's mean loss, the gradient's global norm, the learning rate,
+and the loss scale with skipped windows marked.
+"""
+import argparse
+import csv
+import os
+import sys
+
+from src.cli import run_cli
+
+NUMERIC = ("update", "loss", "grad_norm", "learning_rate", "loss_scale", "skipped")
+
+
+def read_rows(path):
+    """The CSV's columns as lists of floats (overflow as 0/1)."""
+    if not os.path.isfile(path):
+        raise ValueError(f"'--csv' must be a telemetry CSV file, but {path!r} does not exist.")
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        raise ValueError(f"'--csv' {path!r} holds no updates.")
+    missing = [c for c in NUMERIC + ("overflow",) if c not in rows[0]]
+    if missing:
+        raise ValueError(f"'--csv' must have the columns of ms_accum.WindowTelemetry, but {path!r} lacks {missing}.")
+    columns = {c: [float(r[c]) for r in rows] for c in NUMERIC}
+    columns["overflow"] = [r["overflow"] == "True" for r in rows]
+    return columns
+
+
+def plot(columns, out_path):
+    """Draw the four panels into `out_path` (PNG)."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
+    fig, axes = plt.subplots(4, 1, figsize=(8, 9), sharex=True)
+    x = columns["update"]
+    for axis, key, label in zip(axes, ("loss", "grad_norm", "learning_rate", "loss_scale"),
+                                ("window mean loss", "gradient global norm", "learning rate", "loss scale")):
+        axis.plot(x, columns[key], linewidth=1)
+        axis.set_ylabel(label)
+        axis.grid(alpha=0.3)
+    skipped = [u for u, o in zip(x, columns["overflow"]) if o]
+    if skipped:
+        axes[3].scatter(skipped, [columns["loss_scale"][x.index(u)] for u in skipped], color="red", s=12,
+                        label=f"{len(skipped)} skipped windows")
+        axes[3].legend()
+    axes[-1].set_xlabel("update")
+    fig.suptitle("ms_accum window telemetry")
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    fig.savefig(out_path, dpi=100)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--csv", required=True, help="telemetry CSV written by train.py --telemetry_csv")
+    parser.add_argument("--out", required=True, help="PNG file to write")
+    args = parser.parse_args(argv)
+    plot(read_rows(args.csv), args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

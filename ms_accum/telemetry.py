@@ -1,0 +1,136 @@
+"""Window telemetry: one record per update, printed as progress and/or written to CSV.
+
+The trainers (GradientAccumulation.train_process and Model_ACCU.train) put a ``window_record`` function into the
+callback parameters at every update; it reads the figures from the device only when a callback asks for them.
+"""
+import csv
+import os
+import time
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from mindspore import Parameter, Tensor
+from mindspore import dtype as mstype
+from mindspore.train import Callback
+
+
+@dataclass
+class WindowRecord:
+    """The figures of one update (one accumulation window)."""
+
+    epoch: int
+    update: int
+    micro_batches: int
+    samples: float
+    loss: float
+    grad_norm: float
+    loss_scale: float
+    overflow: bool
+    learning_rate: float
+
+
+def _scalar(value):
+    return float(np.asarray(value.asnumpy() if isinstance(value, Tensor) else value).reshape(-1)[0])
+
+
+def learning_rate_applied(optimizer):
+    """The learning rate of the optimizer's last step (the first parameter group's, for grouped rates)."""
+    rate = optimizer.learning_rate
+    if isinstance(rate, (list, tuple)) or type(rate).__name__ == "CellList":
+        rate = rate[0]
+    if isinstance(rate, (Parameter, Tensor)):
+        return _scalar(rate)
+    step = max(int(_scalar(optimizer.global_step)) - 1, 0)
+    return _scalar(rate(Tensor(step, mstype.int32)))
+
+
+def window_record(cb_params, outputs, micro_batches, samples, grad_norm, optimizer):
+    """A WindowRecord from an update's outputs: a loss, or (loss, overflow, loss scale) with loss scaling."""
+    if isinstance(outputs, (tuple, list)):
+        loss, overflow, scale = _scalar(outputs[0]), bool(_scalar(outputs[1])), _scalar(outputs[2])
+    else:
+        loss, overflow, scale = _scalar(outputs), False, 1.0
+    return WindowRecord(epoch=int(cb_params.cur_epoch_num), update=int(cb_params.cur_step_num),
+                        micro_batches=int(micro_batches), samples=_scalar(samples), loss=loss,
+                        grad_norm=_scalar(grad_norm), loss_scale=scale, overflow=overflow,
+                        learning_rate=learning_rate_applied(optimizer))
+
+
+class WindowTelemetry(Callback):
+    r"""
+    Reports every update: the window's mean unscaled loss over its samples, its micro-batches and samples, the
+    gradient's global norm, the loss scale, skipped (overflowing) windows and the learning rate applied.
+
+    Works with :class:`GradientAccumulation` and :class:`Model_ACCU`. Progress lines give updates done out of the
+    total, the throughput and the time left; the CSV gets one row per update (columns: the fields of
+    :class:`WindowRecord`, then ``skipped`` and ``elapsed_s``), flushed as it goes.
+
+    Args:
+        csv_path (str, optional): CSV file to write; its directory is created. Default: ``None``.
+        print_every (int): Print a progress line every this many updates; 0 to stay quiet. Default: ``0``.
+
+    Raises:
+        ValueError: If `print_every` is negative.
+        RuntimeError: At the first update, if the trainer provides no window records.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import ms_accum
+        >>> telemetry = ms_accum.WindowTelemetry(csv_path="runs/telemetry.csv", print_every=50)
+        >>> # trainer.train_process(10, dataset, 4, callbacks=[telemetry])
+    """
+
+    COLUMNS = [f.name for f in fields(WindowRecord)] + ["skipped", "elapsed_s"]
+
+    def __init__(self, csv_path=None, print_every=0):
+        super().__init__()
+        if isinstance(print_every, bool) or not isinstance(print_every, int) or print_every < 0:
+            raise ValueError(f"For 'WindowTelemetry', 'print_every' must be an int >= 0, but got {print_every!r}.")
+        self.csv_path = csv_path
+        self.print_every = print_every
+        self.records = []
+        self.skipped = 0
+        self._file = self._writer = None
+        self._start = self._samples = 0.0
+        self._first_update = 0
+
+    def on_train_begin(self, run_context):
+        self._start, self._samples = time.time(), 0.0
+        self._first_update = int(run_context.original_args().cur_step_num)
+        if self.csv_path:
+            os.makedirs(os.path.dirname(os.path.abspath(self.csv_path)), exist_ok=True)
+            self._file = open(self.csv_path, "w", newline="", encoding="utf-8")  # pylint: disable=consider-using-with
+            self._writer = csv.writer(self._file)
+            self._writer.writerow(self.COLUMNS)
+
+    def on_train_step_end(self, run_context):
+        cb_params = run_context.original_args()
+        make_record = cb_params.get("window_record")
+        if make_record is None:
+            raise RuntimeError("For 'WindowTelemetry', the trainer must provide window records: use it with "
+                               "ms_accum.GradientAccumulation.train_process or ms_accum.Model_ACCU.train.")
+        record = make_record()
+        self.records.append(record)
+        self.skipped += record.overflow
+        self._samples += record.samples
+        elapsed = time.time() - self._start
+        if self._writer:
+            self._writer.writerow(list(asdict(record).values()) + [self.skipped, round(elapsed, 3)])
+            self._file.flush()
+        if self.print_every and record.update % self.print_every == 0:
+            total = int(cb_params.epoch_num) * int(cb_params.batch_num)
+            done = record.update - self._first_update
+            left = elapsed / max(done, 1) * max(total - record.update, 0)
+            print(f"update {record.update}/{total} (epoch {record.epoch}/{cb_params.epoch_num}) "
+                  f"loss {record.loss:.4f} | window: {record.micro_batches} micro-batches, "
+                  f"{record.samples:.0f} samples | grad norm {record.grad_norm:.3g} | lr {record.learning_rate:.3g} "
+                  f"| loss scale {record.loss_scale:g}, {self.skipped} skipped | "
+                  f"{self._samples / max(elapsed, 1e-9):.0f} samples/s, {left:.0f} s left", flush=True)
+
+    def on_train_end(self, run_context):
+        if self._file:
+            self._file.close()
+            self._file = self._writer = None

@@ -1,0 +1,152 @@
+"""Exact resume: training interrupted at any micro-batch and resumed from its state file ends where an
+uninterrupted run ends."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import nn
+
+import ms_accum
+from conftest import ROOT, ZOO
+from helpers import SAMPLE, params_of, run_script
+from src.dataset import create_dataset
+from src.lenet import LeNet5
+
+EPOCHS, N = 2, 4
+
+
+def make_trainer(seed):
+    ms.set_seed(seed)
+    net = LeNet5()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    return ms_accum.GradientAccumulation(net, loss, nn.Momentum(net.trainable_params(), 0.05, 0.9)), net
+
+
+def data():
+    """10 shuffled micro-batches per epoch: windows of 4, 4 and a flushed 2."""
+    return create_dataset(SAMPLE, 16, "train", num_samples=160, seed=3)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    trainer, net = make_trainer(seed=1)
+    losses = trainer.train_process(EPOCHS, data(), N, ckpt_path=None, log_every=0)
+    return params_of(net), losses
+
+
+class _Killed(Exception):
+    pass
+
+
+@pytest.mark.parametrize("stop_after", [1, 6, 10, 13, 19])  # mid-window, epoch end, second epoch, last window
+def test_resume_from_any_micro_batch_matches_an_uninterrupted_run(stop_after, uninterrupted, tmp_path,
+                                                                   monkeypatch):
+    expected, losses = uninterrupted
+    state = str(tmp_path / "state.ckpt")
+    trainer, _ = make_trainer(seed=1)
+    real_call = ms_accum.TrainForwardBackward.__call__
+    calls = []
+
+    def dies_after_stop(cell, *inputs):
+        if len(calls) == stop_after:
+            raise _Killed()
+        calls.append(1)
+        return real_call(cell, *inputs)
+
+    monkeypatch.setattr(ms_accum.TrainForwardBackward, "__call__", dies_after_stop)
+    with pytest.raises(_Killed):
+        trainer.train_process(EPOCHS, data(), N, ckpt_path=None, log_every=0, state_path=state, save_state_every=1)
+    monkeypatch.undo()
+    saved = ms.load_checkpoint(state)
+    assert int(saved["ms_accum_micro_steps_done"].asnumpy()) == stop_after
+    assert int(saved["grad_sum.micro_steps"].asnumpy()) == {1: 1, 6: 2, 10: 0, 13: 3, 19: 1}[stop_after]
+
+    resumed, net = make_trainer(seed=99)  # different initial weights: everything must come from the file
+    resumed_losses = resumed.train_process(EPOCHS, data(), N, ckpt_path=None, log_every=0, resume_from=state)
+    for name, want in expected.items():
+        np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7,
+                                   err_msg=f"{name} after resuming at micro-batch {stop_after}")
+    assert resumed_losses == pytest.approx(losses[len(losses) - len(resumed_losses):], rel=1e-5)
+    assert int(resumed.optimizer.global_step.asnumpy()[0]) == len(losses)
+
+
+def test_resume_refuses_a_network_only_checkpoint(tmp_path):
+    trainer, _ = make_trainer(seed=1)
+    path = str(tmp_path / "final.ckpt")
+    trainer.train_process(1, data(), N, ckpt_path=path, log_every=0)
+    with pytest.raises(ms_accum.CheckpointError, match="missing.*grad_sum"):
+        make_trainer(seed=1)[0].train_process(2, data(), N, ckpt_path=None, resume_from=path)
+
+
+@pytest.mark.slow
+def test_train_py_killed_at_random_resumes_exactly(tmp_path):
+    """A real SIGKILL, possibly in the middle of a state write, then --resume with the state file."""
+    common = ("--data_path", SAMPLE, "--num_samples", 320, "--batch_size", 16, "--accumulation_steps", N,
+              "--epoch_size", 3, "--log_every", 0, "--save_state_every", 1)
+    full_out = run_script("train.py", "--ckpt_path", tmp_path / "full", *common)[1]
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    victim = subprocess.Popen([sys.executable, os.path.join(ZOO, "train.py"), "--ckpt_path", tmp_path / "cut",
+                               *map(str, common)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    state = tmp_path / "cut" / "train_state.ckpt"
+    deadline = time.time() + 120
+    while not state.exists() and time.time() < deadline and victim.poll() is None:
+        time.sleep(0.05)
+    time.sleep(1.5)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    assert state.exists(), "no state was written before the kill"
+    cut_out = run_script("train.py", "--ckpt_path", tmp_path / "cut", "--resume", state, *common)[1]
+    full, cut = (ms.load_checkpoint(out.strip().splitlines()[-1].split("last checkpoint: ")[1])
+                 for out in (full_out, cut_out))
+    for param in LeNet5().get_parameters():
+        np.testing.assert_allclose(cut[param.name].asnumpy(), full[param.name].asnumpy(), rtol=1e-6, atol=1e-7,
+                                   err_msg=param.name)
+
+
+def make_model(seed, **kwargs):
+    ms.set_seed(seed)
+    net = LeNet5()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    cell = ms_accum.TrainAccuStepsWithLossScaleCell(
+        nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), 0.05, 0.9),
+        nn.DynamicLossScaleUpdateCell(2.0 ** 10, 2, 2), accumulation_steps=N)  # the scale grows every 2 windows
+    return ms_accum.Model_ACCU(cell, **kwargs), net, cell
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_model():
+    model, net, cell = make_model(seed=1)
+    model.train(EPOCHS, data(), dataset_sink_mode=False)
+    return params_of(net), float(cell.scale_sense.asnumpy())
+
+
+@pytest.mark.parametrize("stop_after", [3, 10, 17])
+def test_model_accu_resumes_from_any_micro_batch(stop_after, uninterrupted_model, tmp_path, monkeypatch):
+    expected, scale = uninterrupted_model
+    state = str(tmp_path / "state.ckpt")
+    model, _, _ = make_model(seed=1, state_path=state, save_state_every=1)
+    real_call = ms_accum.TrainAccuStepsWithLossScaleCell.__call__
+    calls = []
+
+    def dies_after_stop(cell, *inputs):
+        if len(calls) == stop_after:
+            raise _Killed()
+        calls.append(1)
+        return real_call(cell, *inputs)
+
+    monkeypatch.setattr(ms_accum.TrainAccuStepsWithLossScaleCell, "__call__", dies_after_stop)
+    with pytest.raises(_Killed):
+        model.train(EPOCHS, data(), dataset_sink_mode=False)
+    monkeypatch.undo()
+    resumed, net, cell = make_model(seed=99)
+    resumed.train(EPOCHS, data(), dataset_sink_mode=False, resume_from=state)
+    for name, want in expected.items():
+        np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7,
+                                   err_msg=f"{name} after resuming Model_ACCU at micro-batch {stop_after}")
+    assert float(cell.scale_sense.asnumpy()) == scale > 1024.0

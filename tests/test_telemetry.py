@@ -1,0 +1,80 @@
+"""WindowTelemetry: per-update figures from the driver and Model_ACCU, the CSV, progress lines and the plot."""
+import csv
+
+import numpy as np
+import pytest
+
+from mindspore import Tensor, nn, ops
+
+import ms_accum
+from helpers import build, concat, micro_batches, numpy_dataset, run_script
+
+
+def window_grad_norm(window, seed=0):
+    """Global norm of the large-batch gradient of `window`, from the initial parameters."""
+    net, loss, _ = build("sgd", seed)
+    loss_net = nn.WithLossCell(net, loss)
+    grads = ops.GradOperation(get_by_list=True)(loss_net, loss_net.trainable_params())(*map(Tensor, concat(window)))
+    return float(np.sqrt(sum(float((g.asnumpy().astype(np.float64) ** 2).sum()) for g in grads)))
+
+
+def test_driver_records_every_window(tmp_path, exec_mode, capsys):
+    batches = micro_batches([4, 4, 4, 3])
+    net, loss, _ = build("sgd")
+    trainer = ms_accum.GradientAccumulation(net, loss, nn.SGD(net.trainable_params(), [0.1, 0.05, 0.025, 0.0125]))
+    telemetry = ms_accum.WindowTelemetry(csv_path=str(tmp_path / "t" / "telemetry.csv"), print_every=2)
+    losses = trainer.train_process(2, numpy_dataset(batches), 2, callbacks=telemetry, ckpt_path=None, log_every=0)
+    records = telemetry.records
+    assert [(r.epoch, r.update, r.micro_batches, r.samples) for r in records] == [
+        (1, 1, 2, 8), (1, 2, 2, 7), (2, 3, 2, 8), (2, 4, 2, 7)]
+    assert [r.loss for r in records] == pytest.approx(losses, rel=1e-6)
+    assert [r.learning_rate for r in records] == pytest.approx([0.1, 0.05, 0.025, 0.0125])
+    assert records[0].grad_norm == pytest.approx(window_grad_norm(batches[:2]), rel=1e-5)
+    assert all(not r.overflow and r.loss_scale == 1.0 for r in records)
+    with open(tmp_path / "t" / "telemetry.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    assert rows[0] == ms_accum.WindowTelemetry.COLUMNS and len(rows) == 5
+    assert [float(rows[i][rows[0].index("samples")]) for i in range(1, 5)] == [8, 7, 8, 7]
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update ")]
+    assert [line.split(" loss")[0] for line in printed] == ["update 2/4 (epoch 1/2)", "update 4/4 (epoch 2/2)"]
+    assert "window: 2 micro-batches, 7 samples" in printed[1] and "0 s left" in printed[1]
+
+
+def test_model_accu_records_skipped_windows_and_the_loss_scale(exec_mode):
+    batches = micro_batches([4] * 6)
+    poisoned = [(x.copy(), y) for x, y in batches]
+    poisoned[1][0][0, 0, 0, 0] = np.inf
+    net, loss, opt = build("momentum")
+    cell = ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt,
+                                                    nn.DynamicLossScaleUpdateCell(1024.0, 2, 100),
+                                                    accumulation_steps=3)
+    telemetry = ms_accum.WindowTelemetry()
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(poisoned), callbacks=[telemetry], dataset_sink_mode=False)
+    first, second = telemetry.records
+    assert (first.overflow, first.loss_scale, first.micro_batches, first.samples) == (True, 512.0, 3, 12)
+    assert (second.overflow, second.loss_scale) == (False, 512.0)
+    assert not np.isfinite(first.grad_norm) and np.isfinite(second.grad_norm)
+    assert telemetry.skipped == 1
+    assert first.learning_rate == pytest.approx(0.1)
+
+
+def test_telemetry_needs_an_ms_accum_trainer():
+    from mindspore.train import Model
+    net, loss, opt = build("sgd")
+    with pytest.raises(RuntimeError, match="'WindowTelemetry', the trainer must provide window records"):
+        Model(net, loss, opt).train(1, numpy_dataset(micro_batches([4] * 2)), callbacks=[ms_accum.WindowTelemetry()],
+                                    dataset_sink_mode=False)
+
+
+@pytest.mark.slow
+def test_plot_script_writes_a_png(tmp_path):
+    batches = micro_batches([4] * 6)
+    net, loss, opt = build("sgd")
+    path = str(tmp_path / "telemetry.csv")
+    ms_accum.GradientAccumulation(net, loss, opt).train_process(
+        3, numpy_dataset(batches), 2, callbacks=ms_accum.WindowTelemetry(csv_path=path), ckpt_path=None, log_every=0)
+    run_script("plot_telemetry.py", "--csv", path, "--out", tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, _, err = run_script("plot_telemetry.py", "--csv", tmp_path / "none.csv", "--out", tmp_path / "x.png",
+                              check=False)
+    assert code == 2 and "'--csv' must be a telemetry CSV file" in err and "Traceback" not in err
