@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/cpu_settings.py            # 3 processes per setting, prints a Markdown table
 
 Each setting runs in fresh processes (oneDNN reads ONEDNN_MAX_CPU_ISA once, and MindSpore's thread count can be
-set once per process), the settings taking turns so that a slow spell of a shared machine hits them all: GradientAccumulation with micro-batch 32 x 4 in GRAPH_MODE on the bundled Fashion-MNIST
-sample, the first 30 updates excluded as warm-up, then as many updates as fit in --seconds. The figure is the
-median samples/s over the processes.
+set once per process), the settings taking turns so that a slow spell of a shared machine hits them all:
+GradientAccumulation's cells with micro-batch 32 x 4 in GRAPH_MODE on the bundled Fashion-MNIST sample, the
+first 30 updates excluded as warm-up, then as many updates as fit in --seconds. The figure is the median
+samples/s over the processes.
 """
 import argparse
 import json
@@ -20,16 +21,16 @@ ZOO = os.path.join(ROOT, "model_zoo_lenet")
 WARMUP_UPDATES = 30
 SETTINGS = [
     ("MindSpore defaults (oneDNN any ISA, default threads)", {"ONEDNN_MAX_CPU_ISA": "ALL"}, None),
-    ("oneDNN capped at AVX2, default threads", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, None),
+    ("train.py default: oneDNN capped at AVX2, default threads", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, None),
     ("oneDNN capped at AVX2, 1 thread", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, 1),
-    ("train.py default: AVX2, threads = cores available", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "cores"),
+    ("oneDNN capped at AVX2, threads = cores available (2)", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "cores"),
 ]
 
 
 def child(threads, seconds):
     """One measurement in this process; prints a JSON line."""
     sys.path.insert(0, ZOO)
-    from src.cpu_speed import apply_env_defaults, set_cpu_threads  # pylint: disable=import-outside-toplevel
+    from src.cpu_speed import apply_env_defaults, available_cores, set_cpu_threads  # noqa  # pylint: disable=import-outside-toplevel
     apply_env_defaults()
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     from mindspore import nn  # pylint: disable=import-outside-toplevel
@@ -40,7 +41,7 @@ def child(threads, seconds):
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE)
     if threads is not None:
-        set_cpu_threads(None if threads == "cores" else int(threads))
+        set_cpu_threads(available_cores() if threads == "cores" else int(threads))
     data = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), 32, "train", shuffle=False)
     batches = list(data.create_tuple_iterator(num_epochs=1))
     net = LeNet5()

@@ -20,7 +20,6 @@ from mindspore.train import Accuracy, Model
 
 from ms_accum import load_network_checkpoint
 from src.cli import run_cli, set_device
-from src.cpu_speed import set_cpu_threads
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
@@ -34,8 +33,6 @@ def main(argv=None):
     args = parser.parse_args(argv)
     set_device(args.device_target)
     ms.set_context(mode=ms.GRAPH_MODE)
-    if args.device_target == "CPU":
-        set_cpu_threads()
     net = LeNet5()
     load_network_checkpoint(net, args.ckpt_path)
     dataset = create_dataset(args.data_path, args.batch_size, "test")

@@ -83,7 +83,7 @@ def parse_args(argv):
                         help="train on N samples only (per process in parallel modes)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cpu_threads", type=positive_int, default=None,
-                        help="MindSpore CPU kernel threads (default: the cores available)")
+                        help="MindSpore CPU kernel threads (default: MindSpore's own choice)")
     parser.add_argument("--log_every", type=int, default=100,
                         help="print progress (updates done/total, loss, rate, time left) every N updates (0: never)")
     parser.add_argument("--telemetry_csv", default=None, metavar="FILE",
@@ -153,7 +153,7 @@ def main(argv=None):
     ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
     if args.device_target == "CPU":
         threads = set_cpu_threads(args.cpu_threads)
-        print(f"CPU settings: ONEDNN_MAX_CPU_ISA={os.environ['ONEDNN_MAX_CPU_ISA']}, {threads} kernel threads")
+        print(f"CPU settings: ONEDNN_MAX_CPU_ISA={os.environ['ONEDNN_MAX_CPU_ISA']}, kernel threads: {threads}")
     rank, world = init_parallel(args.parallel_mode)
     ms.set_seed(args.seed)
     dataset = create_dataset(args.data_path, args.batch_size, "train", num_samples=args.num_samples,

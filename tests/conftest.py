@@ -6,7 +6,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
 sys.path.insert(0, ZOO)
 
-from src.cpu_speed import apply_env_defaults, set_cpu_threads  # noqa: E402  (no MindSpore import)
+from src.cpu_speed import apply_env_defaults  # noqa: E402  (no MindSpore import)
 
 apply_env_defaults()
 
@@ -14,7 +14,6 @@ import mindspore as ms  # noqa: E402
 import pytest  # noqa: E402
 
 ms.set_device("CPU")
-set_cpu_threads()
 ms.runtime.launch_blocking()  # PYNATIVE runs several times faster on CPU with synchronous launches
 ms.set_context(mode=ms.PYNATIVE_MODE)
 
