@@ -35,7 +35,7 @@ from src.cli import run_cli, set_device
 from src.cpu_speed import set_cpu_threads
 from src.dataset import create_dataset
 from src.lenet import LeNet5
-from src.parallel import PARALLEL_MODES, init_parallel
+from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
 
 
 def positive_int(text):
@@ -202,6 +202,8 @@ def main(argv=None):
         model.train(args.epoch_size, dataset, callbacks=callbacks, dataset_sink_mode=args.dataset_sink_mode,
                     sink_size=sink_size, initial_epoch=initial_epoch, resume_from=args.resume if exact else None)
     print(f"last checkpoint: {checkpoints.latest_ckpt_file_name}", flush=True)
+    if world > 1:
+        release_parallel()
     return 0
 
 

@@ -18,7 +18,7 @@ apply_env_defaults()
 import numpy as np  # noqa: E402
 import mindspore as ms  # noqa: E402
 from mindspore import Tensor, nn  # noqa: E402
-from mindspore.communication import get_group_size, get_rank, init  # noqa: E402
+from mindspore.communication import get_group_size, get_rank, init, release  # noqa: E402
 
 import ms_accum  # noqa: E402
 from helpers import build, micro_batches  # noqa: E402
@@ -69,6 +69,7 @@ def main():
     arrays["accu_grads_zero"] = np.array(all(not g.asnumpy().any() for g in cell.accu_grads))
     np.savez(os.path.join(out, f"rank_{rank}.npz"), **arrays)
     print(f"rank {rank}/{world} done", flush=True)
+    release()
 
 
 if __name__ == "__main__":

@@ -26,3 +26,9 @@ def init_parallel(mode):
     world = get_group_size()
     ms.set_auto_parallel_context(parallel_mode=PARALLEL_MODES[mode], gradients_mean=True, device_num=world)
     return get_rank(), world
+
+
+def release_parallel():
+    """Release the communication library explicitly, instead of leaving it to interpreter teardown."""
+    from mindspore.communication import release
+    release()
