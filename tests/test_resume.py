@@ -44,22 +44,27 @@ class _Killed(Exception):
     pass
 
 
+def die_after(monkeypatch, cell_class, calls_allowed):
+    """Make every `cell_class` call after the first `calls_allowed` raise _Killed, as a crash would stop it."""
+    real_call = cell_class.__call__
+    calls = []
+
+    def call(cell, *inputs):
+        if len(calls) == calls_allowed:
+            raise _Killed()
+        calls.append(1)
+        return real_call(cell, *inputs)
+
+    monkeypatch.setattr(cell_class, "__call__", call)
+
+
 @pytest.mark.parametrize("stop_after", [1, 6, 10, 13, 19])  # mid-window, epoch end, second epoch, last window
 def test_resume_from_any_micro_batch_matches_an_uninterrupted_run(stop_after, uninterrupted, tmp_path,
                                                                    monkeypatch):
     expected, losses = uninterrupted
     state = str(tmp_path / "state.ckpt")
     trainer, _ = make_trainer(seed=1)
-    real_call = ms_accum.TrainForwardBackward.__call__
-    calls = []
-
-    def dies_after_stop(cell, *inputs):
-        if len(calls) == stop_after:
-            raise _Killed()
-        calls.append(1)
-        return real_call(cell, *inputs)
-
-    monkeypatch.setattr(ms_accum.TrainForwardBackward, "__call__", dies_after_stop)
+    die_after(monkeypatch, ms_accum.TrainForwardBackward, stop_after)
     with pytest.raises(_Killed):
         trainer.train_process(EPOCHS, data(), N, ckpt_path=None, log_every=0, state_path=state, save_state_every=1)
     monkeypatch.undo()
@@ -131,16 +136,7 @@ def test_model_accu_resumes_from_any_micro_batch(stop_after, uninterrupted_model
     expected, scale = uninterrupted_model
     state = str(tmp_path / "state.ckpt")
     model, _, _ = make_model(seed=1, state_path=state, save_state_every=1)
-    real_call = ms_accum.TrainAccuStepsWithLossScaleCell.__call__
-    calls = []
-
-    def dies_after_stop(cell, *inputs):
-        if len(calls) == stop_after:
-            raise _Killed()
-        calls.append(1)
-        return real_call(cell, *inputs)
-
-    monkeypatch.setattr(ms_accum.TrainAccuStepsWithLossScaleCell, "__call__", dies_after_stop)
+    die_after(monkeypatch, ms_accum.TrainAccuStepsWithLossScaleCell, stop_after)
     with pytest.raises(_Killed):
         model.train(EPOCHS, data(), dataset_sink_mode=False)
     monkeypatch.undo()
