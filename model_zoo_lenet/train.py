@@ -168,7 +168,7 @@ def main(argv=None):
     if trainer_kind == "driver":
         trainer = ms_accum.GradientAccumulation(net, loss, optimizer, average=not args.raw_sum)
         state_cell = trainer.train_state
-        updates_per_epoch = math.ceil(steps / n) if args.partial_window == "flush" else max(1, steps // n)
+        updates_per_epoch = max(1, ms_accum.updates_per_epoch(steps, n, args.partial_window))
     else:
         state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=n)
         updates_per_epoch = sink_size // n if args.dataset_sink_mode else math.ceil(steps / n)

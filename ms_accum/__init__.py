@@ -10,7 +10,7 @@ from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, TrainAccuStepsCell
 from .batchnorm import adjust_batchnorm_momentum
 from .checkpoint import (CheckpointError, is_accumulation_buffer, load_network_checkpoint, read_checkpoint,
                          save_checkpoint_atomic)
-from .driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, TrainState
+from .driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, TrainState, updates_per_epoch
 from .equivalence import EquivalenceReport, check_equivalence
 from .model_accu import Model_ACCU
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
@@ -25,6 +25,7 @@ __all__ = [
     "GradientAccumulation",
     "TrainState",
     "PARTIAL_WINDOW_POLICIES",
+    "updates_per_epoch",
     "TrainAccuStepsCell",
     "TrainAccuStepsWithLossScaleCell",
     "Model_ACCU",

@@ -147,9 +147,8 @@ class GradientAccumulation:
             raise ValueError(f"For '{owner}', 'mini_steps' must be <= the {steps_per_epoch} micro-batches in an "
                              f"epoch, but got {mini_steps}. Lower it, or pass partial_window='carry' to let "
                              f"windows span epochs.")
-        updates = {"flush": math.ceil(steps_per_epoch / mini_steps) * epoch,
-                   "drop": steps_per_epoch // mini_steps * epoch,
-                   "carry": math.ceil(steps_per_epoch * epoch / mini_steps)}[partial_window]
+        updates = math.ceil(steps_per_epoch * epoch / mini_steps) if partial_window == "carry" \
+            else updates_per_epoch(steps_per_epoch, mini_steps, partial_window) * epoch
         check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, updates)
         if isinstance(save_state_every, bool) or not isinstance(save_state_every, int) or save_state_every < 0 \
                 or (save_state_every and state_path is None):
@@ -168,6 +167,30 @@ class GradientAccumulation:
         if ckpt_path is not None:
             save_checkpoint_atomic(self.train_state, ckpt_path)
         return run.history
+
+
+def updates_per_epoch(steps, mini_steps, partial_window):
+    """
+    Updates the driver makes in an epoch, the callbacks' ``batch_num``.
+
+    Args:
+        steps (int): Micro-batches per epoch.
+        mini_steps (int): Micro-batches per update.
+        partial_window (str): ``"flush"`` (a partial window is one more update), ``"drop"`` or ``"carry"``
+            (windows that end inside the epoch, rounded down; with "carry" an epoch may end one more).
+
+    Returns:
+        int.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import ms_accum
+        >>> ms_accum.updates_per_epoch(1875, 4, "flush"), ms_accum.updates_per_epoch(1875, 4, "drop")
+        (469, 468)
+    """
+    return math.ceil(steps / mini_steps) if partial_window == "flush" else steps // mini_steps
 
 
 @dataclass
@@ -200,14 +223,13 @@ class _Run:
         self.micro_done = plan.start_micro
         self.pending = int(owner.forward_backward.micro_steps.asnumpy())  # a resumed window may be open
         self.updates_in_epoch = 0
-        steps, n = plan.steps_per_epoch, plan.mini_steps
-        per_epoch = {"flush": math.ceil(steps / n), "drop": steps // n, "carry": steps // n}[plan.partial_window]
+        steps = plan.steps_per_epoch
         cb_params = InternalCallbackParam()
         cb_params.train_network = owner.train_state
         cb_params.network = owner.network
         cb_params.optimizer = owner.optimizer
         cb_params.epoch_num = self.epoch
-        cb_params.batch_num = max(1, per_epoch)
+        cb_params.batch_num = max(1, updates_per_epoch(steps, plan.mini_steps, plan.partial_window))
         cb_params.cur_epoch_num = plan.start_micro // steps
         cb_params.cur_step_num = plan.start_updates or cb_params.cur_epoch_num * cb_params.batch_num
         cb_params.dataset_sink_mode = False
