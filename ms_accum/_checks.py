@@ -59,6 +59,21 @@ def check_grad_sum(owner, grad_sum, optimizer=None):
     return grad_sum
 
 
+def check_state_saving(owner, state_path, save_state_every):
+    """Raise unless `save_state_every` is an int >= 0, and > 0 only together with a `state_path`."""
+    if isinstance(save_state_every, bool) or not isinstance(save_state_every, int) or save_state_every < 0 \
+            or (save_state_every and state_path is None):
+        raise ValueError(f"For '{owner}', 'save_state_every' must be an int >= 0, and > 0 only with a "
+                         f"'state_path', but got {save_state_every!r} with state_path={state_path!r}.")
+
+
+def check_resume_or_initial_epoch(owner, resume_from, initial_epoch):
+    """Raise if both a state file and an initial epoch say where training starts."""
+    if resume_from is not None and initial_epoch:
+        raise ValueError(f"For '{owner}', pass either 'resume_from' or 'initial_epoch', not both: the state file "
+                         f"records where training stopped.")
+
+
 def check_lr_schedule(owner, optimizer, micro_steps, updates):
     """
     Raise if the optimizer's learning-rate list has one entry per micro-batch instead of one per update.

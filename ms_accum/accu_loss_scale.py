@@ -74,11 +74,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
         """
         if self.saturation_mode:
             return ops.cast(self.get_overflow_status(status, grads), mstype.float32)
-        flags = self.window_map(grad_ops.nonfinite, self.accu_grads)
-        total = flags[0]
-        for flag in flags[1:]:
-            total = total + flag
-        return ops.cast(total > 0.0, mstype.float32)
+        return ops.cast(grad_ops.sum_over(self.window_map, grad_ops.nonfinite, self.accu_grads) > 0.0,
+                        mstype.float32)
 
     def construct(self, *inputs):
         loss = self.network(*inputs)

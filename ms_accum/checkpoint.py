@@ -5,6 +5,7 @@ loses both. ``save_checkpoint_atomic`` writes a temporary file beside the target
 it over the target in one step.
 """
 import os
+from contextlib import contextmanager
 
 import mindspore as ms
 
@@ -238,3 +239,31 @@ def load_training_state(cell, state_path, total_micro_steps):
         raise CheckpointError(f"'resume_from' {state_path!r} was written after {micro_done} micro-batches, but this "
                               f"run has only {total_micro_steps}: raise 'epoch' to continue it.")
     return micro_done, int(params[UPDATES_DONE].asnumpy())
+
+
+def save_training_state_if_due(cell, state_path, save_state_every, micro_steps_done, total_micro_steps,
+                               updates_done):
+    """Call :func:`save_training_state` when `save_state_every` (> 0) divides the micro-batches done, before the
+    run's end; return whether it wrote."""
+    due = bool(save_state_every) and micro_steps_done % save_state_every == 0 \
+        and micro_steps_done < total_micro_steps
+    if due:
+        save_training_state(cell, state_path, micro_steps_done, updates_done)
+    return due
+
+
+@contextmanager
+def dataset_starting_at(dataset, micro_steps_done):
+    """
+    Iterators created inside the block start after `micro_steps_done` micro-batches, in the order of an
+    uninterrupted run (MindSpore's dataset init step replays the earlier epochs' shuffles); the dataset is left
+    as it was afterwards.
+    """
+    if not micro_steps_done:
+        yield dataset
+        return
+    dataset.set_init_step(micro_steps_done)
+    try:
+        yield dataset
+    finally:
+        dataset.set_init_step(0)

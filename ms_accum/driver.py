@@ -7,8 +7,9 @@ from mindspore import nn
 from mindspore.train.callback import RunContext
 from mindspore.train.callback._callback import CallbackManager, InternalCallbackParam
 
-from ._checks import check_bool, check_choice, check_lr_schedule, check_positive_int
-from .checkpoint import load_training_state, save_checkpoint_atomic, save_training_state
+from ._checks import (check_bool, check_choice, check_lr_schedule, check_positive_int, check_resume_or_initial_epoch,
+                      check_state_saving)
+from .checkpoint import dataset_starting_at, load_training_state, save_checkpoint_atomic, save_training_state_if_due
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
 from .telemetry import window_record
 
@@ -150,16 +151,11 @@ class GradientAccumulation:
         updates = math.ceil(steps_per_epoch * epoch / mini_steps) if partial_window == "carry" \
             else updates_per_epoch(steps_per_epoch, mini_steps, partial_window) * epoch
         check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, updates)
-        if isinstance(save_state_every, bool) or not isinstance(save_state_every, int) or save_state_every < 0 \
-                or (save_state_every and state_path is None):
-            raise ValueError(f"For '{owner}', 'save_state_every' must be an int >= 0, and > 0 only with a "
-                             f"'state_path', but got {save_state_every!r} with state_path={state_path!r}.")
+        check_state_saving(owner, state_path, save_state_every)
+        check_resume_or_initial_epoch(owner, resume_from, initial_epoch)
         plan = _Plan(epoch, steps_per_epoch, mini_steps, partial_window, callbacks, log_every,
                      initial_epoch * steps_per_epoch, 0, state_path, save_state_every)
         if resume_from is not None:
-            if initial_epoch:
-                raise ValueError(f"For '{owner}', pass either 'resume_from' or 'initial_epoch', not both: the "
-                                 f"state file records where training stopped.")
             plan.start_micro, plan.start_updates = load_training_state(self.forward_backward, resume_from,
                                                                        epoch * steps_per_epoch)
         run = _Run(self, plan)
@@ -239,22 +235,13 @@ class _Run:
         self.cb_params = cb_params
         self.run_context = RunContext(cb_params)
 
-    def _iterator(self, train_dataset):
-        """The data from the start position on, in the order of an uninterrupted run (MindSpore's init step)."""
-        if not self.micro_done:
-            return train_dataset.create_tuple_iterator(num_epochs=self.epoch)
-        train_dataset.set_init_step(self.micro_done)
-        try:
-            return train_dataset.create_tuple_iterator(num_epochs=self.epoch)
-        finally:
-            train_dataset.set_init_step(0)
-
     def loop(self, train_dataset):
         """Run every epoch; callbacks fire at train, epoch and update boundaries."""
         cb_params, run_context = self.cb_params, self.run_context
         cb_params.train_dataset = train_dataset
         steps = self.plan.steps_per_epoch
-        iterator = self._iterator(train_dataset)
+        with dataset_starting_at(train_dataset, self.micro_done):
+            iterator = train_dataset.create_tuple_iterator(num_epochs=self.epoch)
         with CallbackManager(self.plan.callbacks) as callbacks:
             callbacks.on_train_begin(run_context)
             for epoch_index in range(self.micro_done // steps + 1, self.epoch + 1):
@@ -282,10 +269,9 @@ class _Run:
 
     def _maybe_save_state(self):
         """Write the state file when `save_state_every` micro-batches have passed."""
-        every = self.plan.save_state_every
-        if every and self.micro_done % every == 0 and self.micro_done < self.epoch * self.plan.steps_per_epoch:
-            save_training_state(self.owner.forward_backward, self.plan.state_path, self.micro_done,
-                                self.cb_params.cur_step_num)
+        save_training_state_if_due(self.owner.forward_backward, self.plan.state_path, self.plan.save_state_every,
+                                   self.micro_done, self.epoch * self.plan.steps_per_epoch,
+                                   self.cb_params.cur_step_num)
 
     def _end_epoch(self, callbacks, last):
         """Apply the partial-window policy to a window still open at the end of an epoch."""

@@ -1,13 +1,12 @@
 """Per-parameter helpers applied over gradient buffers with ``ops.HyperMap``.
 
-Each helper is a ``MultitypeFuncGraph`` registered per gradient type: dense ``Tensor`` gradients, and the
+Each helper is a ``MultitypeFuncGraph`` registered per gradient type. The accumulating helpers also take the
 ``RowTensor`` gradients of sparse lookups (``nn.EmbeddingLookup(sparse=True)``: the touched rows' values and
-their indices, not the table's shape). Sparse rows are added into the dense buffer in place with ScatterAdd, so no
-dense temporary of the table's size is built per micro-step.
+their indices, not the table's shape) and add the rows into the dense buffer in place with ScatterAdd, so no
+dense temporary of the table's size is built per micro-step. The others only ever see the dense buffers.
 """
 from mindspore import dtype as mstype
 from mindspore import ops
-from mindspore.common.sparse_tensor import RowTensorInner
 
 accumulate = ops.MultitypeFuncGraph("accumulate")
 scale = ops.MultitypeFuncGraph("scale")
@@ -42,12 +41,6 @@ def _scale_dense(factor, grad):
     return grad * ops.cast(factor, ops.dtype(grad))
 
 
-@scale.register("Tensor", "RowTensor")
-def _scale_rows(factor, grad):
-    """The rows' values times factor."""
-    return RowTensorInner(grad.indices, grad.values * ops.cast(factor, ops.dtype(grad.values)), grad.dense_shape)
-
-
 @clear.register("Tensor")
 def _clear_dense(buffer):
     """buffer = 0 in place, without keeping a second full-size copy of zeros."""
@@ -79,12 +72,6 @@ def _nonfinite_dense(grad):
     return ops.cast(ops.logical_not(ops.isfinite(grad).all()), mstype.float32)
 
 
-@nonfinite.register("RowTensor")
-def _nonfinite_rows(grad):
-    """1.0 if any value of the rows is inf or nan, else 0.0."""
-    return ops.cast(ops.logical_not(ops.isfinite(grad.values).all()), mstype.float32)
-
-
 def check_scalar_loss(owner, loss):
     """Raise if the loss network returned a non-scalar loss (graph-compatible: shapes are constants)."""
     if loss.shape not in ((), (1,)):
@@ -102,10 +89,15 @@ def _squared_sum_dense(grad):
     return ops.reduce_sum(grad * grad)
 
 
+def sum_over(hyper_map, func, tensors):
+    """The sum over `tensors` of the scalar that `func` gives for each."""
+    values = hyper_map(func, tensors)
+    total = values[0]
+    for value in values[1:]:
+        total = total + value
+    return total
+
+
 def global_norm(hyper_map, grads):
     """The L2 norm of all gradients together (the figure gradient clipping uses)."""
-    squares = hyper_map(squared_sum, grads)
-    total = squares[0]
-    for square in squares[1:]:
-        total = total + square
-    return ops.sqrt(total)
+    return ops.sqrt(sum_over(hyper_map, squared_sum, grads))

@@ -16,8 +16,9 @@ from mindspore.train.callback import RunContext
 from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
 from mindspore.train.model import Model, _transfer_tensor_to_tuple
 
-from ._checks import check_lr_schedule, check_positive_int
-from .checkpoint import load_training_state, save_training_state
+from ._checks import check_lr_schedule, check_positive_int, check_resume_or_initial_epoch, check_state_saving
+from .checkpoint import dataset_starting_at, load_training_state, save_training_state_if_due
+from .driver import updates_per_epoch
 from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationWindow
 from .telemetry import window_record
 
@@ -82,10 +83,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                             f"{type(loss_fn).__name__ if loss_fn is not None else type(optimizer).__name__}.")
         if accumulation_steps is not None:
             network.accumulation_steps = check_positive_int("Model_ACCU", "accumulation_steps", accumulation_steps)
-        if isinstance(save_state_every, bool) or not isinstance(save_state_every, int) or save_state_every < 0 \
-                or (save_state_every and state_path is None):
-            raise ValueError(f"For 'Model_ACCU', 'save_state_every' must be an int >= 0, and > 0 only with a "
-                             f"'state_path', but got {save_state_every!r} with state_path={state_path!r}.")
+        check_state_saving("Model_ACCU", state_path, save_state_every)
         super().__init__(network, None, None, metrics, eval_network, eval_indexes, amp_level, boost_level,
                          **kwargs)
         self._registered_loops = set()
@@ -113,9 +111,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             CheckpointError: If `resume_from` is not a state file of this cell.
             ValueError: As listed for the class, or if `resume_from` is combined with `initial_epoch`.
         """
-        if resume_from is not None and initial_epoch:
-            raise ValueError("For 'Model_ACCU.train', pass either 'resume_from' or 'initial_epoch', not both: the "
-                             "state file records where training stopped.")
+        check_resume_or_initial_epoch("Model_ACCU.train", resume_from, initial_epoch)
         self._resume_from = resume_from
         try:
             return super().train(epoch, train_dataset, callbacks, dataset_sink_mode, sink_size, initial_epoch)
@@ -141,19 +137,16 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         steps = train_dataset.get_dataset_size()
         self._check_window_fits(steps)
         check_lr_schedule("Model_ACCU.train", self._train_network.optimizer, epoch * steps,
-                          epoch * math.ceil(steps / n))
+                          epoch * updates_per_epoch(steps, n, "flush"))
         cell = self._train_network
         micro_done = initial_epoch * steps
         if self._resume_from is not None:
             micro_done, cb_params.cur_step_num = load_training_state(cell, self._resume_from, epoch * steps)
-        train_dataset.set_init_step(micro_done)  # the data order of an uninterrupted run from here on
-        try:
+        with dataset_starting_at(train_dataset, micro_done):
             dataset_helper, _ = self._exec_preprocess(is_train=True, dataset=train_dataset, dataset_sink_mode=False,
                                                       epoch_num=epoch)
-        finally:
-            train_dataset.set_init_step(0)
         cb_params.dataset_sink_mode = False
-        cb_params.batch_num = math.ceil(steps / n)
+        cb_params.batch_num = updates_per_epoch(steps, n, "flush")
         self.batch_num = cb_params.batch_num
         run_context = RunContext(cb_params)
         list_callback.on_train_begin(run_context)
@@ -179,9 +172,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                     cb_params.net_outputs = outputs
                     cb_params.window_record = self._window_record(cb_params, outputs, position + 1)
                     list_callback.on_train_step_end(run_context)
-                every = self._save_state_every
-                if every and micro_done % every == 0 and micro_done < epoch * steps:
-                    save_training_state(cell, self._state_path, micro_done, cb_params.cur_step_num)
+                save_training_state_if_due(cell, self._state_path, self._save_state_every, micro_done,
+                                           epoch * steps, cb_params.cur_step_num)
                 if update and run_context.get_stop_requested():
                     break
             self._eval_during_train(valid_infos, cb_params, list_callback)

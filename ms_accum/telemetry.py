@@ -12,6 +12,7 @@ import numpy as np
 
 from mindspore import Parameter, Tensor
 from mindspore import dtype as mstype
+from mindspore.nn import CellList
 from mindspore.train import Callback
 
 
@@ -37,7 +38,7 @@ def _scalar(value):
 def learning_rate_applied(optimizer):
     """The learning rate of the optimizer's last step (the first parameter group's, for grouped rates)."""
     rate = optimizer.learning_rate
-    if isinstance(rate, (list, tuple)) or type(rate).__name__ == "CellList":
+    if isinstance(rate, (list, tuple, CellList)):
         rate = rate[0]
     if isinstance(rate, (Parameter, Tensor)):
         return _scalar(rate)
