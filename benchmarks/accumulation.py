@@ -1,32 +1,52 @@
-"""Throughput and peak memory of plain training and of every ms_accum path, LeNet5 on CPU, side by side.
+"""Throughput and peak memory of plain training, of every ms_accum path and of PyTorch, LeNet5 on CPU.
 
     .venv/bin/python benchmarks/accumulation.py                          # micro-batch 32 x 4, 3 processes each
     .venv/bin/python benchmarks/accumulation.py --batch 256 --steps 16 --repeats 1 --seconds 20   # memory
 
-Each configuration runs in fresh processes (GRAPH_MODE, train.py's CPU defaults), on Fashion-MNIST images from
-the bundled sample (tiled when a batch needs more), warm-up (compilation and the first updates) excluded:
+Each configuration runs in fresh processes (MindSpore in GRAPH_MODE with train.py's CPU defaults), taking turns,
+on Fashion-MNIST images from the bundled sample (tiled when a batch needs more), warm-up (compilation and the
+first updates) excluded. Two feeds are compared separately, each against plain training fed the same way:
 
-- plain-b:       nn.TrainOneStepCell on batches of b
-- three-cells:   TrainForwardBackward x N, TrainOptim, TrainClear, called from a Python loop
-- driver:        GradientAccumulation.train_process over a MindSpore dataset (data pipeline and callbacks on)
-- model-accu:    TrainAccuStepsCell trained by Model_ACCU.train (no sink on CPU)
-- plain-Nb:      nn.TrainOneStepCell on batches of N*b
+- tensors (the batches already in memory, a Python loop):
+  plain-b (nn.TrainOneStepCell, batch b), three-cells (TrainForwardBackward x N, TrainOptim, TrainClear),
+  plain-Nb (nn.TrainOneStepCell, batch N*b);
+- a MindSpore dataset with callbacks (a TimeMonitor):
+  plain-b-data (mindspore.train.Model over nn.TrainOneStepCell), driver (GradientAccumulation.train_process),
+  model-accu (TrainAccuStepsCell through Model_ACCU.train, no sink on CPU);
+- PyTorch, tensors, when the optional group is installed (pip install -e .[torch]): torch-plain-b, torch-accum
+  (loss / N backward per micro-batch, one step per window), torch-plain-Nb.
 
-It prints samples/s (median over processes), the ratio to plain-b and to plain-Nb, and each process's peak
-resident memory (ru_maxrss, whole process) next to its resident memory before the first step.
+It prints samples/s (median over processes), the ratio to plain training at b fed the same way and to plain
+training at N*b, each process's peak resident memory (ru_maxrss, whole process) next to its resident memory
+before the first step, and MindSpore's speed relative to PyTorch on the three matching jobs.
 """
 import argparse
+import importlib.util
 import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
-CONFIGS = ("plain-b", "three-cells", "driver", "model-accu", "plain-Nb")
+# name: (what it is, the plain-at-b configuration fed the same way)
+CONFIGS = {
+    "plain-b": ("nn.TrainOneStepCell, batch b", "plain-b"),
+    "three-cells": ("TrainForwardBackward x N, TrainOptim, TrainClear", "plain-b"),
+    "plain-Nb": ("nn.TrainOneStepCell, batch N*b", "plain-b"),
+    "plain-b-data": ("Model.train over nn.TrainOneStepCell, batch b, dataset", "plain-b-data"),
+    "driver": ("GradientAccumulation.train_process, dataset", "plain-b-data"),
+    "model-accu": ("Model_ACCU.train over TrainAccuStepsCell, dataset", "plain-b-data"),
+    "torch-plain-b": ("PyTorch, batch b", "torch-plain-b"),
+    "torch-accum": ("PyTorch, loss / N backward x N, one step", "torch-plain-b"),
+    "torch-plain-Nb": ("PyTorch, batch N*b", "torch-plain-b"),
+}
+VERSUS_TORCH = (("plain-b", "torch-plain-b"), ("three-cells", "torch-accum"), ("plain-Nb", "torch-plain-Nb"))
+WARMUP_UPDATES = 5
 
 
 def rss_mib():
@@ -35,87 +55,177 @@ def rss_mib():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
 
 
-def child(config, batch, steps, seconds):
-    """One measurement in this process; prints a JSON line."""
+def prepare(path, batch, steps):
+    """Write the benchmark's images and labels (8 large batches, from the bundled sample) to `path` (.npz)."""
     sys.path.insert(0, ZOO)
-    from src.cpu_speed import apply_env_defaults  # pylint: disable=import-outside-toplevel
-    apply_env_defaults()
     import numpy as np  # pylint: disable=import-outside-toplevel
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
+    from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
+    sample = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), 1000, "train", shuffle=False)
+    pairs = list(sample.create_tuple_iterator(num_epochs=1, output_numpy=True))
+    images, labels = np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
+    need = 8 * batch * steps
+    reps = -(-need // len(images))
+    np.savez(path, images=np.tile(images, (reps, 1, 1, 1))[:need], labels=np.tile(labels, reps)[:need])
+
+
+def timed(update, seconds):
+    """Samples per second of update(k) (which returns the samples it trained on) after a warm-up."""
+    for k in range(WARMUP_UPDATES):
+        update(k)
+    samples, updates, start = 0, 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        samples += update(WARMUP_UPDATES + updates)
+        updates += 1
+    return samples / (time.perf_counter() - start)
+
+
+def mindspore_tensors(config, images, labels, batch, steps):
+    """update(k) for the tensor-fed MindSpore configurations."""
     from mindspore import Tensor, nn  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
-    from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
-    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
+    net, loss, opt = _lenet()
+    size = batch * steps if config == "plain-Nb" else batch
+    xs = [Tensor(images[i:i + size]) for i in range(0, len(images), size)]
+    ys = [Tensor(labels[i:i + size]) for i in range(0, len(labels), size)]
+    if config == "three-cells":
+        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+        forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum)
+        optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
 
-    ms.set_device("CPU")
-    ms.set_context(mode=ms.GRAPH_MODE)
-    sample = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), 1000, "train", shuffle=False)
-    images = np.concatenate([x.asnumpy() for x, _ in sample.create_tuple_iterator(num_epochs=1)])
-    labels = np.concatenate([y.asnumpy() for _, y in sample.create_tuple_iterator(num_epochs=1)])
+        def update(k):
+            for s in range(steps):
+                forward_backward(xs[(k * steps + s) % len(xs)], ys[(k * steps + s) % len(ys)])
+            optim().asnumpy()
+            clear()
+            return batch * steps
+        return update
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)
+    per_update = 1 if config == "plain-Nb" else steps
+
+    def update(k):
+        for s in range(per_update):
+            out = step(xs[(k * per_update + s) % len(xs)], ys[(k * per_update + s) % len(ys)])
+        out.asnumpy()
+        return batch * steps
+    return update
+
+
+def mindspore_dataset(config, images, labels, batch, steps, seconds):
+    """Samples per second of the dataset-fed MindSpore configurations, whole epochs, after a warm-up epoch."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    net, loss, opt = _lenet()
     big = batch * steps
-    reps = -(-8 * big // len(images))
-    images, labels = np.tile(images, (reps, 1, 1, 1))[:8 * big], np.tile(labels, reps)[:8 * big]
-    net = LeNet5()
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    opt = nn.Momentum(net.trainable_params(), 0.01, 0.9)
-    before = rss_mib()
+    data = ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False).batch(batch)
+    warm = ds.NumpySlicesDataset({"x": images[:2 * big], "y": labels[:2 * big]}, shuffle=False).batch(batch)
+    callbacks = [ms.train.TimeMonitor()]
+    if config == "driver":
+        trainer = ms_accum.GradientAccumulation(net, loss, opt)
 
-    if config in ("plain-b", "plain-Nb", "three-cells"):
-        size = big if config == "plain-Nb" else batch
-        xs = [Tensor(images[i:i + size]) for i in range(0, len(images), size)]
-        ys = [Tensor(labels[i:i + size]) for i in range(0, len(labels), size)]
-        if config == "three-cells":
-            grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-            fb = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum)
-            optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
-
-            def update(k):
-                for s in range(steps):
-                    fb(xs[(k * steps + s) % len(xs)], ys[(k * steps + s) % len(ys)])
-                optim().asnumpy()
-                clear()
-        else:
-            step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)
-            per = 1 if config == "plain-Nb" else steps
-
-            def update(k):
-                for s in range(per):
-                    out = step(xs[(k * per + s) % len(xs)], ys[(k * per + s) % len(ys)])
-                out.asnumpy()
-        for k in range(5):
-            update(k)
-        updates, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            update(5 + updates)
-            updates += 1
-        elapsed = time.perf_counter() - start
+        def run(dataset, epochs):
+            trainer.train_process(epochs, dataset, steps, ckpt_path=None, log_every=0, callbacks=callbacks)
     else:
-        data = ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False).batch(batch)
-        warm = ds.NumpySlicesDataset({"x": images[:2 * big], "y": labels[:2 * big]}, shuffle=False).batch(batch)
-        epoch_updates = len(images) // big
-        if config == "driver":
-            trainer = ms_accum.GradientAccumulation(net, loss, opt)
-
-            def run(dataset, epochs):
-                trainer.train_process(epochs, dataset, steps, ckpt_path=None, log_every=0,
-                                      callbacks=[ms.train.TimeMonitor()])
-        else:
+        if config == "model-accu":
             model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt,
                                                                     accumulation_steps=steps))
+        else:
+            model = ms.train.Model(nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt))
 
-            def run(dataset, epochs):
-                model.train(epochs, dataset, callbacks=[ms.train.TimeMonitor()], dataset_sink_mode=False)
-        run(warm, 1)
-        start = time.perf_counter()
-        run(data, 1)  # also sizes the measured run
-        epochs = max(1, round(seconds / (time.perf_counter() - start)))
-        start = time.perf_counter()
-        run(data, epochs)
-        elapsed = time.perf_counter() - start
-        updates = epochs * epoch_updates
+        def run(dataset, epochs):
+            model.train(epochs, dataset, callbacks=callbacks, dataset_sink_mode=False)
+    run(warm, 1)
+    start = time.perf_counter()
+    run(data, 1)  # also sizes the measured run
+    epochs = max(1, round(seconds / (time.perf_counter() - start)))
+    start = time.perf_counter()
+    run(data, epochs)
+    return epochs * len(images) / (time.perf_counter() - start)
+
+
+def _lenet():
+    """LeNet5, its loss and a Momentum optimizer (MindSpore)."""
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
+    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
+    net = LeNet5()
+    return net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"), nn.Momentum(
+        net.trainable_params(), 0.01, 0.9)
+
+
+def child(config, data_path, batch, steps, seconds):
+    """One measurement in this process; prints a JSON line."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    arrays = np.load(data_path)
+    images, labels = arrays["images"], arrays["labels"]
+    if config.startswith("torch-"):
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        import torch_lenet  # pylint: disable=import-outside-toplevel
+        before = rss_mib()
+        speed = timed(torch_lenet.make_update(config, images, labels, batch, steps), seconds)
+    else:
+        sys.path.insert(0, ZOO)
+        from src.cpu_speed import apply_env_defaults  # pylint: disable=import-outside-toplevel
+        apply_env_defaults()
+        import mindspore as ms  # pylint: disable=import-outside-toplevel
+        ms.set_device("CPU")
+        ms.set_context(mode=ms.GRAPH_MODE)
+        before = rss_mib()
+        if CONFIGS[config][1] == "plain-b-data":
+            speed = mindspore_dataset(config, images, labels, batch, steps, seconds)
+        else:
+            speed = timed(mindspore_tensors(config, images, labels, batch, steps), seconds)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"samples_per_s": updates * big / elapsed, "peak_mib": peak, "before_mib": before}))
+    print(json.dumps({"samples_per_s": speed, "peak_mib": peak, "before_mib": before}))
+
+
+def run_child(args, *extra):
+    """Run this script in a fresh process; return its last output line, or exit with its error output."""
+    out = subprocess.run([sys.executable, __file__, "--batch", str(args.batch), "--steps", str(args.steps),
+                          "--seconds", str(args.seconds), *extra], capture_output=True, text=True, check=False)
+    if out.returncode:
+        sys.exit(f"benchmark process {' '.join(extra)} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+
+
+def pick_configs(text):
+    """The configurations asked for, with PyTorch's left out (and said so) when it is not installed."""
+    configs = [c for c in text.split(",") if c]
+    unknown = [c for c in configs if c not in CONFIGS]
+    if unknown:
+        sys.exit(f"--configs: unknown {', '.join(unknown)}; choose from {', '.join(CONFIGS)}.")
+    if importlib.util.find_spec("torch") is None and any(c.startswith("torch-") for c in configs):
+        print("PyTorch is not installed: its configurations are left out (install them with "
+              "`.venv/bin/pip install -e .[torch]`).", flush=True)
+        configs = [c for c in configs if not c.startswith("torch-")]
+    return configs
+
+
+def print_tables(args, results):
+    """The Markdown tables: every configuration, then MindSpore against PyTorch."""
+    median = {c: statistics.median(r["samples_per_s"] for r in runs) for c, runs in results.items()}
+    b, n = args.batch, args.steps
+    print(f"LeNet5, micro-batch b={b}, N={n} (effective batch {b * n}), CPU, median of {args.repeats} processes")
+    print("| configuration | what runs | samples/s | vs plain-b, same feed | vs plain-Nb | peak RSS MiB (before) "
+          "| runs |")
+    print("|---|---|---|---|---|---|---|")
+    for config, runs in results.items():
+        what, baseline = CONFIGS[config]
+        nb = "torch-plain-Nb" if config.startswith("torch-") else "plain-Nb"
+        vs_b = f"{median[config] / median[baseline]:.2f} ({baseline})" if baseline in median else "-"
+        vs_nb = f"{median[config] / median[nb]:.2f}" if nb in median else "-"
+        peak = statistics.median(r["peak_mib"] for r in runs)
+        before = statistics.median(r["before_mib"] for r in runs)
+        values = ", ".join(f"{r['samples_per_s']:.0f}" for r in runs)
+        print(f"| {config} | {what} | {median[config]:.0f} | {vs_b} | {vs_nb} | {peak:.0f} ({before:.0f}) | "
+              f"{values} |")
+    pairs = [(m, t) for m, t in VERSUS_TORCH if m in median and t in median]
+    if pairs:
+        print("\n| job | MindSpore samples/s | PyTorch samples/s | MindSpore / PyTorch |")
+        print("|---|---|---|---|")
+        for mine, theirs in pairs:
+            print(f"| {mine} vs {theirs} | {median[mine]:.0f} | {median[theirs]:.0f} | "
+                  f"{median[mine] / median[theirs]:.2f} |")
 
 
 def main():
@@ -126,29 +236,27 @@ def main():
     parser.add_argument("--seconds", type=float, default=8.0, help="measured time per process (roughly)")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--prepare", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.child:
-        child(args.child, args.batch, args.steps, args.seconds)
+    if args.prepare:
+        prepare(args.prepare, args.batch, args.steps)
         return
-    configs = args.configs.split(",")
+    if args.child:
+        child(args.child, args.data, args.batch, args.steps, args.seconds)
+        return
+    for name in ("batch", "steps", "repeats"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1, but got {getattr(args, name)}.")
+    configs = pick_configs(args.configs)
     results = {c: [] for c in configs}
-    for _ in range(args.repeats):  # configurations interleaved against slow spells of a shared machine
-        for config in configs:
-            out = subprocess.run([sys.executable, __file__, "--child", config, "--batch", str(args.batch),
-                                  "--steps", str(args.steps), "--seconds", str(args.seconds)],
-                                 capture_output=True, text=True, check=True)
-            results[config].append(json.loads(out.stdout.strip().splitlines()[-1]))
-    median = {c: statistics.median(r["samples_per_s"] for r in runs) for c, runs in results.items()}
-    b, n = args.batch, args.steps
-    print(f"LeNet5, micro-batch b={b}, N={n} (effective batch {b * n}), GRAPH_MODE CPU, median of {args.repeats}")
-    print("| configuration | samples/s | vs plain-b | vs plain-Nb | peak RSS MiB (before training) |")
-    print("|---|---|---|---|---|")
-    for config, runs in results.items():
-        vs_b = f"{median[config] / median['plain-b']:.2f}" if "plain-b" in median else "-"
-        vs_nb = f"{median[config] / median['plain-Nb']:.2f}" if "plain-Nb" in median else "-"
-        peak = statistics.median(r["peak_mib"] for r in runs)
-        before = statistics.median(r["before_mib"] for r in runs)
-        print(f"| {config} | {median[config]:.0f} | {vs_b} | {vs_nb} | {peak:.0f} ({before:.0f}) |")
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "lenet_batches.npz")
+        run_child(args, "--prepare", data)
+        for _ in range(args.repeats):  # configurations interleaved against slow spells of a shared machine
+            for config in configs:
+                results[config].append(json.loads(run_child(args, "--child", config, "--data", data)))
+    print_tables(args, results)
 
 
 if __name__ == "__main__":

@@ -119,7 +119,8 @@ class GradientAccumulation:
                 (given deterministic data order and kernels; dropout masks are not restored). Default: ``None``.
 
         Returns:
-            list[float], the mean loss of every update's window, in order.
+            list[float], the mean loss of every update's window, in order. They are read from the device at the
+            end (and when printed), so the loop does not wait for every update to finish.
 
         Raises:
             TypeError: If `epoch` or `mini_steps` is not an int.
@@ -162,7 +163,7 @@ class GradientAccumulation:
         run.loop(train_dataset)
         if ckpt_path is not None:
             save_checkpoint_atomic(self.train_state, ckpt_path)
-        return run.history
+        return [float(loss.asnumpy()) for loss in run.history]
 
 
 def updates_per_epoch(steps, mini_steps, partial_window):
@@ -215,7 +216,7 @@ class _Run:
         self.mini_steps = plan.mini_steps
         self.partial_window = plan.partial_window
         self.log_every = plan.log_every
-        self.history = []
+        self.history = []  # each update's mean-loss tensor, read from the device only when printed or at the end
         self.micro_done = plan.start_micro
         self.pending = int(owner.forward_backward.micro_steps.asnumpy())  # a resumed window may be open
         self.updates_in_epoch = 0
@@ -300,8 +301,8 @@ class _Run:
                                           optim.last_grad_norm, self.owner.optimizer)
         self.pending = 0
         cb_params.net_outputs = mean_loss
-        loss = float(mean_loss.asnumpy())
-        self.history.append(loss)
+        self.history.append(mean_loss)
         if self.log_every and self.updates_in_epoch % self.log_every == 0:
-            print(f"epoch: {cb_params.cur_epoch_num} step: {self.updates_in_epoch} loss is {loss:.6f}", flush=True)
+            print(f"epoch: {cb_params.cur_epoch_num} step: {self.updates_in_epoch} loss is "
+                  f"{float(mean_loss.asnumpy()):.6f}", flush=True)
         callbacks.on_train_step_end(self.run_context)

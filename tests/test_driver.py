@@ -75,6 +75,25 @@ def test_prints_the_window_mean_loss_over_samples(capsys):
     assert net is trainer.network
 
 
+def test_returns_every_window_mean_loss_read_at_the_end(exec_mode):
+    """The losses stay on the device until the end: each must still be its own window's value."""
+    batches = micro_batches([4, 2, 4, 4, 4, 3])
+    trainer, _, _ = _trainer("momentum")
+    losses = trainer.train_process(1, numpy_dataset(batches), 2, ckpt_path=None, log_every=0)
+    net, loss, opt = build("momentum")
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum)
+    optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
+    expected = []
+    for window in _windows(batches, [2, 2, 2]):
+        for x, y in window:
+            forward_backward(ms.Tensor(x), ms.Tensor(y))
+        expected.append(float(optim().asnumpy()))
+        clear()
+    assert losses == pytest.approx(expected, rel=1e-6), exec_mode
+    assert len(set(losses)) == 3
+
+
 class _Recorder(Callback):
     def __init__(self, trainer=None):
         super().__init__()
