@@ -5,7 +5,7 @@ By default the step they apply equals one large-batch step on exactly the sample
 micro-batch's gradient is weighted by its sample count while it is added, and the sum is divided by the total
 count before the optimizer sees it. ``average=False`` reproduces the tutorial's raw sum instead.
 """
-from mindspore import nn, ops
+from mindspore import jit, nn, ops
 from mindspore import dtype as mstype
 
 from . import grad_ops
@@ -133,6 +133,7 @@ class TrainOptim(nn.Cell):
         self.last_samples, self.last_grad_norm = state.last_samples, state.last_grad_norm
         self.hyper_map = ops.HyperMap()
 
+    @jit  # one compiled graph in PYNATIVE_MODE too: about 50 small ops, launched one by one otherwise
     def construct(self):
         count = ops.maximum(self.sample_count, 1.0)
         if self.average:
@@ -191,6 +192,7 @@ class TrainClear(nn.Cell):
         self.sample_count, self.micro_steps, self.loss_sum = window_state(grad_sum).parameters
         self.hyper_map = ops.HyperMap()
 
+    @jit  # one compiled graph in PYNATIVE_MODE too (an assign per buffer otherwise)
     def construct(self):
         held = self.micro_steps + 0
         cleared = self.hyper_map(grad_ops.clear, self.grad_sum)
