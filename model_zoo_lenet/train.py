@@ -32,7 +32,7 @@ from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
 
 import ms_accum
 from src.cli import run_cli, set_device
-from src.cpu_speed import set_cpu_threads
+from src.cpu_speed import set_cpu_threads, set_mode, tuned
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
@@ -150,10 +150,12 @@ def main(argv=None):
         raise ValueError("'--raw_sum' and '--partial_window' other than 'flush' are options of '--trainer driver'; "
                          "model_accu always averages and flushes a partial window at the end of an epoch.")
     set_device(args.device_target)
-    ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
+    set_mode(args.mode, args.device_target)
     if args.device_target == "CPU":
         threads = set_cpu_threads(args.cpu_threads)
-        print(f"CPU settings: ONEDNN_MAX_CPU_ISA={os.environ['ONEDNN_MAX_CPU_ISA']}, kernel threads: {threads}")
+        blocking = ", synchronous launches" if args.mode == "pynative" and tuned() else ""
+        print(f"CPU settings: ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')}, kernel threads: "
+              f"{threads}{blocking}")
     rank, world = init_parallel(args.parallel_mode)
     ms.set_seed(args.seed)
     dataset = create_dataset(args.data_path, args.batch_size, "train", num_samples=args.num_samples,

@@ -6,16 +6,15 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
 sys.path.insert(0, ZOO)
 
-from src.cpu_speed import apply_env_defaults  # noqa: E402  (no MindSpore import)
+from src.cpu_speed import apply_env_defaults, set_mode  # noqa: E402  (no MindSpore import)
 
-apply_env_defaults()
+apply_env_defaults()  # MS_ACCUM_CPU_DEFAULTS=mindspore runs the suite on MindSpore's own defaults instead
 
 import mindspore as ms  # noqa: E402
 import pytest  # noqa: E402
 
 ms.set_device("CPU")
-ms.runtime.launch_blocking()  # PYNATIVE runs several times faster on CPU with synchronous launches
-ms.set_context(mode=ms.PYNATIVE_MODE)
+set_mode("pynative")  # with synchronous launches on CPU: several times faster
 
 
 @pytest.fixture(autouse=True)

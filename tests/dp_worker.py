@@ -11,7 +11,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model_zoo_lenet"))
 
-from src.cpu_speed import apply_env_defaults  # noqa: E402
+from src.cpu_speed import apply_env_defaults, set_mode  # noqa: E402
 
 apply_env_defaults()
 
@@ -36,7 +36,7 @@ def main():
     out, mode, cell_kind, windows, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     overflow = tuple(int(v) for v in sys.argv[6:9]) if len(sys.argv) > 6 else None
     ms.set_device("CPU")
-    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+    set_mode(mode)
     if mode == "graph":
         ms.set_context(save_graphs=1, save_graphs_path=os.path.join(out, f"graphs_{os.environ.get('RANK_ID', 'x')}"))
     init()
