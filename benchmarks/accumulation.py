@@ -2,10 +2,12 @@
 
     .venv/bin/python benchmarks/accumulation.py                          # micro-batch 32 x 4, 3 processes each
     .venv/bin/python benchmarks/accumulation.py --batch 256 --steps 16 --repeats 1 --seconds 20   # memory
+    .venv/bin/python benchmarks/accumulation.py --mode pynative
 
-Each configuration runs in fresh processes (MindSpore in GRAPH_MODE with train.py's CPU defaults), taking turns,
-on Fashion-MNIST images from the bundled sample (tiled when a batch needs more), warm-up (compilation and the
-first updates) excluded. Two feeds are compared separately, each against plain training fed the same way:
+Each configuration runs in fresh processes, taking turns (MindSpore in GRAPH_MODE, or --mode pynative, with
+train.py's CPU defaults from model_zoo_lenet/src/cpu_speed.py), on Fashion-MNIST images from the bundled sample
+(tiled when a batch needs more), warm-up (compilation and the first updates) excluded. Each feed is compared
+with plain training fed the same way:
 
 - tensors (the batches already in memory, a Python loop):
   plain-b (nn.TrainOneStepCell, batch b), three-cells (TrainForwardBackward x N, TrainOptim, TrainClear),
@@ -153,7 +155,7 @@ def _lenet():
         net.trainable_params(), 0.01, 0.9)
 
 
-def child(config, data_path, batch, steps, seconds):
+def child(config, data_path, batch, steps, seconds, mode):
     """One measurement in this process; prints a JSON line."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     arrays = np.load(data_path)
@@ -165,11 +167,11 @@ def child(config, data_path, batch, steps, seconds):
         speed = timed(torch_lenet.make_update(config, images, labels, batch, steps), seconds)
     else:
         sys.path.insert(0, ZOO)
-        from src.cpu_speed import apply_env_defaults  # pylint: disable=import-outside-toplevel
+        from src.cpu_speed import apply_env_defaults, set_mode  # pylint: disable=import-outside-toplevel
         apply_env_defaults()
         import mindspore as ms  # pylint: disable=import-outside-toplevel
         ms.set_device("CPU")
-        ms.set_context(mode=ms.GRAPH_MODE)
+        set_mode(mode)
         before = rss_mib()
         if CONFIGS[config][1] == "plain-b-data":
             speed = mindspore_dataset(config, images, labels, batch, steps, seconds)
@@ -182,7 +184,8 @@ def child(config, data_path, batch, steps, seconds):
 def run_child(args, *extra):
     """Run this script in a fresh process; return its last output line, or exit with its error output."""
     out = subprocess.run([sys.executable, __file__, "--batch", str(args.batch), "--steps", str(args.steps),
-                          "--seconds", str(args.seconds), *extra], capture_output=True, text=True, check=False)
+                          "--seconds", str(args.seconds), "--mode", args.mode, *extra], capture_output=True,
+                         text=True, check=False)
     if out.returncode:
         sys.exit(f"benchmark process {' '.join(extra)} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
     return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
@@ -205,7 +208,8 @@ def print_tables(args, results):
     """The Markdown tables: every configuration, then MindSpore against PyTorch."""
     median = {c: statistics.median(r["samples_per_s"] for r in runs) for c, runs in results.items()}
     b, n = args.batch, args.steps
-    print(f"LeNet5, micro-batch b={b}, N={n} (effective batch {b * n}), CPU, median of {args.repeats} processes")
+    print(f"LeNet5, micro-batch b={b}, N={n} (effective batch {b * n}), MindSpore in {args.mode.upper()}_MODE, CPU, "
+          f"median of {args.repeats} processes")
     print("| configuration | what runs | samples/s | vs plain-b, same feed | vs plain-Nb | peak RSS MiB (before) "
           "| runs |")
     print("|---|---|---|---|---|---|---|")
@@ -234,6 +238,7 @@ def main():
     parser.add_argument("--steps", type=int, default=4, help="micro-batches per update N")
     parser.add_argument("--repeats", type=int, default=3, help="processes per configuration")
     parser.add_argument("--seconds", type=float, default=8.0, help="measured time per process (roughly)")
+    parser.add_argument("--mode", choices=["graph", "pynative"], default="graph", help="MindSpore's execution mode")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--data", default=None, help=argparse.SUPPRESS)
@@ -243,7 +248,7 @@ def main():
         prepare(args.prepare, args.batch, args.steps)
         return
     if args.child:
-        child(args.child, args.data, args.batch, args.steps, args.seconds)
+        child(args.child, args.data, args.batch, args.steps, args.seconds, args.mode)
         return
     for name in ("batch", "steps", "repeats"):
         if getattr(args, name) < 1:

@@ -4,7 +4,7 @@
 
 Each setting runs in fresh processes (oneDNN reads ONEDNN_MAX_CPU_ISA once, and MindSpore's thread count can be
 set once per process), the settings taking turns so that a slow spell of a shared machine hits them all:
-GradientAccumulation's cells with micro-batch 32 x 4 in GRAPH_MODE on the bundled Fashion-MNIST sample, the
+GradientAccumulation's cells with micro-batch 32 x 4 in GRAPH_MODE (or PYNATIVE_MODE) on the bundled sample, the
 first 30 updates excluded as warm-up, then as many updates as fit in --seconds. The figure is the median
 samples/s over the processes.
 """
@@ -19,18 +19,23 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
 WARMUP_UPDATES = 30
+AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
+# (label, environment, kernel threads, jit_level, mode: graph, pynative (synchronous launches) or pynative-async)
 SETTINGS = [
-    ("MindSpore defaults (oneDNN any ISA, default threads)", {"ONEDNN_MAX_CPU_ISA": "ALL"}, None),
-    ("train.py default: oneDNN capped at AVX2, default threads", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, None),
-    ("oneDNN capped at AVX2, 1 thread", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, 1),
-    ("oneDNN capped at AVX2, threads = cores available (2)", {"ONEDNN_MAX_CPU_ISA": "AVX2"}, "cores"),
+    ("MindSpore defaults (oneDNN any ISA, default threads)", {"ONEDNN_MAX_CPU_ISA": "ALL"}, None, None, "graph"),
+    ("train.py default: oneDNN capped at AVX2, default threads", AVX2, None, None, "graph"),
+    ("oneDNN capped at AVX2, 1 thread", AVX2, 1, None, "graph"),
+    ("oneDNN capped at AVX2, threads = cores available (2)", AVX2, "cores", None, "graph"),
+    ("oneDNN capped at AVX2, jit_level O1 (graph kernel fusion)", AVX2, None, "O1", "graph"),
+    ("PYNATIVE_MODE, oneDNN capped at AVX2, MindSpore's asynchronous launches", AVX2, None, None, "pynative-async"),
+    ("PYNATIVE_MODE, train.py default: AVX2 and synchronous launches", AVX2, None, None, "pynative"),
 ]
 
 
-def child(threads, seconds):
+def child(threads, jit_level, mode, seconds):
     """One measurement in this process; prints a JSON line."""
     sys.path.insert(0, ZOO)
-    from src.cpu_speed import apply_env_defaults, available_cores, set_cpu_threads  # noqa  # pylint: disable=import-outside-toplevel
+    from src.cpu_speed import apply_env_defaults, available_cores, set_cpu_threads, set_mode  # noqa  # pylint: disable=import-outside-toplevel
     apply_env_defaults()
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     from mindspore import nn  # pylint: disable=import-outside-toplevel
@@ -39,7 +44,12 @@ def child(threads, seconds):
     from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
 
     ms.set_device("CPU")
-    ms.set_context(mode=ms.GRAPH_MODE)
+    if mode == "pynative-async":
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    else:
+        set_mode(mode)
+    if jit_level is not None:
+        ms.set_context(jit_config={"jit_level": jit_level})
     if threads is not None:
         set_cpu_threads(available_cores() if threads == "cores" else int(threads))
     data = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), 32, "train", shuffle=False)
@@ -69,16 +79,20 @@ def main():
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--threads", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--jit_level", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", default="graph", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.threads, args.seconds)
+        child(args.threads, args.jit_level, args.mode, args.seconds)
         return
-    runs = {label: [] for label, _, _ in SETTINGS}
+    runs = {label: [] for label, *_ in SETTINGS}
     for _ in range(args.repeats):  # settings interleaved, so that a slow spell of the machine hits them all
-        for label, env, threads in SETTINGS:
-            cmd = [sys.executable, __file__, "--child", "--seconds", str(args.seconds)]
+        for label, env, threads, jit_level, mode in SETTINGS:
+            cmd = [sys.executable, __file__, "--child", "--seconds", str(args.seconds), "--mode", mode]
             if threads is not None:
                 cmd += ["--threads", str(threads)]
+            if jit_level is not None:
+                cmd += ["--jit_level", jit_level]
             out = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
             runs[label].append(json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"])
     print(f"| setting | samples/s (median of {args.repeats}) | runs, in order |")

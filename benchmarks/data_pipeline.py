@@ -1,0 +1,123 @@
+"""Does train.py's data pipeline keep up with training? Dataset throughput against training throughput, on CPU.
+
+    .venv/bin/python benchmarks/data_pipeline.py                       # data/fashion-mnist, else the sample
+    .venv/bin/python benchmarks/data_pipeline.py --workers 1,2 --repeats 3
+
+For each map-worker count (create_dataset's num_parallel_workers, train.py's --num_parallel_workers), in fresh
+processes taking turns:
+
+- pipeline alone: samples/s of iterating train.py's pipeline (MnistDataset, resize to 32x32, rescale, normalise,
+  HWC2CHW, batch 32) without training;
+- training: samples/s of train.py's configuration (GradientAccumulation, LeNet5, micro-batch 32 x 4, GRAPH_MODE,
+  train.py's CPU defaults) fed by that pipeline.
+
+and once, as the reference, training fed by the same images already decoded and normalised in memory (a
+NumpySlicesDataset), which no pipeline setting can beat. Training at the in-memory reference means the pipeline
+does not starve it; the pipeline alone should run well above training.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ZOO = os.path.join(ROOT, "model_zoo_lenet")
+BATCH, STEPS = 32, 4
+
+
+def child(kind, workers, data_path, seconds):
+    """One measurement in this process; prints a JSON line with samples/s."""
+    sys.path.insert(0, ZOO)
+    from src.cpu_speed import apply_env_defaults, set_mode  # pylint: disable=import-outside-toplevel
+    apply_env_defaults()
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
+    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
+    ms.set_device("CPU")
+    set_mode("graph")
+    data = create_dataset(data_path, BATCH, "train", num_parallel_workers=workers, seed=1)
+    samples = data.get_dataset_size() * BATCH
+    if kind == "pipeline":
+        iterator = data.repeat(-1).create_tuple_iterator(num_epochs=1)
+        next(iterator)
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            next(iterator)
+            count += BATCH
+        print(json.dumps({"samples_per_s": count / (time.perf_counter() - start)}))
+        return
+    if kind == "in-memory":
+        pairs = list(data.create_tuple_iterator(num_epochs=1, output_numpy=True))
+        data = ds.NumpySlicesDataset({"image": np.concatenate([x for x, _ in pairs]),
+                                      "label": np.concatenate([y for _, y in pairs])}, shuffle=False).batch(BATCH)
+    net = LeNet5()
+    trainer = ms_accum.GradientAccumulation(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                                            nn.Momentum(net.trainable_params(), 0.01, 0.9))
+
+    def run(epochs):
+        trainer.train_process(epochs, data, STEPS, ckpt_path=None, log_every=0)
+
+    start = time.perf_counter()
+    run(1)  # warm-up (compilation), also sizes the measured run
+    epochs = max(1, round(seconds / (time.perf_counter() - start)))
+    start = time.perf_counter()
+    run(epochs)
+    print(json.dumps({"samples_per_s": epochs * samples / (time.perf_counter() - start)}))
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    default_data = os.path.join(ROOT, "data", "fashion-mnist")
+    if not os.path.isdir(default_data):
+        default_data = os.path.join(ZOO, "data", "fashion_mnist_sample")
+    parser.add_argument("--data_path", default=default_data, help="default: %(default)s")
+    cores = os.cpu_count() or 1
+    parser.add_argument("--workers", default=",".join(str(w) for w in sorted({1, 2, cores}) if w <= cores),
+                        help="map-worker counts to compare, each at most the CPU count (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=3, help="processes per measurement")
+    parser.add_argument("--seconds", type=float, default=10.0, help="measured time per process (roughly)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    try:
+        counts = [int(w) for w in args.workers.split(",")]
+    except ValueError:
+        parser.error(f"--workers must be comma-separated ints, but got {args.workers!r}.")
+    if any(not 1 <= w <= cores for w in counts) or args.repeats < 1:
+        parser.error(f"--workers must each be in [1, {cores}] (MindSpore's bound: the CPU count) and --repeats "
+                     f">= 1, but got --workers {args.workers} --repeats {args.repeats}.")
+    if args.child:
+        kind, workers = args.child.split(":")
+        child(kind, int(workers), args.data_path, args.seconds)
+        return
+    jobs = [("in-memory", counts[0])] + [(kind, w) for w in counts for kind in ("pipeline", "training")]
+    runs = {job: [] for job in jobs}
+    for _ in range(args.repeats):
+        for kind, workers in jobs:
+            out = subprocess.run([sys.executable, __file__, "--child", f"{kind}:{workers}", "--data_path",
+                                  args.data_path, "--seconds", str(args.seconds)], capture_output=True, text=True,
+                                 check=False)
+            if out.returncode:
+                sys.exit(f"{kind} with {workers} workers failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+            runs[(kind, workers)].append(json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"])
+    median = {job: statistics.median(values) for job, values in runs.items()}
+    reference = median[("in-memory", counts[0])]
+    print(f"{args.data_path}/train, micro-batch {BATCH} x {STEPS}, GRAPH_MODE CPU, median of {args.repeats} processes")
+    print("| measurement | map workers | samples/s | vs training from memory | runs |")
+    print("|---|---|---|---|---|")
+    for (kind, workers), values in runs.items():
+        label = {"in-memory": "training, images already in memory", "pipeline": "pipeline alone",
+                 "training": "training fed by the pipeline"}[kind]
+        shown = "-" if kind == "in-memory" else workers
+        print(f"| {label} | {shown} | {median[(kind, workers)]:.0f} | {median[(kind, workers)] / reference:.2f} | "
+              f"{', '.join(f'{v:.0f}' for v in values)} |")
+
+
+if __name__ == "__main__":
+    main()

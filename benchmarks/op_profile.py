@@ -1,0 +1,148 @@
+"""Where a LeNet5 training step spends its time, per kind of kernel, in MindSpore and (if installed) PyTorch.
+
+    .venv/bin/python benchmarks/op_profile.py              # batch 32, 100 profiled steps, GRAPH_MODE
+
+One plain training step (forward, backward, Momentum update) on the bundled Fashion-MNIST images, profiled
+after a warm-up: MindSpore with its Profiler (kernel times from the CPU framework's op table), PyTorch with
+torch.profiler (self CPU time of each aten operator). Kernels are grouped into convolution forward, convolution
+backward, max-pool forward, max-pool backward, dense layers and the rest; the figures are milliseconds per step.
+This explains the ratio to PyTorch that benchmarks/accumulation.py measures.
+"""
+import argparse
+import csv
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ZOO = os.path.join(ROOT, "model_zoo_lenet")
+GROUPS = ("conv forward", "conv backward", "max-pool forward", "max-pool backward", "dense", "other")
+MINDSPORE_GROUPS = {"Conv2D": "conv forward", "Conv2DBackpropInput": "conv backward",
+                    "Conv2DBackpropFilter": "conv backward", "MaxPool": "max-pool forward",
+                    "MaxPoolGrad": "max-pool backward", "MatMul": "dense"}
+TORCH_GROUPS = {"aten::mkldnn_convolution": "conv forward", "aten::convolution_backward": "conv backward",
+                "aten::max_pool2d_with_indices": "max-pool forward",
+                "aten::max_pool2d_with_indices_backward": "max-pool backward", "aten::addmm": "dense",
+                "aten::mm": "dense"}
+
+
+def images(batch):
+    """One batch of the bundled sample, normalised as train.py feeds it (numpy)."""
+    sys.path.insert(0, ZOO)
+    from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
+    data = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), batch, "train", shuffle=False)
+    return next(data.create_tuple_iterator(num_epochs=1, output_numpy=True))
+
+
+def mindspore_profile(batch, steps, out_dir):
+    """ms per step of each kernel group, MindSpore GRAPH_MODE on CPU."""
+    sys.path.insert(0, ZOO)
+    from src.cpu_speed import apply_env_defaults  # pylint: disable=import-outside-toplevel
+    apply_env_defaults()
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import Tensor, nn  # pylint: disable=import-outside-toplevel
+    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
+    ms.set_device("CPU")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    x, y = (Tensor(a) for a in images(batch))
+    net = LeNet5()
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True,
+                                                                                    reduction="mean")),
+                               nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    for _ in range(20):
+        step(x, y).asnumpy()
+    profiler = ms.Profiler(output_path=out_dir)
+    start = time.perf_counter()
+    for _ in range(steps):
+        loss = step(x, y)
+    loss.asnumpy()
+    wall = (time.perf_counter() - start) * 1e3 / steps
+    profiler.stop()
+    profiler.analyse()
+    tables = glob.glob(os.path.join(out_dir, "**", "cpu_op_type_info_0.csv"), recursive=True)
+    if len(tables) != 1:
+        raise RuntimeError(f"expected one cpu_op_type_info_0.csv under {out_dir}, found {tables}")
+    times = dict.fromkeys(GROUPS, 0.0)
+    with open(tables[0], newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            times[MINDSPORE_GROUPS.get(row["op_type"], "other")] += float(row["total_compute_time"]) / steps
+    return times, wall
+
+
+def torch_profile(batch, steps):
+    """ms per step of each kernel group, PyTorch on CPU (self CPU time of the aten operators)."""
+    import torch  # pylint: disable=import-outside-toplevel
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch_lenet  # pylint: disable=import-outside-toplevel
+    x, y = images(batch)
+    x, y = torch.from_numpy(x), torch.from_numpy(y).long()
+    net = torch_lenet.LeNet5()
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(net(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss
+
+    for _ in range(20):
+        step()
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    wall = (time.perf_counter() - start) * 1e3 / steps
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+    times = dict.fromkeys(GROUPS, 0.0)
+    for event in prof.key_averages():
+        times[TORCH_GROUPS.get(event.key, "other")] += event.self_cpu_time_total / 1e3 / steps
+    return times, wall
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--child", choices=["mindspore", "torch"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        with tempfile.TemporaryDirectory() as tmp:
+            times, wall = (mindspore_profile(args.batch, args.steps, tmp) if args.child == "mindspore"
+                           else torch_profile(args.batch, args.steps))
+        print(json.dumps({"times": times, "wall": wall}))
+        return
+    frameworks = ["mindspore"]
+    try:
+        import torch  # noqa: F401  # pylint: disable=import-outside-toplevel,unused-import
+        frameworks.append("torch")
+    except ImportError:
+        print("PyTorch is not installed (`.venv/bin/pip install -e .[torch]`): MindSpore only.")
+    results = {}
+    for framework in frameworks:  # one process each: the two frameworks' thread pools stay apart
+        out = subprocess.run([sys.executable, __file__, "--child", framework, "--batch", str(args.batch),
+                              "--steps", str(args.steps)], capture_output=True, text=True, check=False)
+        if out.returncode:
+            sys.exit(f"{framework} profile failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        results[framework] = result["times"], result["wall"]
+    print(f"LeNet5 training step, batch {args.batch}, CPU, ms per step ({args.steps} profiled steps)")
+    print("| kernels | " + " | ".join(results) + (" | MindSpore / PyTorch |" if len(results) == 2 else ""))
+    print("|---" * (len(results) + 1 + (len(results) == 2)) + "|")
+    for group in GROUPS + ("sum of kernels", "wall time per step, unprofiled"):
+        row = []
+        for times, wall in results.values():
+            row.append(sum(times.values()) if group == "sum of kernels" else
+                       wall if group.startswith("wall") else times[group])
+        ratio = f" | {row[0] / row[1]:.1f}" if len(row) == 2 and row[1] > 0 else (" | -" if len(row) == 2 else "")
+        print(f"| {group} | " + " | ".join(f"{value:.2f}" for value in row) + ratio + " |")
+
+
+if __name__ == "__main__":
+    main()
