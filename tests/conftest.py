@@ -14,7 +14,7 @@ import mindspore as ms  # noqa: E402
 import pytest  # noqa: E402
 
 ms.set_device("CPU")
-set_mode("pynative")  # with synchronous launches on CPU: several times faster
+set_mode("pynative")  # with synchronous kernel launches on CPU (faster there: see README, Performance)
 
 
 @pytest.fixture(autouse=True)

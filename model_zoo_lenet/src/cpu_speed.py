@@ -5,8 +5,8 @@ kernel; capping its instruction set at AVX2 makes LeNet training about 9 times f
 unless ONEDNN_MAX_CPU_ISA is already in the environment. Setting MindSpore's CPU kernel thread count (to 1, or to
 the cores available) made no difference beyond the machine's run-to-run noise, so MindSpore's own thread count
 stays the default and --cpu_threads N sets another. In PYNATIVE_MODE on CPU, synchronous kernel launches
-(`mindspore.runtime.launch_blocking()`) are 2 to 3 times faster for LeNet and the test suite's networks; GRAPH_MODE
-is the same either way.
+(`mindspore.runtime.launch_blocking()`) train LeNet 1.6 times faster (benchmarks/cpu_settings.py); GRAPH_MODE is
+the same either way.
 
 MS_ACCUM_CPU_DEFAULTS=mindspore in the environment turns both settings off (MindSpore's own defaults), to measure
 what they bring. `apply_env_defaults` must run before MindSpore is imported; it imports nothing heavy.

@@ -1,0 +1,98 @@
+"""Accumulation against plain training in one process, in alternating blocks: the ratio with less noise.
+
+    .venv/bin/python benchmarks/paired.py                      # GRAPH_MODE, b = 32, N = 4, 20 block pairs
+    .venv/bin/python benchmarks/paired.py --mode pynative
+
+On a shared machine the speed of a process drifts by tens of percent over a minute, more than the few percent
+that separate accumulation from plain training. Here both run in one process on the same batches: a block of
+plain `TrainOneStepCell` updates (N steps of b each), then a block of three-cell updates (`TrainForwardBackward`
+x N, `TrainOptim`, `TrainClear`), and so on; each pair of neighbouring blocks gives one ratio, and the median
+ratio is printed with its spread. Each block reads the loss from the device once per update, as a training loop
+that reports it does.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "model_zoo_lenet"))
+sys.path.insert(0, ROOT)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--pairs", type=int, default=20, help="block pairs (default: %(default)s)")
+    parser.add_argument("--updates", type=int, default=15, help="updates per block (default: %(default)s)")
+    args = parser.parse_args()
+    if min(args.batch, args.steps, args.pairs, args.updates) < 1:
+        parser.error("--batch, --steps, --pairs and --updates must be >= 1.")
+    from src.cpu_speed import apply_env_defaults, set_mode  # pylint: disable=import-outside-toplevel
+    apply_env_defaults()
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import Tensor, nn  # pylint: disable=import-outside-toplevel
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
+    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
+    ms.set_device("CPU")
+    set_mode(args.mode)
+    data = create_dataset(os.path.join(ROOT, "model_zoo_lenet", "data", "fashion_mnist_sample"), args.batch,
+                          "train", shuffle=False)
+    batches = [tuple(Tensor(a) for a in pair) for pair in data.create_tuple_iterator(num_epochs=1,
+                                                                                     output_numpy=True)]
+
+    def parts():
+        net = LeNet5()
+        return (nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
+                nn.Momentum(net.trainable_params(), 0.01, 0.9))
+
+    loss_net, opt = parts()
+    plain = nn.TrainOneStepCell(loss_net, opt)
+    loss_net, opt = parts()
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
+    optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
+    n, position = args.steps, [0]
+
+    def plain_update():
+        for _ in range(n):
+            out = plain(*batches[position[0] % len(batches)])
+            position[0] += 1
+        out.asnumpy()
+
+    def accumulated_update():
+        for _ in range(n):
+            forward_backward(*batches[position[0] % len(batches)])
+            position[0] += 1
+        optim().asnumpy()
+        clear()
+
+    def block(update):
+        start = time.perf_counter()
+        for _ in range(args.updates):
+            update()
+        return args.updates * n * args.batch / (time.perf_counter() - start)
+
+    block(plain_update)  # warm-up: compilation
+    block(accumulated_update)
+    ratios, plain_speeds, accumulated_speeds = [], [], []
+    for _ in range(args.pairs):
+        plain_speeds.append(block(plain_update))
+        accumulated_speeds.append(block(accumulated_update))
+        ratios.append(accumulated_speeds[-1] / plain_speeds[-1])
+    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    print(f"LeNet5, {args.mode.upper()}_MODE CPU, micro-batch {args.batch} x {args.steps}, {args.pairs} block pairs "
+          f"of {args.updates} updates")
+    print(f"plain TrainOneStepCell: median {statistics.median(plain_speeds):.0f} samples/s; three cells: median "
+          f"{statistics.median(accumulated_speeds):.0f} samples/s")
+    print(f"three cells / plain, per block pair: median {statistics.median(ratios):.3f}, quartiles "
+          f"{quartiles[0]:.3f} to {quartiles[2]:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+
+
+if __name__ == "__main__":
+    main()
