@@ -13,12 +13,9 @@ that reports it does.
 import argparse
 import os
 import statistics
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "model_zoo_lenet"))
-sys.path.insert(0, ROOT)
+from lenet_cells import ROOT, plain_and_three_cells, start_mindspore
 
 
 def main():
@@ -31,32 +28,14 @@ def main():
     args = parser.parse_args()
     if min(args.batch, args.steps, args.pairs, args.updates) < 1:
         parser.error("--batch, --steps, --pairs and --updates must be >= 1.")
-    from src.cpu_speed import apply_env_defaults, set_mode  # pylint: disable=import-outside-toplevel
-    apply_env_defaults()
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import Tensor, nn  # pylint: disable=import-outside-toplevel
-    import ms_accum  # pylint: disable=import-outside-toplevel
+    start_mindspore(args.mode)
+    from mindspore import Tensor  # pylint: disable=import-outside-toplevel
     from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
-    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
-    ms.set_device("CPU")
-    set_mode(args.mode)
     data = create_dataset(os.path.join(ROOT, "model_zoo_lenet", "data", "fashion_mnist_sample"), args.batch,
                           "train", shuffle=False)
     batches = [tuple(Tensor(a) for a in pair) for pair in data.create_tuple_iterator(num_epochs=1,
                                                                                      output_numpy=True)]
-
-    def parts():
-        net = LeNet5()
-        return (nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
-                nn.Momentum(net.trainable_params(), 0.01, 0.9))
-
-    loss_net, opt = parts()
-    plain = nn.TrainOneStepCell(loss_net, opt)
-    loss_net, opt = parts()
-    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-    forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
-    optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
+    plain, forward_backward, optim, clear = plain_and_three_cells()
     n, position = args.steps, [0]
 
     def plain_update():

@@ -1,0 +1,59 @@
+"""Milliseconds per call of each cell: plain TrainOneStepCell against the three accumulation cells.
+
+    .venv/bin/python benchmarks/cell_times.py                  # GRAPH_MODE, LeNet5, batch 32
+    .venv/bin/python benchmarks/cell_times.py --mode pynative
+
+All four cells live in one process and take turns in rounds (a slow spell of a shared machine hits them all);
+each round times --calls calls of one cell after a short warm-up, waiting for the device at the end, and the
+median over rounds is printed. Plain `TrainOneStepCell` and `TrainForwardBackward` run on one batch each call;
+`TrainOptim` and `TrainClear` run once per update, so an update of N micro-batches costs about
+N * forward-backward + optim + clear against N * plain.
+"""
+import argparse
+import statistics
+import time
+
+from lenet_cells import plain_and_three_cells, start_mindspore
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=100)
+    args = parser.parse_args()
+    if min(args.batch, args.rounds, args.calls) < 1:
+        parser.error("--batch, --rounds and --calls must be >= 1.")
+    start_mindspore(args.mode)
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from mindspore import Tensor  # pylint: disable=import-outside-toplevel
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.normal(size=(args.batch, 1, 32, 32)).astype(np.float32))
+    y = Tensor(rng.integers(0, 10, size=args.batch).astype(np.int32))
+    plain, forward_backward, optim, clear = plain_and_three_cells()
+    cells = {"TrainOneStepCell (plain step)": lambda: plain(x, y),
+             "TrainForwardBackward": lambda: forward_backward(x, y),
+             "TrainOptim": optim,
+             "TrainClear": clear}
+    times = {name: [] for name in cells}
+    for _ in range(args.rounds):
+        for name, call in cells.items():
+            for _ in range(5):
+                out = call()
+            out.asnumpy()
+            start = time.perf_counter()
+            for _ in range(args.calls):
+                out = call()
+            out.asnumpy()
+            times[name].append((time.perf_counter() - start) * 1e3 / args.calls)
+    print(f"LeNet5, batch {args.batch}, {args.mode.upper()}_MODE CPU, median of {args.rounds} rounds of "
+          f"{args.calls} calls")
+    print("| cell | ms per call | rounds |")
+    print("|---|---|---|")
+    for name, values in times.items():
+        print(f"| {name} | {statistics.median(values):.2f} | {', '.join(f'{v:.2f}' for v in values)} |")
+
+
+if __name__ == "__main__":
+    main()
