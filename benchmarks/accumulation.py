@@ -201,6 +201,8 @@ def pick_configs(text):
         print("PyTorch is not installed: its configurations are left out (install them with "
               "`.venv/bin/pip install -e .[torch]`).", flush=True)
         configs = [c for c in configs if not c.startswith("torch-")]
+    if not configs:
+        sys.exit(f"--configs: nothing left to run in {text!r}; choose from {', '.join(CONFIGS)}.")
     return configs
 
 
