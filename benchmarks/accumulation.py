@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 
+from lenet_cells import lenet_parts, plain_step, start_mindspore, three_cells
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
 # name: (what it is, the plain-at-b configuration fed the same way)
@@ -59,7 +61,6 @@ def rss_mib():
 
 def prepare(path, batch, steps):
     """Write the benchmark's images and labels (8 large batches, from the bundled sample) to `path` (.npz)."""
-    sys.path.insert(0, ZOO)
     import numpy as np  # pylint: disable=import-outside-toplevel
     from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
     sample = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), 1000, "train", shuffle=False)
@@ -83,16 +84,12 @@ def timed(update, seconds):
 
 def mindspore_tensors(config, images, labels, batch, steps):
     """update(k) for the tensor-fed MindSpore configurations."""
-    from mindspore import Tensor, nn  # pylint: disable=import-outside-toplevel
-    import ms_accum  # pylint: disable=import-outside-toplevel
-    net, loss, opt = _lenet()
+    from mindspore import Tensor  # pylint: disable=import-outside-toplevel
     size = batch * steps if config == "plain-Nb" else batch
     xs = [Tensor(images[i:i + size]) for i in range(0, len(images), size)]
     ys = [Tensor(labels[i:i + size]) for i in range(0, len(labels), size)]
     if config == "three-cells":
-        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-        forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum)
-        optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
+        forward_backward, optim, clear = three_cells(*lenet_parts())
 
         def update(k):
             for s in range(steps):
@@ -101,7 +98,7 @@ def mindspore_tensors(config, images, labels, batch, steps):
             clear()
             return batch * steps
         return update
-    step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)
+    step = plain_step(*lenet_parts())
     per_update = 1 if config == "plain-Nb" else steps
 
     def update(k):
@@ -118,7 +115,7 @@ def mindspore_dataset(config, images, labels, batch, steps, seconds):
     import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
     from mindspore import nn  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
-    net, loss, opt = _lenet()
+    net, loss, opt = lenet_parts()
     big = batch * steps
     data = ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False).batch(batch)
     warm = ds.NumpySlicesDataset({"x": images[:2 * big], "y": labels[:2 * big]}, shuffle=False).batch(batch)
@@ -133,7 +130,7 @@ def mindspore_dataset(config, images, labels, batch, steps, seconds):
             model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt,
                                                                     accumulation_steps=steps))
         else:
-            model = ms.train.Model(nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt))
+            model = ms.train.Model(plain_step(net, loss, opt))
 
         def run(dataset, epochs):
             model.train(epochs, dataset, callbacks=callbacks, dataset_sink_mode=False)
@@ -146,32 +143,17 @@ def mindspore_dataset(config, images, labels, batch, steps, seconds):
     return epochs * len(images) / (time.perf_counter() - start)
 
 
-def _lenet():
-    """LeNet5, its loss and a Momentum optimizer (MindSpore)."""
-    from mindspore import nn  # pylint: disable=import-outside-toplevel
-    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
-    net = LeNet5()
-    return net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"), nn.Momentum(
-        net.trainable_params(), 0.01, 0.9)
-
-
 def child(config, data_path, batch, steps, seconds, mode):
     """One measurement in this process; prints a JSON line."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     arrays = np.load(data_path)
     images, labels = arrays["images"], arrays["labels"]
     if config.startswith("torch-"):
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import torch_lenet  # pylint: disable=import-outside-toplevel
         before = rss_mib()
         speed = timed(torch_lenet.make_update(config, images, labels, batch, steps), seconds)
     else:
-        sys.path.insert(0, ZOO)
-        from src.cpu_speed import apply_env_defaults, set_mode  # pylint: disable=import-outside-toplevel
-        apply_env_defaults()
-        import mindspore as ms  # pylint: disable=import-outside-toplevel
-        ms.set_device("CPU")
-        set_mode(mode)
+        start_mindspore(mode)
         before = rss_mib()
         if CONFIGS[config][1] == "plain-b-data":
             speed = mindspore_dataset(config, images, labels, batch, steps, seconds)

@@ -16,6 +16,8 @@ import subprocess
 import sys
 import time
 
+from lenet_cells import lenet_parts
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
 WARMUP_UPDATES = 30
@@ -34,14 +36,11 @@ SETTINGS = [
 
 def child(threads, jit_level, mode, seconds):
     """One measurement in this process; prints a JSON line."""
-    sys.path.insert(0, ZOO)
     from src.cpu_speed import apply_env_defaults, available_cores, set_cpu_threads, set_mode  # noqa  # pylint: disable=import-outside-toplevel
     apply_env_defaults()
     import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import nn  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
     from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
-    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
 
     ms.set_device("CPU")
     if mode == "pynative-async":
@@ -54,9 +53,7 @@ def child(threads, jit_level, mode, seconds):
         set_cpu_threads(available_cores() if threads == "cores" else int(threads))
     data = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), 32, "train", shuffle=False)
     batches = list(data.create_tuple_iterator(num_epochs=1))
-    net = LeNet5()
-    trainer = ms_accum.GradientAccumulation(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                                            nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    trainer = ms_accum.GradientAccumulation(*lenet_parts())
     def update(index):
         for step in range(4):
             trainer.forward_backward(*batches[(4 * index + step) % len(batches)])

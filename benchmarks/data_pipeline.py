@@ -23,6 +23,8 @@ import subprocess
 import sys
 import time
 
+from lenet_cells import lenet_parts, start_mindspore
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
 BATCH, STEPS = 32, 4
@@ -30,18 +32,11 @@ BATCH, STEPS = 32, 4
 
 def child(kind, workers, data_path, seconds):
     """One measurement in this process; prints a JSON line with samples/s."""
-    sys.path.insert(0, ZOO)
-    from src.cpu_speed import apply_env_defaults, set_mode  # pylint: disable=import-outside-toplevel
-    apply_env_defaults()
+    start_mindspore("graph")
     import numpy as np  # pylint: disable=import-outside-toplevel
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
     import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
-    from mindspore import nn  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
     from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
-    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
-    ms.set_device("CPU")
-    set_mode("graph")
     data = create_dataset(data_path, BATCH, "train", num_parallel_workers=workers, seed=1)
     samples = data.get_dataset_size() * BATCH
     if kind == "pipeline":
@@ -57,9 +52,7 @@ def child(kind, workers, data_path, seconds):
         pairs = list(data.create_tuple_iterator(num_epochs=1, output_numpy=True))
         data = ds.NumpySlicesDataset({"image": np.concatenate([x for x, _ in pairs]),
                                       "label": np.concatenate([y for _, y in pairs])}, shuffle=False).batch(BATCH)
-    net = LeNet5()
-    trainer = ms_accum.GradientAccumulation(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                                            nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    trainer = ms_accum.GradientAccumulation(*lenet_parts())
 
     def run(epochs):
         trainer.train_process(epochs, data, STEPS, ckpt_path=None, log_every=0)

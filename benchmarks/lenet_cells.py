@@ -1,5 +1,5 @@
-"""What benchmarks/paired.py and benchmarks/cell_times.py share: MindSpore on CPU with train.py's defaults, and a
-plain TrainOneStepCell beside the three accumulation cells, each on its own fresh LeNet5."""
+"""What the MindSpore benchmarks share: MindSpore on CPU with train.py's defaults, and the one LeNet5 job they
+all train (sparse softmax cross-entropy, Momentum(0.01, 0.9)), plain or through the three accumulation cells."""
 import os
 import sys
 
@@ -17,21 +17,30 @@ def start_mindspore(mode):
     set_mode(mode)
 
 
-def plain_and_three_cells():
-    """(plain TrainOneStepCell, TrainForwardBackward, TrainOptim, TrainClear): LeNet5, sparse softmax
-    cross-entropy, Momentum(0.01, 0.9); the plain cell and the three cells train separate networks."""
+def lenet_parts():
+    """A fresh (LeNet5, loss, optimizer)."""
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
+    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
+    net = LeNet5()
+    return (net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+            nn.Momentum(net.trainable_params(), 0.01, 0.9))
+
+
+def three_cells(net, loss, optimizer):
+    """(TrainForwardBackward, TrainOptim, TrainClear) on fresh grad_sum buffers."""
     from mindspore import nn  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
-    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
+    grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+    return (ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), optimizer, grad_sum),
+            ms_accum.TrainOptim(optimizer, grad_sum), ms_accum.TrainClear(grad_sum))
 
-    def parts():
-        net = LeNet5()
-        return (nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
-                nn.Momentum(net.trainable_params(), 0.01, 0.9))
 
-    loss_net, opt = parts()
-    plain = nn.TrainOneStepCell(loss_net, opt)
-    loss_net, opt = parts()
-    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-    return (plain, ms_accum.TrainForwardBackward(loss_net, opt, grad_sum), ms_accum.TrainOptim(opt, grad_sum),
-            ms_accum.TrainClear(grad_sum))
+def plain_step(net, loss, optimizer):
+    """nn.TrainOneStepCell over the loss network."""
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
+    return nn.TrainOneStepCell(nn.WithLossCell(net, loss), optimizer)
+
+
+def plain_and_three_cells():
+    """(plain TrainOneStepCell, TrainForwardBackward, TrainOptim, TrainClear), on two separate fresh networks."""
+    return (plain_step(*lenet_parts()),) + three_cells(*lenet_parts())

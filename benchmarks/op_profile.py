@@ -18,6 +18,8 @@ import sys
 import tempfile
 import time
 
+from lenet_cells import lenet_parts, plain_step, start_mindspore
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
 GROUPS = ("conv forward", "conv backward", "max-pool forward", "max-pool backward", "dense", "other")
@@ -32,7 +34,6 @@ TORCH_GROUPS = {"aten::mkldnn_convolution": "conv forward", "aten::convolution_b
 
 def images(batch):
     """One batch of the bundled sample, normalised as train.py feeds it (numpy)."""
-    sys.path.insert(0, ZOO)
     from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
     data = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), batch, "train", shuffle=False)
     return next(data.create_tuple_iterator(num_epochs=1, output_numpy=True))
@@ -40,19 +41,11 @@ def images(batch):
 
 def mindspore_profile(batch, steps, out_dir):
     """ms per step of each kernel group, MindSpore GRAPH_MODE on CPU."""
-    sys.path.insert(0, ZOO)
-    from src.cpu_speed import apply_env_defaults  # pylint: disable=import-outside-toplevel
-    apply_env_defaults()
+    start_mindspore("graph")
     import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import Tensor, nn  # pylint: disable=import-outside-toplevel
-    from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
-    ms.set_device("CPU")
-    ms.set_context(mode=ms.GRAPH_MODE)
+    from mindspore import Tensor  # pylint: disable=import-outside-toplevel
     x, y = (Tensor(a) for a in images(batch))
-    net = LeNet5()
-    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True,
-                                                                                    reduction="mean")),
-                               nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    step = plain_step(*lenet_parts())
     for _ in range(20):
         step(x, y).asnumpy()
     profiler = ms.Profiler(output_path=out_dir)
@@ -76,7 +69,6 @@ def mindspore_profile(batch, steps, out_dir):
 def torch_profile(batch, steps):
     """ms per step of each kernel group, PyTorch on CPU (self CPU time of the aten operators)."""
     import torch  # pylint: disable=import-outside-toplevel
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_lenet  # pylint: disable=import-outside-toplevel
     x, y = images(batch)
     x, y = torch.from_numpy(x), torch.from_numpy(y).long()
