@@ -33,7 +33,8 @@ import sys
 import tempfile
 import time
 
-from lenet_cells import lenet_parts, plain_step, start_mindspore, three_cells
+from lenet_cells import (accumulated_update, lenet_parts, plain_step, plain_updates, start_mindspore, three_cells,
+                         timed, window_of)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
@@ -71,40 +72,23 @@ def prepare(path, batch, steps):
     np.savez(path, images=np.tile(images, (reps, 1, 1, 1))[:need], labels=np.tile(labels, reps)[:need])
 
 
-def timed(update, seconds):
-    """Samples per second of update(k) (which returns the samples it trained on) after a warm-up."""
-    for k in range(WARMUP_UPDATES):
-        update(k)
-    samples, updates, start = 0, 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        samples += update(WARMUP_UPDATES + updates)
-        updates += 1
-    return samples / (time.perf_counter() - start)
-
-
 def mindspore_tensors(config, images, labels, batch, steps):
     """update(k) for the tensor-fed MindSpore configurations."""
     from mindspore import Tensor  # pylint: disable=import-outside-toplevel
     size = batch * steps if config == "plain-Nb" else batch
-    xs = [Tensor(images[i:i + size]) for i in range(0, len(images), size)]
-    ys = [Tensor(labels[i:i + size]) for i in range(0, len(labels), size)]
+    batches = [(Tensor(images[i:i + size]), Tensor(labels[i:i + size])) for i in range(0, len(images), size)]
+    per_update = 1 if config == "plain-Nb" else steps
     if config == "three-cells":
-        forward_backward, optim, clear = three_cells(*lenet_parts())
+        cells = three_cells(*lenet_parts())
 
         def update(k):
-            for s in range(steps):
-                forward_backward(xs[(k * steps + s) % len(xs)], ys[(k * steps + s) % len(ys)])
-            optim().asnumpy()
-            clear()
+            accumulated_update(cells, window_of(batches, k, per_update))
             return batch * steps
         return update
     step = plain_step(*lenet_parts())
-    per_update = 1 if config == "plain-Nb" else steps
 
     def update(k):
-        for s in range(per_update):
-            out = step(xs[(k * per_update + s) % len(xs)], ys[(k * per_update + s) % len(ys)])
-        out.asnumpy()
+        plain_updates(step, window_of(batches, k, per_update))
         return batch * steps
     return update
 
@@ -151,14 +135,14 @@ def child(config, data_path, batch, steps, seconds, mode):
     if config.startswith("torch-"):
         import torch_lenet  # pylint: disable=import-outside-toplevel
         before = rss_mib()
-        speed = timed(torch_lenet.make_update(config, images, labels, batch, steps), seconds)
+        speed = timed(torch_lenet.make_update(config, images, labels, batch, steps), seconds, WARMUP_UPDATES)
     else:
         start_mindspore(mode)
         before = rss_mib()
         if CONFIGS[config][1] == "plain-b-data":
             speed = mindspore_dataset(config, images, labels, batch, steps, seconds)
         else:
-            speed = timed(mindspore_tensors(config, images, labels, batch, steps), seconds)
+            speed = timed(mindspore_tensors(config, images, labels, batch, steps), seconds, WARMUP_UPDATES)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"samples_per_s": speed, "peak_mib": peak, "before_mib": before}))
 

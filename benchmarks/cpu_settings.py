@@ -4,9 +4,9 @@
 
 Each setting runs in fresh processes (oneDNN reads ONEDNN_MAX_CPU_ISA once, and MindSpore's thread count can be
 set once per process), the settings taking turns so that a slow spell of a shared machine hits them all:
-GradientAccumulation's cells with micro-batch 32 x 4 in GRAPH_MODE (or PYNATIVE_MODE) on the bundled sample, the
-first 30 updates excluded as warm-up, then as many updates as fit in --seconds. The figure is the median
-samples/s over the processes.
+the three cells (TrainForwardBackward x 4, TrainOptim, TrainClear) at micro-batch 32 in GRAPH_MODE (or PYNATIVE)
+on the bundled sample, the first 30 updates excluded as warm-up, then as many updates as fit in --seconds. The
+figure is the median samples/s over the processes.
 """
 import argparse
 import json
@@ -14,9 +14,8 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
-from lenet_cells import lenet_parts
+from lenet_cells import accumulated_update, lenet_parts, three_cells, timed, window_of
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
@@ -39,7 +38,6 @@ def child(threads, jit_level, mode, seconds):
     from src.cpu_speed import apply_env_defaults, available_cores, set_cpu_threads, set_mode  # noqa  # pylint: disable=import-outside-toplevel
     apply_env_defaults()
     import mindspore as ms  # pylint: disable=import-outside-toplevel
-    import ms_accum  # pylint: disable=import-outside-toplevel
     from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
 
     ms.set_device("CPU")
@@ -53,22 +51,13 @@ def child(threads, jit_level, mode, seconds):
         set_cpu_threads(available_cores() if threads == "cores" else int(threads))
     data = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), 32, "train", shuffle=False)
     batches = list(data.create_tuple_iterator(num_epochs=1))
-    trainer = ms_accum.GradientAccumulation(*lenet_parts())
+    cells = three_cells(*lenet_parts())
+
     def update(index):
-        for step in range(4):
-            trainer.forward_backward(*batches[(4 * index + step) % len(batches)])
-        trainer.optim().asnumpy()
-        trainer.clear()
+        accumulated_update(cells, window_of(batches, index, 4))
+        return 4 * 32
 
-    for index in range(WARMUP_UPDATES):
-        update(index)
-    updates, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        update(WARMUP_UPDATES + updates)
-        updates += 1
-    elapsed = time.perf_counter() - start
-    print(json.dumps({"samples_per_s": updates * 4 * 32 / elapsed}))
-
+    print(json.dumps({"samples_per_s": timed(update, seconds, WARMUP_UPDATES)}))
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

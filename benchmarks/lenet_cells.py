@@ -1,7 +1,9 @@
-"""What the MindSpore benchmarks share: MindSpore on CPU with train.py's defaults, and the one LeNet5 job they
-all train (sparse softmax cross-entropy, Momentum(0.01, 0.9)), plain or through the three accumulation cells."""
+"""What the benchmarks share: MindSpore on CPU with train.py's defaults, the one LeNet5 job they all train (sparse
+softmax cross-entropy, Momentum(0.01, 0.9)), plain or through the three accumulation cells, one update of each,
+and the timing loop."""
 import os
 import sys
+import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "model_zoo_lenet"))
@@ -44,3 +46,35 @@ def plain_step(net, loss, optimizer):
 def plain_and_three_cells():
     """(plain TrainOneStepCell, TrainForwardBackward, TrainOptim, TrainClear), on two separate fresh networks."""
     return (plain_step(*lenet_parts()),) + three_cells(*lenet_parts())
+
+
+def window_of(batches, k, n):
+    """The k-th run of `n` consecutive items of `batches`, cycling through them."""
+    return [batches[(k * n + s) % len(batches)] for s in range(n)]
+
+
+def plain_updates(step, window):
+    """One plain step per (inputs...) tuple of `window`; returns when the last one has finished."""
+    for batch in window:
+        out = step(*batch)
+    out.asnumpy()
+
+
+def accumulated_update(cells, window):
+    """One update of the three cells (forward_backward, optim, clear) over `window`, reading its loss back."""
+    forward_backward, optim, clear = cells
+    for batch in window:
+        forward_backward(*batch)
+    optim().asnumpy()
+    clear()
+
+
+def timed(update, seconds, warmup):
+    """Samples per second of update(k), which returns the samples it trained on, after `warmup` updates."""
+    for k in range(warmup):
+        update(k)
+    samples, updates, start = 0, 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        samples += update(warmup + updates)
+        updates += 1
+    return samples / (time.perf_counter() - start)

@@ -71,17 +71,10 @@ def torch_profile(batch, steps):
     import torch  # pylint: disable=import-outside-toplevel
     import torch_lenet  # pylint: disable=import-outside-toplevel
     x, y = images(batch)
-    x, y = torch.from_numpy(x), torch.from_numpy(y).long()
-    net = torch_lenet.LeNet5()
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    update = torch_lenet.make_update("torch-plain-b", x, y, batch, 1)  # one step on this batch per call
 
     def step():
-        optimizer.zero_grad(set_to_none=True)
-        loss = loss_fn(net(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss
+        update(0)
 
     for _ in range(20):
         step()

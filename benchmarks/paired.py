@@ -15,7 +15,7 @@ import os
 import statistics
 import time
 
-from lenet_cells import ROOT, plain_and_three_cells, start_mindspore
+from lenet_cells import ROOT, accumulated_update, plain_and_three_cells, plain_updates, start_mindspore, window_of
 
 
 def main():
@@ -35,21 +35,16 @@ def main():
                           "train", shuffle=False)
     batches = [tuple(Tensor(a) for a in pair) for pair in data.create_tuple_iterator(num_epochs=1,
                                                                                      output_numpy=True)]
-    plain, forward_backward, optim, clear = plain_and_three_cells()
-    n, position = args.steps, [0]
+    plain, *cells = plain_and_three_cells()
+    n, done = args.steps, [0]  # done: updates so far, both kinds
 
     def plain_update():
-        for _ in range(n):
-            out = plain(*batches[position[0] % len(batches)])
-            position[0] += 1
-        out.asnumpy()
+        plain_updates(plain, window_of(batches, done[0], n))
+        done[0] += 1
 
-    def accumulated_update():
-        for _ in range(n):
-            forward_backward(*batches[position[0] % len(batches)])
-            position[0] += 1
-        optim().asnumpy()
-        clear()
+    def accumulated():
+        accumulated_update(cells, window_of(batches, done[0], n))
+        done[0] += 1
 
     def block(update):
         start = time.perf_counter()
@@ -58,11 +53,11 @@ def main():
         return args.updates * n * args.batch / (time.perf_counter() - start)
 
     block(plain_update)  # warm-up: compilation
-    block(accumulated_update)
+    block(accumulated)
     ratios, plain_speeds, accumulated_speeds = [], [], []
     for _ in range(args.pairs):
         plain_speeds.append(block(plain_update))
-        accumulated_speeds.append(block(accumulated_update))
+        accumulated_speeds.append(block(accumulated))
         ratios.append(accumulated_speeds[-1] / plain_speeds[-1])
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
     print(f"LeNet5, {args.mode.upper()}_MODE CPU, micro-batch {args.batch} x {args.steps}, {args.pairs} block pairs "
