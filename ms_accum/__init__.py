@@ -14,6 +14,7 @@ from .driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, TrainState, u
 from .equivalence import EquivalenceReport, check_equivalence
 from .model_accu import Model_ACCU
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
+from .state import load_training_state, save_training_state
 from .telemetry import WindowRecord, WindowTelemetry
 
 __version__ = "0.1.0"
@@ -41,4 +42,6 @@ __all__ = [
     "load_network_checkpoint",
     "is_accumulation_buffer",
     "CheckpointError",
+    "save_training_state",
+    "load_training_state",
 ]

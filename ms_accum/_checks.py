@@ -3,19 +3,40 @@
 Each check raises with one message shape: "For 'Owner', 'arg' must be <expected>, but got <received>."
 """
 import math
+import numbers
 
 from mindspore import Parameter, ParameterTuple, Tensor
-from mindspore.nn import CellList
+from mindspore.nn import Cell, CellList
+
+GRAD_SUM_RECIPE = "optimizer.parameters.clone(prefix='grad_sum', init='zeros')"
 
 
 def check_positive_int(owner, arg_name, value):
-    """Return `value` if it is an int >= 1 (bool excluded), else raise TypeError or ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """Return `value` as an int if it is an integral number >= 1 (numpy integers too; bools and floats are
+    refused), else raise TypeError or ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"For '{owner}', '{arg_name}' must be an int >= 1, but got {value!r} "
                         f"of type {type(value).__name__}.")
     if value < 1:
         raise ValueError(f"For '{owner}', '{arg_name}' must be an int >= 1, but got {value}.")
+    return int(value)
+
+
+def check_cell(owner, arg_name, value):
+    """Return `value` if it is a mindspore.nn.Cell."""
+    if not isinstance(value, Cell):
+        raise TypeError(f"For '{owner}', '{arg_name}' must be a mindspore.nn.Cell, but got "
+                        f"{type(value).__name__}.")
     return value
+
+
+def check_optimizer(owner, optimizer):
+    """Return `optimizer` if it is a Cell holding its `parameters` as a ParameterTuple (any mindspore.nn optimizer)."""
+    if not isinstance(optimizer, Cell) or not isinstance(getattr(optimizer, "parameters", None), ParameterTuple):
+        raise TypeError(f"For '{owner}', 'optimizer' must be a mindspore.nn optimizer (a Cell with 'parameters'), "
+                        f"for example nn.Momentum(net.trainable_params(), 0.01, 0.9), but got "
+                        f"{type(optimizer).__name__}.")
+    return optimizer
 
 
 def check_choice(owner, arg_name, value, choices):
@@ -40,23 +61,38 @@ def check_sens(owner, value):
     return float(value)
 
 
-def check_grad_sum(owner, grad_sum, optimizer=None):
-    """Return `grad_sum` if it is a ParameterTuple shaped like the optimizer's parameters."""
+def check_grad_sum(owner, grad_sum, optimizer=None, network=None, arg_name="grad_sum"):
+    """
+    Return `grad_sum` if it is a ParameterTuple shaped like the optimizer's parameters and sharing no Parameter
+    with the optimizer or the network (buffers that alias the weights would be zeroed by every clear).
+    """
     if not isinstance(grad_sum, ParameterTuple) or not all(isinstance(p, Parameter) for p in grad_sum):
-        raise TypeError(f"For '{owner}', 'grad_sum' must be a ParameterTuple, such as "
-                        f"optimizer.parameters.clone(prefix='grad_sum', init='zeros'), "
+        raise TypeError(f"For '{owner}', '{arg_name}' must be a ParameterTuple, such as {GRAD_SUM_RECIPE}, "
                         f"but got {type(grad_sum).__name__}.")
     if not grad_sum:
-        raise ValueError(f"For '{owner}', 'grad_sum' must hold at least one Parameter, but got an empty tuple.")
+        raise ValueError(f"For '{owner}', '{arg_name}' must hold at least one Parameter, but got an empty tuple.")
+    owned = []
     if optimizer is not None:
-        params = optimizer.parameters
+        owned += list(optimizer.get_parameters())
         got = [tuple(p.shape) for p in grad_sum]
-        expected = [tuple(p.shape) for p in params]
+        expected = [tuple(p.shape) for p in optimizer.parameters]
         if got != expected:
-            raise ValueError(f"For '{owner}', 'grad_sum' must match the optimizer's parameters one for one "
-                             f"(shapes {expected}), but got shapes {got}. Build it with "
-                             f"optimizer.parameters.clone(prefix='grad_sum', init='zeros').")
+            raise ValueError(f"For '{owner}', '{arg_name}' must match the optimizer's parameters one for one "
+                             f"(shapes {expected}), but got shapes {got}. Build it with {GRAD_SUM_RECIPE}.")
+    if network is not None:
+        owned += list(network.get_parameters())
+    check_not_aliased(owner, arg_name, grad_sum, owned)
     return grad_sum
+
+
+def check_not_aliased(owner, arg_name, buffers, owned):
+    """Raise if a buffer is one of the `owned` Parameters (the network's weights or the optimizer's state)."""
+    owned_ids = {id(p) for p in owned}
+    shared = [p.name for p in buffers if id(p) in owned_ids]
+    if shared:
+        raise ValueError(f"For '{owner}', '{arg_name}' must be separate buffers, but it holds the network's or "
+                         f"optimizer's own Parameters {shared[:3]}{' ...' if len(shared) > 3 else ''}: clearing "
+                         f"it would zero the weights. Build it with {GRAD_SUM_RECIPE}.")
 
 
 def check_state_saving(owner, state_path, save_state_every):

@@ -3,7 +3,8 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 
 from . import grad_ops
-from .accu_steps import AccumulationWindow, float32_buffers
+from .accu_steps import WINDOW_PREFIX, AccumulationWindow, check_cell_arguments, float32_buffers
+from .weighting import LossAndItems, loss_sens
 
 
 class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLossScaleCell):
@@ -14,15 +15,19 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
     (any inf or nan in the buffers after its gradient is added) is or-ed into ``accu_overflow``. On the update
     call the flag is combined across devices, so every device takes the same decision; the loss scale (a
     :class:`mindspore.nn.DynamicLossScaleUpdateCell`, say) is updated once for the window; without overflow the
-    optimizer receives the unscaled mean gradient of the window's samples, with overflow the step is skipped
+    optimizer receives the unscaled mean gradient of the window's samples or items, with overflow the step is skipped
     (parameters and optimizer state untouched). Buffers and flag are reset either way.
 
     The overflow check uses IsFinite, which runs on CPU, GPU and Ascend; on Ascend in saturation mode (910A,
     or ``MS_ASCEND_CHECK_OVERFLOW_MODE=SATURATION_MODE``), where overflows saturate instead of producing inf,
     MindSpore's float-status check is used for each micro-batch instead.
 
+    Modes (which calls update) and weighting (samples, or ``num_items``) are those of
+    :class:`TrainAccuStepsCell`.
+
     Args:
-        network (Cell): The loss network (first input's leading dimension = micro-batch size, mean loss).
+        network (Cell): The loss network, returning the mean loss over its micro-batch or
+            ``(loss, num_items)``.
         optimizer (Cell): The optimizer.
         scale_sense (Union[Tensor, Cell]): The loss scale, or a cell updating it, as in
             :class:`mindspore.nn.TrainOneStepWithLossScaleCell`.
@@ -35,14 +40,16 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
         Tuple of 3 Tensors, like :class:`mindspore.nn.TrainOneStepWithLossScaleCell`:
 
         - **loss** (Tensor) - The micro-batch's unscaled loss when accumulating; on the update call, the mean
-          loss over the window's samples on this device.
+          loss over the window's samples or items on this device.
         - **overflow** (Tensor) - bool: an overflow so far in the window (on the update call: on any device).
         - **loss scale** (Tensor) - The loss scale used by this micro-batch; on the update call, the scale for
           the next window (after the loss-scale cell's update).
 
     Raises:
-        TypeError: If `accumulation_steps` is not an int, or `scale_sense` is neither a Cell nor a Tensor.
-        ValueError: If `accumulation_steps` is < 1, or `scale_sense` is a Tensor of shape other than () or (1,).
+        TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `accumulation_steps` is not an
+            integer, or `scale_sense` is neither a Cell nor a Tensor.
+        ValueError: If `accumulation_steps` is < 1, or `scale_sense` is a Tensor of shape other than () or (1,);
+            when called, as listed for :class:`TrainAccuStepsCell`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -58,10 +65,12 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
     """
 
     def __init__(self, network, optimizer, scale_sense, accumulation_steps=1):
-        super().__init__(network, optimizer, scale_sense)
-        self._init_window("TrainAccuStepsWithLossScaleCell", accumulation_steps,
-                          float32_buffers(self.weights, "accu_grads"))
-        self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name="accu_overflow", requires_grad=False)
+        owner = "TrainAccuStepsWithLossScaleCell"
+        check_cell_arguments(owner, network, optimizer)
+        super().__init__(LossAndItems(owner, network), optimizer, scale_sense)
+        self._init_window(owner, accumulation_steps, float32_buffers(self.weights, "accu_grads"))
+        self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{WINDOW_PREFIX}.overflow",
+                                       requires_grad=False)
         self.saturation_mode = bool(self.ascend_910a_target) or (
             bool(self.ascend_910b_target) and self._ascend_check_overflow_mode == "SATURATION_MODE")
 
@@ -78,21 +87,18 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
                         mstype.float32)
 
     def construct(self, *inputs):
-        loss = self.network(*inputs)
+        loss, items = self.network(*inputs)
         scaling_sens = self.scale_sense
         status, scaling_sens = self.start_overflow_check(loss, scaling_sens)
-        seed = ops.ones_like(loss) * ops.cast(scaling_sens, ops.dtype(loss))
-        grads = self.grad(self.network, self.weights)(*inputs, seed)
-        loss = self._add_micro_batch(loss, grads, ops.shape(inputs[0])[0])
+        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, scaling_sens))
+        loss = self._add_micro_batch(loss, items, grads)
         flag = self._local_overflow(status, grads)
         loss = ops.depend(loss, ops.assign(self.accu_overflow, ops.maximum(self.accu_overflow, flag)))
-        if self.accumulation:
+        if self._accumulate_now:
             return loss, self.accu_overflow > 0.0, scaling_sens
-        per_device, total = self._window_samples()
-        grads, recorded = self._window_gradients(per_device * ops.reshape(scaling_sens, ()), total)
+        grads, mean_loss = self._window_gradients(ops.reshape(scaling_sens, ()))
         overflow = self._window_sum_over_devices(self.accu_overflow + 0.0) > 0.0
         overflow = self.process_loss_scale(overflow)
-        mean_loss = ops.depend(self.accu_loss / ops.maximum(self.accu_samples, 1.0), recorded)
         if not overflow:
             mean_loss = ops.depend(mean_loss, self.optimizer(grads))
         mean_loss = ops.depend(mean_loss, ops.assign(self.accu_overflow, ops.zeros_like(self.accu_overflow)))

@@ -10,6 +10,8 @@ from mindspore.nn.layer.normalization import _BatchNorm
 
 from ._checks import check_positive_int
 
+_ORIGINAL = "_ms_accum_original_momentum"
+
 
 def adjust_batchnorm_momentum(network, accumulation_steps):
     r"""
@@ -18,15 +20,17 @@ def adjust_batchnorm_momentum(network, accumulation_steps):
     After a window of N micro-batches the old moving statistics then carry the weight m, as after one
     large-batch step, instead of m ** N. With micro-batches of equal batch mean the moving mean equals the
     large batch's exactly; in general it is the average of the micro-batch statistics with the large batch's
-    decay. Call it once, before the first training step (the momentum is frozen into the compiled graph).
+    decay. Call it before the first training step (the momentum is frozen into the compiled graph). The momentum
+    each layer had before the first call is remembered: calling it again sets m ** (1 / N) from that momentum
+    (it never compounds), and N = 1 restores it.
 
     Args:
         network (Cell): The network; its ``nn.BatchNorm1d/2d/3d`` layers (any ``_BatchNorm``) are changed in place.
         accumulation_steps (int): Micro-batches per update, >= 1.
 
     Returns:
-        list[tuple[str, float, float]], for each BatchNorm layer: its name, old momentum and new momentum (in the
-        convention of ``nn.BatchNorm2d(momentum=...)``: the weight of the old moving statistics).
+        list[tuple[str, float, float]], for each BatchNorm layer: its name, its original momentum and the new
+        momentum (in the convention of ``nn.BatchNorm2d(momentum=...)``: the weight of the old moving statistics).
 
     Raises:
         TypeError: If `accumulation_steps` is not an int.
@@ -42,12 +46,14 @@ def adjust_batchnorm_momentum(network, accumulation_steps):
         >>> ms_accum.adjust_batchnorm_momentum(net, 4)
         [('1', 0.9, 0.9740037464252967)]
     """
-    check_positive_int("adjust_batchnorm_momentum", "accumulation_steps", accumulation_steps)
+    accumulation_steps = check_positive_int("adjust_batchnorm_momentum", "accumulation_steps", accumulation_steps)
     changed = []
     for name, cell in network.cells_and_names():
         if not isinstance(cell, _BatchNorm):
             continue
-        old = 1.0 - cell.momentum  # the cell stores 1 - momentum, the op's weight of the new statistics
+        if not hasattr(cell, _ORIGINAL):
+            setattr(cell, _ORIGINAL, 1.0 - cell.momentum)  # the cell stores 1 - momentum, the new statistics' weight
+        old = getattr(cell, _ORIGINAL)
         new = old ** (1.0 / accumulation_steps)
         cell.momentum = 1.0 - new
         cell.bn_train = ops.BatchNorm(is_training=True, epsilon=cell.eps, momentum=cell.momentum,

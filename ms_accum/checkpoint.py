@@ -5,23 +5,20 @@ loses both. ``save_checkpoint_atomic`` writes a temporary file beside the target
 it over the target in one step.
 """
 import os
-from contextlib import contextmanager
+import shutil
 
 import mindspore as ms
 
-
-BUFFER_PREFIXES = ("accu_grads.", "grad_sum.")
-WINDOW_COUNTERS = ("accu_samples", "accu_loss", "accu_micro_steps", "accu_overflow", "accu_last_samples",
-                   "accu_last_grad_norm")
+BUFFER_PREFIXES = ("accu_grads.", "grad_sum.", "accu_window.")
 
 
 def is_accumulation_buffer(name):
     """
     Whether a parameter name is a transient accumulation buffer or window counter.
 
-    Those are ``grad_sum.*`` (the single-device cells and their window counters), ``accu_grads.*`` and the
-    ``accu_*`` counters of the parallel cells. They are zero at every update boundary, so a checkpoint may omit
-    them; everything else in a training cell (network, optimizer state, loss scale) is state.
+    Those are ``grad_sum.*`` (the single-device cells and their window counters), ``accu_grads.*`` and
+    ``accu_window.*`` (the parallel cells' buffers and counters). They are zero at every update boundary, so a
+    checkpoint may omit them; everything else in a training cell (network, optimizer state, loss scale) is state.
 
     Args:
         name (str): A parameter name.
@@ -37,14 +34,14 @@ def is_accumulation_buffer(name):
         >>> is_accumulation_buffer("accu_grads.fc.weight"), is_accumulation_buffer("moments.fc.weight")
         (True, False)
     """
-    return name.startswith(BUFFER_PREFIXES) or name in WINDOW_COUNTERS
+    return name.startswith(BUFFER_PREFIXES)
 
 
 class CheckpointError(ValueError):
     """A checkpoint file is missing, unreadable, or does not fit the network it is loaded into."""
 
 
-def save_checkpoint_atomic(save_obj, ckpt_path, choice_func=None, append_dict=None):
+def save_checkpoint_atomic(save_obj, ckpt_path, choice_func=None, append_dict=None, keep_previous=None):
     """
     Save a checkpoint so that `ckpt_path` holds either the previous complete file or the new complete file.
 
@@ -54,6 +51,8 @@ def save_checkpoint_atomic(save_obj, ckpt_path, choice_func=None, append_dict=No
         choice_func (Callable[[str], bool], optional): Keeps the parameters whose name it accepts.
             Default: ``None`` (all).
         append_dict (dict, optional): Extra entries, as in :func:`mindspore.save_checkpoint`. Default: ``None``.
+        keep_previous (str, optional): Where the file that `ckpt_path` held so far is kept (replaced atomically),
+            once the new one is complete and before it takes the name. Default: ``None`` (not kept).
 
     Returns:
         str, the absolute path written.
@@ -81,6 +80,8 @@ def save_checkpoint_atomic(save_obj, ckpt_path, choice_func=None, append_dict=No
         ms.save_checkpoint(save_obj, tmp, choice_func=choice_func, append_dict=append_dict)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
+        if keep_previous is not None and os.path.exists(target):
+            _keep(target, os.path.abspath(keep_previous))
         os.replace(tmp, target)
         dir_fd = os.open(directory, os.O_RDONLY)
         try:
@@ -91,6 +92,20 @@ def save_checkpoint_atomic(save_obj, ckpt_path, choice_func=None, append_dict=No
         if os.path.exists(tmp):
             os.remove(tmp)
     return target
+
+
+def _keep(path, keep_path):
+    """Give `keep_path` the contents of `path` atomically (a hard link where the file system has them)."""
+    tmp = f"{keep_path}.partial-{os.getpid()}"
+    try:
+        try:
+            os.link(path, tmp)
+        except OSError:
+            shutil.copyfile(path, tmp)
+        os.replace(tmp, keep_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def read_checkpoint(ckpt_path):
@@ -160,6 +175,13 @@ def load_network_checkpoint(network, ckpt_path, optional=None):
         >>> params = load_network_checkpoint(nn.Dense(2, 2), "/tmp/dense.ckpt")
     """
     params = read_checkpoint(ckpt_path)
+    load_into(network, params, ckpt_path, optional)
+    return params
+
+
+def load_into(network, params, ckpt_path, optional=None):
+    """Load checkpoint contents already read from `ckpt_path` into `network`, with the checks of
+    :func:`load_network_checkpoint`."""
     missing, mismatched = [], []
     for param in network.get_parameters():
         found = params.get(param.name)
@@ -175,95 +197,3 @@ def load_network_checkpoint(network, ckpt_path, optional=None):
         raise CheckpointError(f"'ckpt_path' must be a checkpoint of {type(network).__name__}, but {ckpt_path!r} "
                               f"belongs to another network: {detail}.")
     ms.load_param_into_net(network, params)
-    return params
-
-
-MICRO_STEPS_DONE = "ms_accum_micro_steps_done"
-UPDATES_DONE = "ms_accum_updates_done"
-
-
-def save_training_state(cell, state_path, micro_steps_done, updates_done):
-    """
-    Write a training cell's exact state atomically, with the run's position: micro-batches and updates done.
-
-    The cell (TrainForwardBackward for the driver, the accumulation cell for Model_ACCU) holds the network, the
-    optimizer state, the gradient buffers and the window counters, so a window may be half full.
-
-    Args:
-        cell (Cell): The training cell.
-        state_path (str): Target file, ending with ``.ckpt``.
-        micro_steps_done (int): Micro-batches consumed since the start of training.
-        updates_done (int): Windows begun since the start of training (callbacks' ``cur_step_num``).
-
-    Returns:
-        str, the absolute path written.
-
-    Supported Platforms:
-        ``Ascend`` ``GPU`` ``CPU``
-
-    Examples:
-        >>> # ms_accum.save_training_state(trainer.forward_backward, "runs/state.ckpt", 37, 9)
-    """
-    return save_checkpoint_atomic(cell, state_path,
-                                  append_dict={MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done})
-
-
-def load_training_state(cell, state_path, total_micro_steps):
-    """
-    Load a state file written by :func:`save_training_state` into `cell`.
-
-    Args:
-        cell (Cell): The training cell, built like the one that was saved.
-        state_path (str): The state file.
-        total_micro_steps (int): Micro-batches of the whole run being resumed (epochs x micro-batches per epoch).
-
-    Returns:
-        tuple[int, int], micro-batches and updates done when the state was written.
-
-    Raises:
-        CheckpointError: If the file is unreadable, belongs to another model, records no position, or was written
-            at or past the end of this run.
-
-    Supported Platforms:
-        ``Ascend`` ``GPU`` ``CPU``
-
-    Examples:
-        >>> # micro_done, updates_done = ms_accum.load_training_state(cell, "runs/state.ckpt", 10 * 1875)
-    """
-    params = load_network_checkpoint(cell, state_path)
-    if MICRO_STEPS_DONE not in params or UPDATES_DONE not in params:
-        raise CheckpointError(f"'resume_from' must be a training state file (written with 'state_path'), but "
-                              f"{state_path!r} does not record the position in the data.")
-    micro_done = int(params[MICRO_STEPS_DONE].asnumpy())
-    if not 0 <= micro_done < total_micro_steps:
-        raise CheckpointError(f"'resume_from' {state_path!r} was written after {micro_done} micro-batches, but this "
-                              f"run has only {total_micro_steps}: raise 'epoch' to continue it.")
-    return micro_done, int(params[UPDATES_DONE].asnumpy())
-
-
-def save_training_state_if_due(cell, state_path, save_state_every, micro_steps_done, total_micro_steps,
-                               updates_done):
-    """Call :func:`save_training_state` when `save_state_every` (> 0) divides the micro-batches done, before the
-    run's end; return whether it wrote."""
-    due = bool(save_state_every) and micro_steps_done % save_state_every == 0 \
-        and micro_steps_done < total_micro_steps
-    if due:
-        save_training_state(cell, state_path, micro_steps_done, updates_done)
-    return due
-
-
-@contextmanager
-def dataset_starting_at(dataset, micro_steps_done):
-    """
-    Iterators created inside the block start after `micro_steps_done` micro-batches, in the order of an
-    uninterrupted run (MindSpore's dataset init step replays the earlier epochs' shuffles); the dataset is left
-    as it was afterwards.
-    """
-    if not micro_steps_done:
-        yield dataset
-        return
-    dataset.set_init_step(micro_steps_done)
-    try:
-        yield dataset
-    finally:
-        dataset.set_init_step(0)

@@ -7,10 +7,11 @@ from mindspore import nn
 from mindspore.train.callback import RunContext
 from mindspore.train.callback._callback import CallbackManager, InternalCallbackParam
 
-from ._checks import (check_bool, check_choice, check_lr_schedule, check_positive_int, check_resume_or_initial_epoch,
-                      check_state_saving)
-from .checkpoint import dataset_starting_at, load_training_state, save_checkpoint_atomic, save_training_state_if_due
+from ._checks import (check_bool, check_cell, check_choice, check_lr_schedule, check_optimizer, check_positive_int,
+                      check_resume_or_initial_epoch, check_state_saving)
+from .checkpoint import save_checkpoint_atomic
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
+from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
 
 PARTIAL_WINDOW_POLICIES = ("flush", "drop", "carry")
@@ -33,19 +34,24 @@ class GradientAccumulation:
     Trains a network with gradient accumulation on one device: `mini_steps` micro-batches per optimizer step.
 
     Builds the loss network, the ``grad_sum`` buffers and the three cells (:class:`TrainForwardBackward`,
-    :class:`TrainOptim`, :class:`TrainClear`) and runs them over a dataset. By default each update equals one
-    large-batch step on exactly the samples of its window.
+    :class:`TrainOptim`, :class:`TrainClear`) and runs them over a dataset, with the network in training mode
+    (``set_train(True)``, as :meth:`mindspore.train.Model.train` does: BatchNorm normalises with batch statistics
+    and updates its moving statistics once per micro-batch, Dropout is active). By default each update equals one
+    large-batch step on exactly the samples of its window, or on its items when the loss network returns
+    ``(loss, num_items)`` (see :class:`TrainForwardBackward`).
 
     Args:
         network (Cell): The network to train.
-        loss_fn (Cell, optional): The loss; ``None`` if `network` already returns the loss.
+        loss_fn (Cell, optional): The loss; ``None`` if `network` already returns the loss (or
+            ``(loss, num_items)``).
         optimizer (Cell): The optimizer over the network's trainable parameters.
-        average (bool): ``True`` (default) applies the mean gradient over the window's samples; ``False`` applies
-            the raw sum of micro-batch gradients, as the MindSpore tutorial does.
+        average (bool): ``True`` (default) applies the mean gradient over the window's samples or items;
+            ``False`` applies the raw sum of micro-batch gradients, as the MindSpore tutorial does.
         sens (numbers.Number): Gradient seed, as in :class:`mindspore.nn.TrainOneStepCell`. Default: ``1.0``.
 
     Raises:
-        TypeError: If `average` is not a bool.
+        TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, or `average` is not
+            a bool.
         ValueError: If `sens` is zero or not finite.
 
     Supported Platforms:
@@ -66,7 +72,12 @@ class GradientAccumulation:
     """
 
     def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0):
-        check_bool("GradientAccumulation", "average", average)
+        owner = "GradientAccumulation"
+        check_cell(owner, "network", network)
+        if loss_fn is not None:
+            check_cell(owner, "loss_fn", loss_fn)
+        check_optimizer(owner, optimizer)
+        check_bool(owner, "average", average)
         self.network = network
         self.optimizer = optimizer
         self.loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
@@ -89,9 +100,11 @@ class GradientAccumulation:
         - ``"drop"``: discard its gradients;
         - ``"carry"``: keep it open into the next epoch; one still open after the last epoch is flushed.
 
+        The network is put in training mode first and left in it.
+
         Callbacks see one step per window (``on_train_step_begin`` before its first micro-batch,
         ``on_train_step_end`` after its update): ``cur_step_num`` counts updates since the start, ``batch_num``
-        is the number of updates per epoch, ``net_outputs`` is the window's mean loss over its samples, and
+        is the number of updates per epoch, ``net_outputs`` is the window's mean loss over its samples or items, and
         ``train_network`` holds the network and optimizer (what :class:`mindspore.train.ModelCheckpoint` saves,
         without the gradient buffers). ``window_micro_steps`` gives the micro-batches in the update's window, and
         ``window_record()`` its :class:`WindowRecord` (read by :class:`WindowTelemetry`).
@@ -132,8 +145,8 @@ class GradientAccumulation:
                 ``"carry"``.
         """
         owner = "GradientAccumulation.train_process"
-        check_positive_int(owner, "epoch", epoch)
-        check_positive_int(owner, "mini_steps", mini_steps)
+        epoch = check_positive_int(owner, "epoch", epoch)
+        mini_steps = check_positive_int(owner, "mini_steps", mini_steps)
         check_choice(owner, "partial_window", partial_window, PARTIAL_WINDOW_POLICIES)
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
             raise ValueError(f"For '{owner}', 'log_every' must be an int >= 0, but got {log_every!r}.")
@@ -159,6 +172,7 @@ class GradientAccumulation:
         if resume_from is not None:
             plan.start_micro, plan.start_updates = load_training_state(self.forward_backward, resume_from,
                                                                        epoch * steps_per_epoch)
+        self.forward_backward.set_train(True)
         run = _Run(self, plan)
         run.loop(train_dataset)
         if ckpt_path is not None:
@@ -218,6 +232,8 @@ class _Run:
         self.log_every = plan.log_every
         self.history = []  # each update's mean-loss tensor, read from the device only when printed or at the end
         self.micro_done = plan.start_micro
+        self.state_writer = StateWriter(owner.forward_backward, plan.state_path, plan.save_state_every,
+                                        plan.epoch * plan.steps_per_epoch, plan.start_micro)
         self.pending = int(owner.forward_backward.micro_steps.asnumpy())  # a resumed window may be open
         self.updates_in_epoch = 0
         steps = plan.steps_per_epoch
@@ -270,9 +286,7 @@ class _Run:
 
     def _maybe_save_state(self):
         """Write the state file when `save_state_every` micro-batches have passed."""
-        save_training_state_if_due(self.owner.forward_backward, self.plan.state_path, self.plan.save_state_every,
-                                   self.micro_done, self.epoch * self.plan.steps_per_epoch,
-                                   self.cb_params.cur_step_num)
+        self.state_writer.after(self.micro_done, self.cb_params.cur_step_num, at_update_boundary=not self.pending)
 
     def _end_epoch(self, callbacks, last):
         """Apply the partial-window policy to a window still open at the end of an epoch."""
@@ -297,7 +311,7 @@ class _Run:
         optim = self.owner.optim
         mean_loss = optim()
         self.owner.clear()
-        cb_params.window_record = partial(window_record, cb_params, mean_loss, self.pending, optim.last_samples,
+        cb_params.window_record = partial(window_record, cb_params, mean_loss, self.pending, optim.last_items,
                                           optim.last_grad_norm, self.owner.optimizer)
         self.pending = 0
         cb_params.net_outputs = mean_loss

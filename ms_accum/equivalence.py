@@ -43,6 +43,21 @@ class EquivalenceReport:
         return "\n".join(lines)
 
 
+class _LossOnly(nn.Cell):
+    """The large-batch loss of a loss network that may return (loss, num_items): its mean over the large batch's
+    items is the first output."""
+
+    def __init__(self, network):
+        super().__init__(auto_prefix=False)
+        self.network = network
+
+    def construct(self, *inputs):
+        out = self.network(*inputs)
+        if isinstance(out, (tuple, list)):
+            return out[0]
+        return out
+
+
 def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulation_steps, seed=0, rtol=1e-5,
                       cell="three_cells"):
     r"""
@@ -55,7 +70,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
     Args:
         make_network (Callable[[], Cell]): Builds the network; called twice, each time after
             ``mindspore.set_seed(seed)``, so both copies start equal.
-        loss_fn (Cell, optional): The loss; ``None`` if the network returns the loss itself.
+        loss_fn (Cell, optional): The loss; ``None`` if the network returns the loss itself (or
+            ``(loss, num_items)``: the mean over the items and their count, weighed as in training).
         make_optimizer (Callable[[list], Cell]): Builds an optimizer over the given parameters.
         inputs (tuple): The large batch: numpy arrays or Tensors sharing their first (batch) dimension, in the
             order the loss network takes them (network inputs, then the label).
@@ -103,7 +119,7 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
         return net, (net if loss_fn is None else nn.WithLossCell(net, loss_fn))
 
     reference, reference_loss = loss_network()
-    nn.TrainOneStepCell(reference_loss, make_optimizer(reference.trainable_params()))(*map(Tensor, arrays))
+    nn.TrainOneStepCell(_LossOnly(reference_loss), make_optimizer(reference.trainable_params()))(*map(Tensor, arrays))
     accumulated, accumulated_loss = loss_network()
     optimizer = make_optimizer(accumulated.trainable_params())
     micro = list(zip(*(np.array_split(a, accumulation_steps) for a in arrays)))

@@ -8,7 +8,6 @@ dense temporary of the table's size is built per micro-step. The others only eve
 from mindspore import dtype as mstype
 from mindspore import ops
 
-accumulate = ops.MultitypeFuncGraph("accumulate")
 scale = ops.MultitypeFuncGraph("scale")
 clear = ops.MultitypeFuncGraph("clear")
 
@@ -20,19 +19,6 @@ def _check_dense_shape(buffer, grad):
                          f"it is the values of a sparse gradient (for example nn.EmbeddingLookup(sparse=True)), "
                          f"whose row indices MindSpore 2.10 drops in PYNATIVE_MODE. Run sparse models in "
                          f"GRAPH_MODE (mindspore.set_context(mode=mindspore.GRAPH_MODE)).")
-
-
-@accumulate.register("Tensor", "Tensor")
-def _accumulate_dense(buffer, grad):
-    """buffer += grad, in the buffer's dtype."""
-    _check_dense_shape(buffer, grad)
-    return ops.assign_add(buffer, ops.cast(grad, ops.dtype(buffer)))
-
-
-@accumulate.register("Tensor", "RowTensor")
-def _accumulate_rows(buffer, grad):
-    """buffer[indices] += values, in place; repeated indices add up."""
-    return ops.scatter_add(buffer, grad.indices, ops.cast(grad.values, ops.dtype(buffer)))
 
 
 @scale.register("Tensor", "Tensor")
@@ -70,13 +56,6 @@ def _accumulate_weighted_rows(weight, buffer, grad):
 def _nonfinite_dense(grad):
     """1.0 if any element of grad is inf or nan, else 0.0 (IsFinite runs on CPU, GPU and Ascend)."""
     return ops.cast(ops.logical_not(ops.isfinite(grad).all()), mstype.float32)
-
-
-def check_scalar_loss(owner, loss):
-    """Raise if the loss network returned a non-scalar loss (graph-compatible: shapes are constants)."""
-    if loss.shape not in ((), (1,)):
-        raise ValueError(f"For '{owner}', the loss network must return one scalar loss, the mean over its "
-                         f"micro-batch (for example reduction='mean'), but it returned shape {loss.shape}.")
 
 
 squared_sum = ops.MultitypeFuncGraph("squared_sum")

@@ -17,10 +17,18 @@ from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_d
 from mindspore.train.model import Model, _transfer_tensor_to_tuple
 
 from ._checks import check_lr_schedule, check_positive_int, check_resume_or_initial_epoch, check_state_saving
-from .checkpoint import dataset_starting_at, load_training_state, save_training_state_if_due
-from .driver import updates_per_epoch
 from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationWindow
+from .driver import updates_per_epoch
+from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
+
+
+def _rank_and_world(cell):
+    """This process's rank and the number of processes the cell reduces over (0 and 1 on one device)."""
+    if not cell.is_distributed:
+        return 0, 1
+    from mindspore.communication import get_group_size, get_rank  # pylint: disable=import-outside-toplevel
+    return get_rank(), get_group_size()
 
 
 class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know from the tutorial)
@@ -43,10 +51,13 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         accumulation_steps (int, optional): Micro-batches per update; replaces the cell's value. Default: the
             cell's `accumulation_steps`.
         state_path (str, optional): Without sink mode, where to keep the exact training state (the cell's
-            parameters, a half-filled window included, and the position in the data), written atomically.
-            Default: ``None``.
-        save_state_every (int): Write `state_path` every this many micro-batches (0: never). Resume with
-            ``train(..., resume_from=state_path)``. Default: ``0``.
+            parameters, a half-filled window included, and the position in the data), written atomically with
+            the previous generation kept beside it. In data parallel each rank passes its own path. Default:
+            ``None``.
+        save_state_every (int): Write `state_path` every this many micro-batches (0: never); in data parallel
+            at the first update boundary after every this many micro-batches, so that the ranks' files never
+            differ by more than one generation. Resume with ``train(..., resume_from=state_path)``.
+            Default: ``0``.
         metrics, eval_network, eval_indexes, amp_level, boost_level, kwargs: As in
             :class:`mindspore.train.Model`. `loss_fn` and `optimizer` must be left ``None``: the cell holds them.
 
@@ -100,23 +111,32 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         """
         :meth:`mindspore.train.Model.train`, plus exact resume without sink mode.
 
+        The cell's mode (its ``accumulation`` attribute) is set for every micro-batch during training and
+        restored afterwards.
+
         Args:
-            resume_from (str, optional): A state file written through `state_path`: training continues at the
-                exact micro-batch where it was written (a half-filled window included) and ends with the
-                parameters of an uninterrupted run, given deterministic data order and kernels. Not with
+            resume_from (str, optional): A state file written through `state_path` (in data parallel, this
+                rank's): training continues at the exact micro-batch where it was written (a half-filled window
+                included) and ends with the parameters of an uninterrupted run, given deterministic data order and
+                kernels. In data parallel the ranks first agree on the newest position all of them saved. Not with
                 `dataset_sink_mode` on GPU/Ascend, nor with `initial_epoch`. Default: ``None``.
             Others: as in :meth:`mindspore.train.Model.train`.
 
         Raises:
-            CheckpointError: If `resume_from` is not a state file of this cell.
-            ValueError: As listed for the class, or if `resume_from` is combined with `initial_epoch`.
+            CheckpointError: If `resume_from` is not a state file of this cell and rank, or the ranks saved no
+                common position.
+            ValueError: As listed for the class, if `epoch` is not an int >= 1, or if `resume_from` is combined
+                with `initial_epoch`.
         """
+        epoch = check_positive_int("Model_ACCU.train", "epoch", epoch)
         check_resume_or_initial_epoch("Model_ACCU.train", resume_from, initial_epoch)
         self._resume_from = resume_from
+        mode = self._train_network.accumulation
         try:
             return super().train(epoch, train_dataset, callbacks, dataset_sink_mode, sink_size, initial_epoch)
         finally:
             self._resume_from = None
+            self._train_network.accumulation = mode
 
     def build(self, *args, **kwargs):
         """Not supported: it would compile a third 'train' graph and bind the dataset to it."""
@@ -140,8 +160,11 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                           epoch * updates_per_epoch(steps, n, "flush"))
         cell = self._train_network
         micro_done = initial_epoch * steps
+        rank, world = _rank_and_world(cell)
         if self._resume_from is not None:
-            micro_done, cb_params.cur_step_num = load_training_state(cell, self._resume_from, epoch * steps)
+            micro_done, cb_params.cur_step_num = load_training_state(cell, self._resume_from, epoch * steps, rank,
+                                                                     world)
+        writer = StateWriter(cell, self._state_path, self._save_state_every, epoch * steps, micro_done, rank, world)
         with dataset_starting_at(train_dataset, micro_done):
             dataset_helper, _ = self._exec_preprocess(is_train=True, dataset=train_dataset, dataset_sink_mode=False,
                                                       epoch_num=epoch)
@@ -172,8 +195,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                     cb_params.net_outputs = outputs
                     cb_params.window_record = self._window_record(cb_params, outputs, position + 1)
                     list_callback.on_train_step_end(run_context)
-                save_training_state_if_due(cell, self._state_path, self._save_state_every, micro_done,
-                                           epoch * steps, cb_params.cur_step_num)
+                writer.after(micro_done, cb_params.cur_step_num, at_update_boundary=update)
                 if update and run_context.get_stop_requested():
                     break
             self._eval_during_train(valid_infos, cb_params, list_callback)
@@ -251,7 +273,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     def _window_record(self, cb_params, outputs, micro_batches):
         """A function building the update's WindowRecord on demand (it reads the device only when called)."""
         cell = self._train_network
-        return partial(window_record, cb_params, outputs, micro_batches, cell.accu_last_samples,
+        return partial(window_record, cb_params, outputs, micro_batches, cell.accu_last_items,
                        cell.accu_last_grad_norm, cell.optimizer)
 
     def _run_sink_graph(self, sink_net, dataset, accumulate, loop):

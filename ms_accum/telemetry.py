@@ -23,7 +23,7 @@ class WindowRecord:
     epoch: int
     update: int
     micro_batches: int
-    samples: float
+    items: float
     loss: float
     grad_norm: float
     loss_scale: float
@@ -46,22 +46,22 @@ def learning_rate_applied(optimizer):
     return _scalar(rate(Tensor(step, mstype.int32)))
 
 
-def window_record(cb_params, outputs, micro_batches, samples, grad_norm, optimizer):
+def window_record(cb_params, outputs, micro_batches, items, grad_norm, optimizer):
     """A WindowRecord from an update's outputs: a loss, or (loss, overflow, loss scale) with loss scaling."""
     if isinstance(outputs, (tuple, list)):
         loss, overflow, scale = _scalar(outputs[0]), bool(_scalar(outputs[1])), _scalar(outputs[2])
     else:
         loss, overflow, scale = _scalar(outputs), False, 1.0
     return WindowRecord(epoch=int(cb_params.cur_epoch_num), update=int(cb_params.cur_step_num),
-                        micro_batches=int(micro_batches), samples=_scalar(samples), loss=loss,
+                        micro_batches=int(micro_batches), items=_scalar(items), loss=loss,
                         grad_norm=_scalar(grad_norm), loss_scale=scale, overflow=overflow,
                         learning_rate=learning_rate_applied(optimizer))
 
 
 class WindowTelemetry(Callback):
     r"""
-    Reports every update: the window's mean unscaled loss over its samples, its micro-batches and samples, the
-    gradient's global norm, the loss scale, skipped (overflowing) windows and the learning rate applied.
+    Reports every update: the window's mean unscaled loss over its items, its micro-batches and items (samples,
+    unless the loss network returns ``(loss, num_items)``), the gradient's global norm, the loss scale, skipped (overflowing) windows and the learning rate applied.
 
     Works with :class:`GradientAccumulation` and :class:`Model_ACCU`. Progress lines give updates done out of the
     total, the throughput and the time left; the CSV gets one row per update (columns: the fields of
@@ -95,11 +95,11 @@ class WindowTelemetry(Callback):
         self.records = []
         self.skipped = 0
         self._file = self._writer = None
-        self._start = self._samples = 0.0
+        self._start = self._items = 0.0
         self._first_update = 0
 
     def on_train_begin(self, run_context):
-        self._start, self._samples = time.time(), 0.0
+        self._start, self._items = time.time(), 0.0
         self._first_update = int(run_context.original_args().cur_step_num)
         if self.csv_path:
             os.makedirs(os.path.dirname(os.path.abspath(self.csv_path)), exist_ok=True)
@@ -116,7 +116,7 @@ class WindowTelemetry(Callback):
         record = make_record()
         self.records.append(record)
         self.skipped += record.overflow
-        self._samples += record.samples
+        self._items += record.items
         elapsed = time.time() - self._start
         if self._writer:
             self._writer.writerow(list(asdict(record).values()) + [self.skipped, round(elapsed, 3)])
@@ -127,9 +127,9 @@ class WindowTelemetry(Callback):
             left = elapsed / max(done, 1) * max(total - record.update, 0)
             print(f"update {record.update}/{total} (epoch {record.epoch}/{cb_params.epoch_num}) "
                   f"loss {record.loss:.4f} | window: {record.micro_batches} micro-batches, "
-                  f"{record.samples:.0f} samples | grad norm {record.grad_norm:.3g} | lr {record.learning_rate:.3g} "
+                  f"{record.items:.0f} items | grad norm {record.grad_norm:.3g} | lr {record.learning_rate:.3g} "
                   f"| loss scale {record.loss_scale:g}, {self.skipped} skipped | "
-                  f"{self._samples / max(elapsed, 1e-9):.0f} samples/s, {left:.0f} s left", flush=True)
+                  f"{self._items / max(elapsed, 1e-9):.0f} items/s, {left:.0f} s left", flush=True)
 
     def on_train_end(self, run_context):
         if self._file:

@@ -130,3 +130,67 @@ def run_script(script, *args, check=True):
     if check and proc.returncode != 0:
         raise AssertionError(f"{script} {args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
     return proc.returncode, proc.stdout, proc.stderr
+
+
+# ------------------------------------------------------------------ token-level losses
+class TokenTagger(nn.Cell):
+    """A per-token classifier over padded sequences: features (B, T, F) -> logits (B, T, C)."""
+
+    def __init__(self, features=6, hidden=8, classes=5):
+        super().__init__()
+        self.hidden = nn.Dense(features, hidden, activation="tanh")
+        self.out = nn.Dense(hidden, classes)
+
+    def construct(self, x):
+        return self.out(self.hidden(x))
+
+
+class MaskedTokenLoss(nn.Cell):
+    """The mean cross-entropy over the real (mask 1) tokens, and their count: the token-loss recipe.
+
+    With return_items=False it returns the mean alone (what a large-batch reference trains on)."""
+
+    def __init__(self, network, return_items=True):
+        super().__init__(auto_prefix=False)
+        self.network = network
+        self.return_items = return_items
+        self.ce = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="none")
+
+    def construct(self, x, labels, mask):
+        logits = self.network(x)
+        per_token = self.ce(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1)).reshape(labels.shape)
+        tokens = mask.sum()
+        loss = (per_token * mask).sum() / tokens
+        if self.return_items:
+            return loss, tokens
+        return loss
+
+
+def build_tagger(optimizer="momentum", seed=0, return_items=True):
+    """A fresh TokenTagger inside MaskedTokenLoss, and its optimizer, identical for the same seed."""
+    ms.set_seed(seed)
+    net = TokenTagger()
+    return net, MaskedTokenLoss(net, return_items), OPTIMIZERS[optimizer](net.trainable_params())
+
+
+def token_batches(real_tokens, length=6, batch=3, seed=2):
+    """One (x, labels, mask) per entry of `real_tokens`: `batch` sequences of `length` padded tokens holding that
+    many real tokens in all (in reading order), so micro-batches of equal shape hold different token counts."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for count in real_tokens:
+        mask = np.zeros(batch * length, np.float32)
+        mask[:count] = 1.0
+        out.append((rng.normal(size=(batch, length, 6)).astype(np.float32),
+                    rng.integers(0, 5, size=(batch, length)).astype(np.int32), mask.reshape(batch, length)))
+    return out
+
+
+def token_reference(optimizer, windows, seed=0):
+    """Large-batch training on the token mean: one TrainOneStepCell step per window on its concatenated
+    micro-batches, the loss being the mean over all the window's real tokens."""
+    net, loss, opt = build_tagger(optimizer, seed, return_items=False)
+    step = nn.TrainOneStepCell(loss, opt)
+    for window in windows:
+        step(*(Tensor(np.concatenate(parts)) for parts in zip(*window)))
+    return params_of(net)

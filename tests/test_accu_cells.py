@@ -6,7 +6,7 @@ import mindspore as ms
 from mindspore import Tensor, nn
 
 import ms_accum
-from helpers import OPTIMIZERS, assert_params_close, build, micro_batches, params_of, reference_train
+from helpers import OPTIMIZERS, assert_params_close, build, micro_batches, numpy_dataset, params_of, reference_train
 
 CELLS = {
     "plain": lambda net, opt, n: ms_accum.TrainAccuStepsCell(net, opt, accumulation_steps=n),
@@ -56,7 +56,7 @@ def test_accumulation_calls_leave_parameters_alone_and_fill_buffers(exec_mode):
         cell(Tensor(x), Tensor(y))
     assert_params_close(params_of(net), before, rtol=0, context="after accumulation calls")
     assert any(g.asnumpy().any() for g in cell.accu_grads)
-    assert cell.accu_micro_steps.asnumpy() == 3 and cell.accu_samples.asnumpy() == 12
+    assert cell.accu_micro_steps.asnumpy() == 3 and cell.accu_items.asnumpy() == 12
     assert opt.global_step.asnumpy()[0] == 0
 
 
@@ -79,19 +79,56 @@ def test_graph_mode_compiles_one_graph_per_mode():
     assert len(cell.compile_cache) == 2
 
 
-def test_graph_mode_without_set_accumulation_would_reuse_a_stale_graph():
-    """Why set_accumulation switches the phase: the attribute alone does not recompile in GRAPH_MODE."""
-    ms.set_context(mode=ms.GRAPH_MODE)
-    cell, net, _ = make_cell("plain", steps=2)
-    (x, y), = micro_batches((4,))
+def _by_attribute(cell, index, steps):
+    cell.accumulation = index % steps != steps - 1  # the tutorial's style
+
+
+def _by_method_then_set_train(cell, index, steps):
+    cell.set_accumulation(index % steps != steps - 1)
+    cell.set_train(True)  # resets the graph phase in MindSpore; the cell keeps the chosen mode's
+
+
+def _automatic(cell, index, steps):
+    """No mode set: the cell updates on every steps-th call."""
+
+
+STYLES = {"attribute": _by_attribute, "method_then_set_train": _by_method_then_set_train, "automatic": _automatic}
+
+
+@pytest.mark.parametrize("style", sorted(STYLES))
+@pytest.mark.parametrize("kind", ["plain", "dynamic_scale"])
+def test_every_way_of_choosing_the_mode_equals_the_large_batch(style, kind, exec_mode):
+    batches = micro_batches((4, 3, 4, 2) * 2)
+    cell, net, opt = make_cell(kind, steps=4)
+    for index, (x, y) in enumerate(batches):
+        STYLES[style](cell, index, 4)
+        cell(Tensor(x), Tensor(y))
+    assert_params_close(params_of(net), reference_train("momentum", [batches[:4], batches[4:]]),
+                        context=f"{style}, {kind}, {exec_mode}")
+    assert opt.global_step.asnumpy()[0] == 2
+    if exec_mode == "graph":
+        assert {key.split(".")[0] for key in cell.compile_cache} == {ms_accum.ACCUMULATE_PHASE, ms_accum.UPDATE_PHASE}
+
+
+def test_automatic_mode_picks_up_a_window_left_open_by_explicit_calls(exec_mode):
+    batches = micro_batches((4,) * 6)
+    cell, net, _ = make_cell("plain", steps=3)
+    cell.set_accumulation(True)
+    cell(*map(Tensor, batches[0]))
+    cell.accumulation = None  # back to automatic: one micro-batch is already in the window
+    for x, y in batches[1:]:
+        cell(Tensor(x), Tensor(y))
+    assert_params_close(params_of(net), reference_train("momentum", [batches[:3], batches[3:]]),
+                        context=f"explicit then automatic, {exec_mode}")
+
+
+def test_model_accu_gives_the_cell_back_in_the_mode_it_had(exec_mode):
+    cell, _, _ = make_cell("plain", steps=2)
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 4)), dataset_sink_mode=False)
+    assert cell.accumulation is None
     cell.accumulation = True
-    cell(Tensor(x), Tensor(y))
-    before = params_of(net)
-    cell.accumulation = False  # attribute only: the cached accumulation graph runs again
-    cell(Tensor(x), Tensor(y))
-    assert_params_close(params_of(net), before, rtol=0, context="stale graph")
-    cell.set_accumulation(False)(Tensor(x), Tensor(y))
-    assert any(np.abs(params_of(net)[k] - before[k]).max() > 0 for k in before)
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 4)), dataset_sink_mode=False)
+    assert cell.accumulation is True
 
 
 @pytest.mark.parametrize("kind", ["static_scale", "dynamic_scale"])
@@ -111,7 +148,7 @@ def test_overflow_in_any_micro_step_skips_the_window(kind, exec_mode):
     assert float(scale.asnumpy()) == expected_scale
     assert float(cell.scale_sense.asnumpy()) == expected_scale, "loss scale updated more or less than once"
     assert all(not g.asnumpy().any() for g in cell.accu_grads)
-    assert float(cell.accu_overflow.asnumpy()) == 0.0 and float(cell.accu_samples.asnumpy()) == 0.0
+    assert float(cell.accu_overflow.asnumpy()) == 0.0 and float(cell.accu_items.asnumpy()) == 0.0
     assert not np.isfinite(float(loss.asnumpy()))
     _, overflow, _ = run_window(cell, batches[4:])
     assert not bool(overflow.asnumpy())
@@ -128,7 +165,7 @@ def test_loss_scale_cell_accumulates_in_float32_buffers():
 class TestBadInput:
     @pytest.mark.parametrize("cls", ["TrainAccuStepsCell", "TrainAccuStepsWithLossScaleCell"])
     @pytest.mark.parametrize("value, error", [(0, ValueError), (-1, ValueError), (1.5, TypeError),
-                                              ("2", TypeError)])
+                                              ("2", TypeError), (True, TypeError), (4.0, TypeError)])
     def test_accumulation_steps(self, cls, value, error):
         net, loss, opt = build()
         args = (Tensor(1.0, ms.float32),) if cls == "TrainAccuStepsWithLossScaleCell" else ()
@@ -147,3 +184,23 @@ class TestBadInput:
         cell, _, _ = make_cell("plain")
         with pytest.raises(TypeError, match="For 'TrainAccuStepsCell', 'accumulation' must be a bool, but got 1"):
             cell.set_accumulation(1)
+        with pytest.raises(TypeError, match="For 'TrainAccuStepsCell', 'accumulation' must be a bool, but got 'no'"):
+            cell.accumulation = "no"
+
+    @pytest.mark.parametrize("cls", ["TrainAccuStepsCell", "TrainAccuStepsWithLossScaleCell"])
+    def test_accumulation_steps_accepts_numpy_integers(self, cls):
+        net, loss, opt = build()
+        args = (Tensor(1.0, ms.float32),) if cls == "TrainAccuStepsWithLossScaleCell" else ()
+        cell = getattr(ms_accum, cls)(nn.WithLossCell(net, loss), opt, *args, accumulation_steps=np.int64(4))
+        assert cell.accumulation_steps == 4 and type(cell.accumulation_steps) is int
+
+    @pytest.mark.parametrize("cls", ["TrainAccuStepsCell", "TrainAccuStepsWithLossScaleCell"])
+    def test_network_and_optimizer_are_checked(self, cls):
+        net, loss, opt = build()
+        args = (Tensor(1.0, ms.float32),) if cls == "TrainAccuStepsWithLossScaleCell" else ()
+        with pytest.raises(TypeError, match=rf"For '{cls}', 'optimizer' must be a mindspore.nn optimizer.*"
+                                            rf"but got NoneType"):
+            getattr(ms_accum, cls)(nn.WithLossCell(net, loss), None, *args)
+        with pytest.raises(TypeError, match=rf"For '{cls}', 'network' must be a mindspore.nn.Cell, but got "
+                                            rf"function"):
+            getattr(ms_accum, cls)(lambda x: x, opt, *args)

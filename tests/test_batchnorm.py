@@ -55,3 +55,14 @@ def test_adjusted_momentum_matches_the_large_batch(exec_mode):
 def test_accumulation_steps_is_checked():
     with pytest.raises(ValueError, match="For 'adjust_batchnorm_momentum', 'accumulation_steps' must be an int >= 1"):
         ms_accum.adjust_batchnorm_momentum(BNLoss(), 0)
+
+
+def test_adjusting_twice_does_not_compound():
+    net = BNLoss()
+    ms_accum.adjust_batchnorm_momentum(net, 4)
+    changed = ms_accum.adjust_batchnorm_momentum(net, 4)
+    assert changed == [("bn", pytest.approx(0.9), pytest.approx(0.9 ** 0.25))]
+    assert 1.0 - net.bn.momentum == pytest.approx(0.9 ** 0.25)
+    ms_accum.adjust_batchnorm_momentum(net, 1)
+    assert 1.0 - net.bn.momentum == pytest.approx(0.9), "N = 1 must restore the original momentum"
+    assert np.isclose(moving_mean_after_window(adjust=True), 0.1 * np.array([1, 2, 3]), rtol=1e-5).all()

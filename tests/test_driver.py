@@ -2,6 +2,7 @@
 import os
 import re
 
+import numpy as np
 import pytest
 
 import mindspore as ms
@@ -205,6 +206,21 @@ class TestBadInput:
         with pytest.raises(error, match=rf"For 'GradientAccumulation.train_process', 'mini_steps' must be an int "
                                         rf">= 1, but got {re.escape(repr(value))}"):
             trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), value, ckpt_path=None)
+
+    def test_mini_steps_and_epoch_accept_numpy_integers(self):
+        trainer, _, opt = _trainer()
+        losses = trainer.train_process(np.int32(1), numpy_dataset(micro_batches([4] * 4)), np.int64(2),
+                                       ckpt_path=None, log_every=0)
+        assert len(losses) == 2 and opt.global_step.asnumpy()[0] == 2
+
+    def test_optimizer_and_network_are_checked(self):
+        net, loss, opt = build()
+        with pytest.raises(TypeError, match=r"For 'GradientAccumulation', 'optimizer' must be a mindspore.nn "
+                                            r"optimizer .*but got NoneType"):
+            ms_accum.GradientAccumulation(net, loss, None)
+        with pytest.raises(TypeError, match=r"For 'GradientAccumulation', 'loss_fn' must be a mindspore.nn.Cell, "
+                                            r"but got str"):
+            ms_accum.GradientAccumulation(net, "cross_entropy", opt)
 
     def test_epoch(self):
         trainer, _, _ = _trainer()

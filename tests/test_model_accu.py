@@ -3,6 +3,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import mindspore as ms
@@ -99,6 +100,18 @@ class TestBadInput:
         cell, _, _ = make_cell("plain")
         with pytest.raises(ValueError, match="For 'Model_ACCU', 'accumulation_steps' must be an int >= 1, but got 0"):
             ms_accum.Model_ACCU(cell, accumulation_steps=0)
+
+    @pytest.mark.parametrize("epoch, error", [(0, ValueError), (1.0, TypeError), (True, TypeError)])
+    def test_epoch(self, epoch, error):
+        cell, _, _ = make_cell("plain", steps=2)
+        with pytest.raises(error, match=rf"For 'Model_ACCU.train', 'epoch' must be an int >= 1, but got {epoch!r}"):
+            ms_accum.Model_ACCU(cell).train(epoch, numpy_dataset(micro_batches((4,) * 4)), dataset_sink_mode=False)
+
+    def test_numpy_integers_are_accepted(self):
+        cell, _, opt = make_cell("plain", steps=4)
+        model = ms_accum.Model_ACCU(cell, accumulation_steps=np.int32(2))
+        model.train(np.int64(1), numpy_dataset(micro_batches((4,) * 4)), dataset_sink_mode=False)
+        assert model.accumulation_steps == 2 and opt.global_step.asnumpy()[0] == 2
 
     def test_more_steps_than_an_epoch(self):
         cell, _, _ = make_cell("plain", steps=8)

@@ -85,7 +85,7 @@ def test_resume_refuses_a_network_only_checkpoint(tmp_path):
     trainer, _ = make_trainer(seed=1)
     path = str(tmp_path / "final.ckpt")
     trainer.train_process(1, data(), N, ckpt_path=path, log_every=0)
-    with pytest.raises(ms_accum.CheckpointError, match="missing.*grad_sum"):
+    with pytest.raises(ms_accum.CheckpointError, match="must be a training state file"):
         make_trainer(seed=1)[0].train_process(2, data(), N, ckpt_path=None, resume_from=path)
 
 
@@ -146,3 +146,55 @@ def test_model_accu_resumes_from_any_micro_batch(stop_after, uninterrupted_model
         np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7,
                                    err_msg=f"{name} after resuming Model_ACCU at micro-batch {stop_after}")
     assert float(cell.scale_sense.asnumpy()) == scale > 1024.0
+
+
+# ------------------------------------------------------------------ state generations and rank agreement
+def _positions_in(state_path):
+    from ms_accum.state import previous_generation
+    return [int(ms.load_checkpoint(p)["ms_accum_micro_steps_done"].asnumpy())
+            for p in (state_path, previous_generation(state_path)) if os.path.exists(p)]
+
+
+def test_each_state_write_keeps_the_previous_generation(tmp_path):
+    trainer, _ = make_trainer(seed=1)
+    state = str(tmp_path / "state.ckpt")
+    for position in (3, 7, 11):
+        ms_accum.save_training_state(trainer.forward_backward, state, position, position // 4)
+    assert _positions_in(state) == [11, 7]
+    assert os.path.exists(tmp_path / "state.prev.ckpt")
+
+
+def test_ranks_resume_from_the_newest_position_all_of_them_saved():
+    from ms_accum.state import common_position
+    assert common_position([[8, 4], [8, 4]]) == 8
+    assert common_position([[12, 8], [8, 4]]) == 8  # rank 1 died before its write at 12
+    with pytest.raises(ms_accum.CheckpointError, match=r"the ranks must resume from the same position, but no "
+                                                       r"position is saved by every rank \(rank 0: \[12, 8\]; "
+                                                       r"rank 1: \[4\]\)"):
+        common_position([[12, 8], [4]])
+
+
+def test_a_state_file_belongs_to_its_rank_and_device_count(tmp_path):
+    trainer, _ = make_trainer(seed=1)
+    state = str(tmp_path / "state.ckpt")
+    ms_accum.save_training_state(trainer.forward_backward, state, 5, 1, rank=1, world=2)
+    with pytest.raises(ms_accum.CheckpointError, match=r"is rank 1's state, but this is rank 0: every rank resumes "
+                                                       r"from its own file"):
+        ms_accum.load_training_state(trainer.forward_backward, state, 100, rank=0, world=2)
+    with pytest.raises(ms_accum.CheckpointError, match=r"was written by a run on 2 process\(es\), but this run has "
+                                                       r"1"):
+        ms_accum.load_training_state(trainer.forward_backward, state, 100)
+
+
+def test_data_parallel_state_is_written_at_update_boundaries_only(tmp_path):
+    from ms_accum.state import StateWriter
+    trainer, _ = make_trainer(seed=1)
+    writer = StateWriter(trainer.forward_backward, str(tmp_path / "s.ckpt"), every=3, total_micro_steps=40, start=0,
+                         rank=0, world=2)
+    written = [m for m in range(1, 40) if writer.after(m, m // 4, at_update_boundary=m % 4 == 0)]
+    assert written == [4, 8, 12, 16, 20, 24, 28, 32, 36]  # every update boundary once 3 more have passed
+    writer = StateWriter(trainer.forward_backward, str(tmp_path / "s.ckpt"), every=6, total_micro_steps=40, start=0,
+                         rank=0, world=2)
+    # the first update boundary at or after each multiple of 6: 6 -> 8, 12, 18 -> 20, 24, 30 -> 32, 36
+    assert [m for m in range(1, 40) if writer.after(m, m // 4, at_update_boundary=m % 4 == 0)] == [8, 12, 20, 24, 32,
+                                                                                                   36]

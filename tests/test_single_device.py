@@ -42,7 +42,7 @@ def test_three_micro_steps_walked_through_by_hand(exec_mode):
         np.testing.assert_allclose(net.w.asnumpy(), [1.0, 2.0], err_msg=f"micro-step {step} moved the weights")
         np.testing.assert_allclose(grad_sum[0].asnumpy(), expected_sum, rtol=1e-6, err_msg=f"micro-step {step}")
         assert state.micro_steps.asnumpy() == step
-        assert state.sample_count.asnumpy() == sum(len(v) for v in xs[:step])
+        assert state.items.asnumpy() == sum(len(v) for v in xs[:step])
         assert opt.global_step.asnumpy()[0] == 0, f"micro-step {step} advanced the optimizer"
     mean_loss = optim()
     all_x = np.concatenate(xs)
@@ -52,7 +52,7 @@ def test_three_micro_steps_walked_through_by_hand(exec_mode):
     np.testing.assert_allclose(grad_sum[0].asnumpy(), expected_sum, rtol=1e-6)  # optim does not clear
     assert clear().asnumpy() == 3
     np.testing.assert_array_equal(grad_sum[0].asnumpy(), [0.0, 0.0])
-    assert state.micro_steps.asnumpy() == 0 and state.sample_count.asnumpy() == 0
+    assert state.micro_steps.asnumpy() == 0 and state.items.asnumpy() == 0
     assert state.loss_sum.asnumpy() == 0
     before = net.w.asnumpy().copy()
     forward_backward(Tensor(xs[1]))
@@ -118,8 +118,8 @@ def test_clear_needs_no_copy_of_the_parameters_and_accepts_the_tutorial_zeros():
     _, opt, grad_sum, (forward_backward, _, _) = _cells()
     zeros = opt.parameters.clone(prefix="zeros", init="zeros")
     clear = ms_accum.TrainClear(grad_sum, zeros)
-    assert {p.name for p in clear.get_parameters()} == {"grad_sum.w", "grad_sum.sample_count",
-                                                         "grad_sum.micro_steps", "grad_sum.loss_sum"}
+    assert {p.name for p in clear.get_parameters()} == {"grad_sum.w", "grad_sum.items",
+                                                         "grad_sum.micro_steps", "grad_sum.loss_sum", "grad_sum.min_items"}
     forward_backward(Tensor(np.ones((2, 2), np.float32)))
     clear()
     np.testing.assert_array_equal(grad_sum[0].asnumpy(), [0.0, 0.0])
@@ -127,8 +127,8 @@ def test_clear_needs_no_copy_of_the_parameters_and_accepts_the_tutorial_zeros():
 
 def test_tutorial_construction_shares_one_window_between_the_cells():
     net, opt, grad_sum, (forward_backward, optim, clear) = _cells()
-    assert forward_backward.sample_count is optim.sample_count is clear.sample_count
-    assert {p.name for p in forward_backward.get_parameters()} >= {"w", "grad_sum.w", "grad_sum.sample_count"}
+    assert forward_backward.item_count is optim.item_count is clear.item_count
+    assert {p.name for p in forward_backward.get_parameters()} >= {"w", "grad_sum.w", "grad_sum.items"}
 
 
 def test_graph_mode_recompiles_nothing_per_step():
@@ -189,3 +189,35 @@ class TestBadInput:
         wrong = nn.SGD(nn.Dense(3, 3).trainable_params(), 0.1).parameters.clone(prefix="z", init="zeros")
         with pytest.raises(ValueError, match="For 'TrainClear', 'zeros' must match 'grad_sum' in shapes"):
             ms_accum.TrainClear(grad_sum, wrong)
+
+    def test_grad_sum_must_not_be_the_parameters_themselves(self, exec_mode):
+        """The tutorial's line without .clone(...): clearing would zero every weight."""
+        net = LinearLoss()
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        for make in (lambda: ms_accum.TrainForwardBackward(net, opt, opt.parameters),
+                     lambda: ms_accum.TrainOptim(opt, opt.parameters)):
+            with pytest.raises(ValueError, match=r"'grad_sum' must be separate buffers, but it holds the network's "
+                                                 r"or optimizer's own Parameters \['w'\].*clearing it would zero the "
+                                                 r"weights. Build it with optimizer.parameters.clone\(prefix='grad_sum', "
+                                                 r"init='zeros'\)"):
+                make()
+        np.testing.assert_array_equal(net.w.asnumpy(), [1.0, 2.0])
+
+    def test_zeros_must_not_be_grad_sum(self):
+        _, _, grad_sum, _ = _cells()
+        with pytest.raises(ValueError, match="For 'TrainClear', 'zeros' must be separate from 'grad_sum'"):
+            ms_accum.TrainClear(grad_sum, grad_sum)
+
+    def test_optimizer_and_network_are_checked(self):
+        net = LinearLoss()
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+        with pytest.raises(TypeError, match=r"For 'TrainOptim', 'optimizer' must be a mindspore.nn optimizer .*but "
+                                            r"got NoneType"):
+            ms_accum.TrainOptim(None, grad_sum)
+        with pytest.raises(TypeError, match=r"For 'TrainForwardBackward', 'optimizer' must be a mindspore.nn "
+                                            r"optimizer .*but got list"):
+            ms_accum.TrainForwardBackward(net, list(net.trainable_params()), grad_sum)
+        with pytest.raises(TypeError, match=r"For 'TrainForwardBackward', 'network' must be a mindspore.nn.Cell, "
+                                            r"but got NoneType"):
+            ms_accum.TrainForwardBackward(None, opt, grad_sum)

@@ -25,7 +25,7 @@ def test_driver_records_every_window(tmp_path, exec_mode, capsys):
     telemetry = ms_accum.WindowTelemetry(csv_path=str(tmp_path / "t" / "telemetry.csv"), print_every=2)
     losses = trainer.train_process(2, numpy_dataset(batches), 2, callbacks=telemetry, ckpt_path=None, log_every=0)
     records = telemetry.records
-    assert [(r.epoch, r.update, r.micro_batches, r.samples) for r in records] == [
+    assert [(r.epoch, r.update, r.micro_batches, r.items) for r in records] == [
         (1, 1, 2, 8), (1, 2, 2, 7), (2, 3, 2, 8), (2, 4, 2, 7)]
     assert [r.loss for r in records] == pytest.approx(losses, rel=1e-6)
     assert [r.learning_rate for r in records] == pytest.approx([0.1, 0.05, 0.025, 0.0125])
@@ -34,10 +34,10 @@ def test_driver_records_every_window(tmp_path, exec_mode, capsys):
     with open(tmp_path / "t" / "telemetry.csv", newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     assert rows[0] == ms_accum.WindowTelemetry.COLUMNS and len(rows) == 5
-    assert [float(rows[i][rows[0].index("samples")]) for i in range(1, 5)] == [8, 7, 8, 7]
+    assert [float(rows[i][rows[0].index("items")]) for i in range(1, 5)] == [8, 7, 8, 7]
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update ")]
     assert [line.split(" loss")[0] for line in printed] == ["update 2/4 (epoch 1/2)", "update 4/4 (epoch 2/2)"]
-    assert "window: 2 micro-batches, 7 samples" in printed[1] and "0 s left" in printed[1]
+    assert "window: 2 micro-batches, 7 items" in printed[1] and "0 s left" in printed[1]
 
 
 def test_model_accu_records_skipped_windows_and_the_loss_scale(exec_mode):
@@ -51,7 +51,7 @@ def test_model_accu_records_skipped_windows_and_the_loss_scale(exec_mode):
     telemetry = ms_accum.WindowTelemetry()
     ms_accum.Model_ACCU(cell).train(1, numpy_dataset(poisoned), callbacks=[telemetry], dataset_sink_mode=False)
     first, second = telemetry.records
-    assert (first.overflow, first.loss_scale, first.micro_batches, first.samples) == (True, 512.0, 3, 12)
+    assert (first.overflow, first.loss_scale, first.micro_batches, first.items) == (True, 512.0, 3, 12)
     assert (second.overflow, second.loss_scale) == (False, 512.0)
     assert not np.isfinite(first.grad_norm) and np.isfinite(second.grad_norm)
     assert telemetry.skipped == 1

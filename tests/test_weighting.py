@@ -1,0 +1,261 @@
+"""Item-weighted windows: a loss that returns (loss, num_items) is weighed by its items on every path; inputs
+whose batch is not on axis 0 are refused unless the loss says what it averaged over."""
+import numpy as np
+import pytest
+
+import mindspore as ms
+import mindspore.dataset as ds
+from mindspore import Tensor, nn, ops
+
+import ms_accum
+from helpers import (assert_params_close, build_tagger, params_of, token_batches, token_reference)
+from test_model_accu import fake_device  # noqa: F401  (fixture)
+
+REAL_TOKENS = (15, 4, 9, 11, 2, 17)  # of 18 token slots per micro-batch
+N = 3
+
+
+def windows():
+    batches = token_batches(REAL_TOKENS)
+    return [batches[:N], batches[N:]]
+
+
+def token_dataset(batches):
+    def generate():
+        yield from batches
+    return ds.GeneratorDataset(generate, ["x", "labels", "mask"], shuffle=False)
+
+
+def three_cells(window_list, optimizer="momentum"):
+    net, loss, opt = build_tagger(optimizer)
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(loss, opt, grad_sum)
+    optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
+    losses = []
+    for window in window_list:
+        for batch in window:
+            forward_backward(*map(Tensor, batch))
+        losses.append(float(optim().asnumpy()))
+        clear()
+    return params_of(net), losses
+
+
+def driver():
+    net, loss, opt = build_tagger()
+    trainer = ms_accum.GradientAccumulation(loss, None, opt)  # the loss network returns (loss, num_items)
+    trainer_losses = trainer.train_process(1, token_dataset(token_batches(REAL_TOKENS)), N, ckpt_path=None,
+                                           log_every=0)
+    return params_of(net), trainer_losses
+
+
+def accu_cell(kind):
+    net, loss, opt = build_tagger()
+    if kind == "plain":
+        return ms_accum.TrainAccuStepsCell(loss, opt, accumulation_steps=N), net
+    return ms_accum.TrainAccuStepsWithLossScaleCell(loss, opt, nn.DynamicLossScaleUpdateCell(2.0 ** 12, 2, 100),
+                                                    accumulation_steps=N), net
+
+
+def accu_steps(kind):
+    cell, net = accu_cell(kind)
+    losses = []
+    for batch in token_batches(REAL_TOKENS):
+        out = cell(*map(Tensor, batch))  # the cell updates on every N-th call by itself
+        losses.append(out)
+    window_losses = [float(np.asarray((out[0] if isinstance(out, tuple) else out).asnumpy()))
+                     for out in losses[N - 1::N]]
+    return params_of(net), window_losses
+
+
+def model_accu(kind, sink=False):
+    cell, net = accu_cell(kind)
+    ms_accum.Model_ACCU(cell).train(1, token_dataset(token_batches(REAL_TOKENS)), dataset_sink_mode=sink)
+    return params_of(net), None
+
+
+def token_mean_losses():
+    """Each window's mean loss over its real tokens, from the initial parameters (first window) - computed
+    directly on the large batch."""
+    _, loss, _ = build_tagger(return_items=False)
+    first = windows()[0]
+    return float(loss(*(Tensor(np.concatenate(parts)) for parts in zip(*first))).asnumpy())
+
+
+PATHS = {
+    "three_cells": lambda: three_cells(windows()),
+    "driver": driver,
+    "accu_steps": lambda: accu_steps("plain"),
+    "accu_steps_loss_scale": lambda: accu_steps("dynamic"),
+    "model_accu": lambda: model_accu("plain"),
+    "model_accu_loss_scale": lambda: model_accu("dynamic"),
+}
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_token_weighted_window_equals_the_large_batch_token_mean(path, exec_mode):
+    got, losses = PATHS[path]()
+    assert_params_close(got, token_reference("momentum", windows()), context=f"{path}, {exec_mode}")
+    if losses is not None:
+        assert losses[0] == pytest.approx(token_mean_losses(), rel=1e-5), "window loss is not the token mean"
+
+
+def test_sink_mode_weighs_tokens_too(fake_device):  # noqa: F811
+    got, _ = model_accu("plain", sink=True)
+    assert_params_close(got, token_reference("momentum", windows()), context="sink")
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_averaging_micro_batch_means_would_be_wrong_here(optimizer):
+    """The data of these tests tell the two weightings apart: the mean of micro-batch means is far off."""
+    net, loss, opt = build_tagger(optimizer, return_items=False)
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(loss, opt, grad_sum)  # weighs samples: 3 per micro-batch
+    optim = ms_accum.TrainOptim(opt, grad_sum)
+    for batch in windows()[0]:
+        forward_backward(*map(Tensor, batch))
+    optim()
+    expected = token_reference(optimizer, windows()[:1])
+    worst = max(np.abs(params_of(net)[k] - v).max() / np.abs(v).max() for k, v in expected.items())
+    assert worst > 1e-3, f"sample weighting came within {worst:.2g} of the token mean: the test data are too even"
+    got, _ = three_cells(windows()[:1], optimizer)
+    assert_params_close(got, expected, context=f"token weighting, {optimizer}")
+
+
+def test_check_equivalence_weighs_items():
+    batches = windows()[0]
+    large = tuple(np.concatenate(parts) for parts in zip(*batches))
+
+    def make_network():
+        return build_tagger()[1]
+
+    report = ms_accum.check_equivalence(make_network, None, lambda p: nn.SGD(p, 0.5), large, N)
+    assert report.passed, str(report)
+
+
+def test_numbers_of_items_may_be_python_numbers(exec_mode):
+    """num_items returned as a Python int (a constant) weighs like a Tensor."""
+
+    class ConstantItems(nn.Cell):
+        def __init__(self, network):
+            super().__init__(auto_prefix=False)
+            self.network = network
+
+        def construct(self, x, labels, mask):
+            loss, _ = self.network(x, labels, mask)
+            return loss, 7
+
+    net, loss, opt = build_tagger()
+    cell = ms_accum.TrainAccuStepsCell(ConstantItems(loss), opt, accumulation_steps=2)
+    for batch in token_batches((5, 5)):
+        cell(*map(Tensor, batch))
+    assert float(cell.accu_last_items.asnumpy()) == 14.0
+    assert int(opt.global_step.asnumpy()[0]) == 1
+
+
+@pytest.mark.parametrize("cell", ["three_cells", "accu_steps"])
+def test_no_items_in_a_window_is_refused_before_the_update(cell, exec_mode):
+    net, loss, opt = build_tagger()
+    before = params_of(net)
+    empty = token_batches((0,))[0]
+    with pytest.raises(ValueError, match=r"'num_items' returned by the loss network must be > 0 for every "
+                                         r"micro-batch, but a micro-batch of this window returned 0"):
+        if cell == "three_cells":
+            grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+            ms_accum.TrainForwardBackward(loss, opt, grad_sum)(*map(Tensor, empty))
+            ms_accum.TrainOptim(opt, grad_sum)()
+        else:
+            ms_accum.TrainAccuStepsCell(loss, opt, accumulation_steps=1)(*map(Tensor, empty))
+    after = params_of(net)
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value, err_msg=f"{name} changed by a refused window")
+
+
+# ------------------------------------------------------------------ sequence-first inputs
+class SequenceFirstClassifier(nn.Cell):
+    """Inputs (T, B, F), time first (the layout of nn.LSTM's default): mean over time, then classify."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(6, 4)
+
+    def construct(self, x):
+        return self.fc(x.mean(axis=0))
+
+
+class SequenceLoss(nn.Cell):
+    """Cross-entropy over the batch; with return_items, also the batch size, read from axis 1."""
+
+    def __init__(self, network, return_items):
+        super().__init__(auto_prefix=False)
+        self.network = network
+        self.return_items = return_items
+        self.ce = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+
+    def construct(self, x, labels):
+        loss = self.ce(self.network(x), labels)
+        if self.return_items:
+            return loss, x.shape[1]
+        return loss
+
+
+def sequence_batches(batch_sizes, length=5, seed=4):
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(size=(length, b, 6)).astype(np.float32), rng.integers(0, 4, size=b).astype(np.int32))
+            for b in batch_sizes]
+
+
+def sequence_net(return_items, seed=0):
+    ms.set_seed(seed)
+    net = SequenceFirstClassifier()
+    return net, SequenceLoss(net, return_items), nn.Momentum(net.trainable_params(), 0.1, 0.9)
+
+
+@pytest.mark.parametrize("cell", ["three_cells", "accu_steps"])
+def test_sequence_first_inputs_are_refused_with_the_shapes(cell, exec_mode):
+    _, loss, opt = sequence_net(return_items=False)
+    if cell == "three_cells":
+        step = ms_accum.TrainForwardBackward(loss, opt, opt.parameters.clone(prefix="grad_sum", init="zeros"))
+    else:
+        step = ms_accum.TrainAccuStepsCell(loss, opt, accumulation_steps=2)
+    x, y = sequence_batches((4,))[0]
+    with pytest.raises(ValueError, match=r"the inputs' leading dimensions must agree to count samples, but got "
+                                         r"\[\(5, 4, 6\), \(4,?\)\].*returns '\(loss, num_items\)'"):
+        step(Tensor(x), Tensor(y))
+
+
+@pytest.mark.parametrize("cell", ["three_cells", "accu_steps"])
+def test_sequence_first_inputs_with_num_items_equal_the_large_batch(cell, exec_mode):
+    batches = sequence_batches((4, 4, 2))
+    net, loss, opt = sequence_net(return_items=True)
+    if cell == "three_cells":
+        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+        forward_backward = ms_accum.TrainForwardBackward(loss, opt, grad_sum)
+        for x, y in batches:
+            forward_backward(Tensor(x), Tensor(y))
+        ms_accum.TrainOptim(opt, grad_sum)()
+    else:
+        step = ms_accum.TrainAccuStepsCell(loss, opt, accumulation_steps=3)
+        for x, y in batches:
+            step(Tensor(x), Tensor(y))
+    ref_net, ref_loss, ref_opt = sequence_net(return_items=False)
+    nn.TrainOneStepCell(ref_loss, ref_opt)(Tensor(np.concatenate([x for x, _ in batches], axis=1)),
+                                           Tensor(np.concatenate([y for _, y in batches])))
+    assert_params_close(params_of(net), params_of(ref_net), context=f"sequence-first, {cell}, {exec_mode}")
+
+
+def test_scalar_inputs_do_not_count_as_a_batch_axis():
+    """A rank-0 input (a temperature, say) beside the batch does not trip the leading-dimension check."""
+
+    class Scaled(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Dense(3, 1)
+
+        def construct(self, x, temperature):
+            return ops.mean(self.fc(x)) * temperature
+
+    net = Scaled()
+    opt = nn.SGD(net.trainable_params(), 0.1)
+    cell = ms_accum.TrainAccuStepsCell(net, opt, accumulation_steps=1)
+    cell(Tensor(np.ones((4, 3), np.float32)), Tensor(2.0, ms.float32))
+    assert float(cell.accu_last_items.asnumpy()) == 4.0
