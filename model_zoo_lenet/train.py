@@ -36,6 +36,9 @@ from src.cpu_speed import set_cpu_threads, set_mode, tuned
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
+from ms_accum.state import is_state_file
+
+STATE_FILE = "train_state.ckpt"
 
 
 def positive_int(text):
@@ -97,8 +100,10 @@ def parse_args(argv):
     parser.add_argument("--dataset_sink_mode", action="store_true",
                         help="model_accu only: sink the accumulation and update graphs (GPU/Ascend, graph mode)")
     parser.add_argument("--resume", default=None, metavar="CKPT",
-                        help="continue from a checkpoint written by train.py: an epoch checkpoint (any device count), "
-                             "or train_state.ckpt (the exact micro-batch where it stopped; same device count)")
+                        help="continue from what train.py wrote: an epoch checkpoint (any device count), or the "
+                             "run's --ckpt_path directory (or, on one device, its train_state.ckpt) to continue at "
+                             "the exact micro-batch where it stopped, on the same device count; under msrun each "
+                             "rank then resumes from its own rank_<r>/train_state.ckpt")
     parser.add_argument("--save_state_every", type=int, default=100, metavar="N",
                         help="write the exact training state to CKPT_PATH[/rank_R]/train_state.ckpt every N "
                              "micro-batches, atomically (0: never; not with --dataset_sink_mode; "
@@ -126,9 +131,22 @@ class EpochSummary(Callback):
               f"samples/s), about {left:.0f} s left", flush=True)
 
 
-def is_state_file(ckpt_path):
-    """Whether a checkpoint is the driver's exact training state (it records the position in the data)."""
-    return "ms_accum_micro_steps_done" in ms_accum.read_checkpoint(ckpt_path)
+def resume_target(path, rank, world):
+    """
+    What '--resume PATH' names for this rank: (checkpoint file, whether it is an exact state file).
+
+    A directory is a run's --ckpt_path: its train_state.ckpt on one device, rank_<r>/train_state.ckpt for rank r
+    in parallel modes. A file is an epoch checkpoint, or a state file (whose rank is checked when it is loaded).
+    """
+    if os.path.isdir(path):
+        directory = path if world == 1 else os.path.join(path, f"rank_{rank}")
+        state = os.path.join(directory, STATE_FILE)
+        if not os.path.isfile(state):
+            raise ValueError(f"'--resume' {path!r} must be a run's --ckpt_path holding {os.path.relpath(state, path)}"
+                             f" (written every --save_state_every micro-batches), but there is none; pass an "
+                             f"epoch checkpoint file to resume at an epoch.")
+        return state, True
+    return path, is_state_file(ms_accum.read_checkpoint(path))
 
 
 def resume_from(cell, ckpt_path):
@@ -174,13 +192,13 @@ def main(argv=None):
     else:
         state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=n)
         updates_per_epoch = sink_size // n if args.dataset_sink_mode else math.ceil(steps / n)
-    exact = bool(args.resume) and is_state_file(args.resume)
-    initial_epoch = resume_from(state_cell, args.resume) if args.resume and not exact else 0
+    resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
+    initial_epoch = resume_from(state_cell, resume) if resume and not exact else 0
     if initial_epoch >= args.epoch_size:
-        raise ValueError(f"'--epoch_size' must exceed the {initial_epoch} epochs done in {args.resume!r}, but got "
+        raise ValueError(f"'--epoch_size' must exceed the {initial_epoch} epochs done in {resume!r}, but got "
                          f"{args.epoch_size}.")
     directory = args.ckpt_path if world == 1 else os.path.join(args.ckpt_path, f"rank_{rank}")
-    state_path = os.path.join(directory, "train_state.ckpt")
+    state_path = os.path.join(directory, STATE_FILE)
     save_state_every = 0 if args.dataset_sink_mode else args.save_state_every
     checkpoints = ModelCheckpoint(prefix="checkpoint_lenet", directory=directory,
                                   config=CheckpointConfig(save_checkpoint_steps=updates_per_epoch,
@@ -197,12 +215,12 @@ def main(argv=None):
     if trainer_kind == "driver":
         trainer.train_process(args.epoch_size, dataset, n, callbacks=callbacks,
                               partial_window=args.partial_window, ckpt_path=None, log_every=0,
-                              initial_epoch=initial_epoch, resume_from=args.resume if exact else None,
+                              initial_epoch=initial_epoch, resume_from=resume if exact else None,
                               state_path=state_path, save_state_every=save_state_every)
     else:
         model = ms_accum.Model_ACCU(state_cell, state_path=state_path, save_state_every=save_state_every)
         model.train(args.epoch_size, dataset, callbacks=callbacks, dataset_sink_mode=args.dataset_sink_mode,
-                    sink_size=sink_size, initial_epoch=initial_epoch, resume_from=args.resume if exact else None)
+                    sink_size=sink_size, initial_epoch=initial_epoch, resume_from=resume if exact else None)
     print(f"last checkpoint: {checkpoints.latest_ckpt_file_name}", flush=True)
     if world > 1:
         release_parallel()

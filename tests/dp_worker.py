@@ -2,8 +2,9 @@
 
 Each rank trains a copy of SmallConvNet with an accumulation cell on its own micro-batches (the union over ranks
 is what single-process training sees) and saves its parameters, counters and per-window outputs to
-OUT/rank_<r>.npz. Arguments: OUT MODE(graph|pynative) CELL(plain|dynamic) WINDOWS STEPS [OVERFLOW_RANK
-OVERFLOW_WINDOW OVERFLOW_STEP].
+OUT/rank_<r>.npz. Arguments: OUT MODE(graph|pynative) CELL(plain|dynamic|tokens) WINDOWS STEPS [OVERFLOW_RANK
+OVERFLOW_WINDOW OVERFLOW_STEP]. CELL 'tokens' trains the token tagger with a (loss, num_items) loss on micro-batches
+holding different numbers of real tokens on each rank, with the cell choosing its mode itself.
 """
 import os
 import sys
@@ -21,15 +22,33 @@ from mindspore import Tensor, nn  # noqa: E402
 from mindspore.communication import get_group_size, get_rank, init, release  # noqa: E402
 
 import ms_accum  # noqa: E402
-from helpers import build, micro_batches  # noqa: E402
+from helpers import build, build_tagger, micro_batches, token_batches  # noqa: E402
 
 RANKS_DATA_SEED = 7
+TOKEN_COUNTS = (15, 4, 9, 11, 2, 17, 6, 13, 1, 18, 8, 3)  # real tokens of 18 slots, cycled over the stream
 
 
 def rank_batches(rank, world, windows, steps, size=4):
     """Rank r's micro-batches: a slice of one global stream, so the union is known to every process."""
     everything = micro_batches([size * world] * (windows * steps), seed=RANKS_DATA_SEED)
     return [(x[rank * size:(rank + 1) * size], y[rank * size:(rank + 1) * size]) for x, y in everything]
+
+
+def rank_token_batches(rank, world, windows, steps):
+    """Rank r's token micro-batches: micro-batch i of the global stream goes to rank i % world."""
+    count = windows * steps * world
+    everything = token_batches([TOKEN_COUNTS[i % len(TOKEN_COUNTS)] for i in range(count)], seed=RANKS_DATA_SEED)
+    return everything[rank::world]
+
+
+def train_tokens(cell, batches):
+    """Every micro-batch through the cell in automatic mode; the update calls' outputs."""
+    outputs = []
+    for index, batch in enumerate(batches):
+        result = cell(*map(Tensor, batch))
+        if (index + 1) % cell.accumulation_steps == 0:
+            outputs.append([float(np.asarray(result.asnumpy()).reshape(-1)[0])])
+    return outputs
 
 
 def main():
@@ -43,14 +62,32 @@ def main():
     rank, world = get_rank(), get_group_size()
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True,
                                  device_num=world)
-    net, loss, opt = build("momentum")
-    loss_net = nn.WithLossCell(net, loss)
-    if cell_kind == "plain":
+    if cell_kind == "tokens":
+        net, loss_net, opt = build_tagger("momentum")
+    else:
+        net, loss, opt = build("momentum")
+        loss_net = nn.WithLossCell(net, loss)
+    if cell_kind in ("plain", "tokens"):
         cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=steps)
     else:
         cell = ms_accum.TrainAccuStepsWithLossScaleCell(
             loss_net, opt, nn.DynamicLossScaleUpdateCell(2.0 ** 10, 2, 1000), accumulation_steps=steps)
-    batches = rank_batches(rank, world, windows, steps)
+    if cell_kind == "tokens":
+        outputs = train_tokens(cell, rank_token_batches(rank, world, windows, steps))
+    else:
+        outputs = train_windows(cell, rank_batches(rank, world, windows, steps), windows, steps, overflow, rank)
+    arrays = {f"param:{p.name}": p.asnumpy() for p in net.get_parameters()}
+    arrays.update({f"opt:{p.name}": p.asnumpy() for p in opt.get_parameters()})
+    arrays["outputs"] = np.array(outputs, np.float64)
+    arrays["global_step"] = opt.global_step.asnumpy()
+    arrays["accu_grads_zero"] = np.array(all(not g.asnumpy().any() for g in cell.accu_grads))
+    np.savez(os.path.join(out, f"rank_{rank}.npz"), **arrays)
+    print(f"rank {rank}/{world} done", flush=True)
+    release()
+
+
+def train_windows(cell, batches, windows, steps, overflow, rank):
+    """Each window with the mode set per micro-batch, an inf planted where `overflow` says; the update outputs."""
     outputs = []
     for w in range(windows):
         for s in range(steps):
@@ -62,14 +99,7 @@ def main():
             result = cell(Tensor(x), Tensor(y))
         outputs.append([float(np.asarray(r.asnumpy()).reshape(-1)[0]) for r in
                         (result if isinstance(result, tuple) else (result,))])
-    arrays = {f"param:{p.name}": p.asnumpy() for p in net.get_parameters()}
-    arrays.update({f"opt:{p.name}": p.asnumpy() for p in opt.get_parameters()})
-    arrays["outputs"] = np.array(outputs, np.float64)
-    arrays["global_step"] = opt.global_step.asnumpy()
-    arrays["accu_grads_zero"] = np.array(all(not g.asnumpy().any() for g in cell.accu_grads))
-    np.savez(os.path.join(out, f"rank_{rank}.npz"), **arrays)
-    print(f"rank {rank}/{world} done", flush=True)
-    release()
+    return outputs
 
 
 if __name__ == "__main__":

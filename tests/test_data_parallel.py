@@ -6,6 +6,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -15,8 +16,8 @@ from mindspore import nn
 
 import ms_accum
 from conftest import ROOT, ZOO
-from dp_worker import rank_batches
-from helpers import ACCURACY, SAMPLE, params_of, reference_train, run_script
+from dp_worker import rank_batches, rank_token_batches
+from helpers import ACCURACY, SAMPLE, params_of, reference_train, run_script, token_reference
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
@@ -87,13 +88,18 @@ def test_two_ranks_equal_single_process_training_on_their_union(plain_graph_run)
 
 
 def test_accumulation_graph_has_no_allreduce_and_no_optimizer(plain_graph_run):
-    """The final IR MindSpore saved for each graph compiled on rank 0."""
+    """The final IR MindSpore saved for the graphs compiled on rank 0: the accumulation graph, compiled first (the
+    first call accumulates), then the update graph, which MindSpore splits into kernel graphs at the window's
+    item check."""
     out, _ = plain_graph_run
-    finals = sorted(glob.glob(str(out / "graphs_*" / "rank_0" / "hwopt_common_final_graph_*.ir")))
-    assert len(finals) == 2, finals
+    finals = sorted(glob.glob(str(out / "graphs_*" / "rank_0" / "hwopt_common_final_graph_*.ir")),
+                    key=lambda f: int(re.search(r"final_graph_(\d+)_", f).group(1)))
+    assert len(finals) >= 2, finals
     contents = [open(f, encoding="utf-8").read() for f in finals]
-    kinds = sorted((len(re.findall(r"\bAllReduce\b", c)) > 0, "ApplyMomentum" in c) for c in contents)
-    assert kinds == [(False, False), (True, True)], "accumulation graph must hold neither; update graph both"
+    holds = [(len(re.findall(r"\bAllReduce\b", c)) > 0, "ApplyMomentum" in c) for c in contents]
+    assert holds[0] == (False, False), "the accumulation graph must hold no AllReduce and no optimizer"
+    assert any(h[0] for h in holds[1:]) and any(h[1] for h in holds[1:]), "the update graph must hold both"
+    assert all("SparseSoftmaxCrossEntropyWithLogits" in c for c in contents[:2]), "a forward per mode"
 
 
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
@@ -110,6 +116,100 @@ def test_overflow_on_one_rank_makes_both_skip(tmp_path, mode):
         np.testing.assert_array_equal(params(ranks[1])[name], params(ranks[0])[name])
         err = np.abs(params(ranks[0])[name] - want).max() / np.abs(want).max()
         assert err <= 1e-5, f"{name}: relative difference {err:.3g} after the skipped window"
+
+
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_token_counts_are_summed_over_ranks(tmp_path, mode):
+    """Each rank's micro-batches hold different numbers of real tokens: the window applies the token mean over
+    both ranks' tokens, as one process on their union does."""
+    windows, steps = 2, 3
+    ranks = run_workers(tmp_path, mode, "tokens", windows, steps)
+    per_rank = [rank_token_batches(r, WORLD, windows, steps) for r in range(WORLD)]
+    union = [[per_rank[r][w * steps + s] for r in range(WORLD) for s in range(steps)] for w in range(windows)]
+    rank_tokens = [[float(b[2].sum()) for b in batches] for batches in per_rank]
+    assert rank_tokens[0][:steps] != rank_tokens[1][:steps], "the ranks must hold different token counts"
+    expected = token_reference("momentum", union)
+    for name, want in expected.items():
+        np.testing.assert_array_equal(params(ranks[1])[name], params(ranks[0])[name])
+        err = np.abs(params(ranks[0])[name] - want).max() / np.abs(want).max()
+        assert err <= 1e-5, f"{name}: relative difference {err:.3g} to one process on the union's token mean"
+
+
+def msrun_train_py(out_dir, *args, timeout=300):
+    """train.py on 2 msrun CPU workers; return the Popen (its own process group)."""
+    bin_dir = os.path.dirname(sys.executable)
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
+    cmd = [os.path.join(bin_dir, "msrun"), f"--worker_num={WORLD}", f"--local_worker_num={WORLD}",
+           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "--join=True",
+           f"--log_dir={out_dir / 'logs'}", os.path.join(ZOO, "train.py"), *map(str, args)]
+    return subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def worker_of_rank(launcher, rank):
+    """The train.py worker process msrun started for `rank`."""
+    import psutil  # pylint: disable=import-outside-toplevel  (a MindSpore dependency)
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+        try:
+            if "train.py" in " ".join(child.cmdline()) and child.environ().get("RANK_ID") == str(rank):
+                return child
+        except psutil.NoSuchProcess:
+            continue
+    return None
+
+
+def test_data_parallel_train_py_killed_on_one_rank_resumes_exactly(tmp_path):
+    """A real SIGKILL of rank 1's worker; msrun ends the job; msrun --resume DIR continues every rank from its own
+    state, and both ranks end with the parameters of an uninterrupted run."""
+    common = ("--parallel_mode", "data_parallel", "--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 16,
+              "--accumulation_steps", 4, "--epoch_size", 4, "--log_every", 0, "--save_state_every", 1)
+    full = msrun_train_py(tmp_path / "full_logs", "--ckpt_path", tmp_path / "full", *common)
+    out, _ = full.communicate(timeout=600)
+    assert full.returncode == 0, out[-3000:]
+
+    cut = tmp_path / "cut"
+    victim = msrun_train_py(tmp_path / "cut_logs", "--ckpt_path", cut, *common)
+    deadline = time.time() + 300
+    while not (cut / "rank_1" / "train_state.prev.ckpt").exists() and time.time() < deadline \
+            and victim.poll() is None:
+        time.sleep(0.05)
+    worker = worker_of_rank(victim, 1)
+    assert worker is not None and victim.poll() is None, "the job ended before a worker could be killed"
+    worker.send_signal(signal.SIGKILL)
+    try:
+        out, _ = victim.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(victim.pid, signal.SIGKILL)
+        pytest.fail("msrun did not end the job after one worker was killed")
+    assert victim.returncode != 0, "msrun reported success for a job with a killed worker"
+    assert not (cut / "rank_0" / "checkpoint_lenet-4_10.ckpt").exists(), "the kill came after the end of training"
+
+    resumed = msrun_train_py(tmp_path / "resume_logs", "--ckpt_path", cut, "--resume", cut, *common)
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out[-3000:]
+    for rank in range(WORLD):
+        want = ms.load_checkpoint(str(tmp_path / "full" / f"rank_{rank}" / "checkpoint_lenet-4_10.ckpt"))
+        got = ms.load_checkpoint(str(cut / f"rank_{rank}" / "checkpoint_lenet-4_10.ckpt"))
+        for param in LeNet5().get_parameters():
+            np.testing.assert_allclose(got[param.name].asnumpy(), want[param.name].asnumpy(), rtol=1e-6,
+                                       atol=1e-7, err_msg=f"rank {rank}: {param.name}")
+
+
+def test_resume_under_msrun_refuses_another_ranks_state_file(tmp_path):
+    common = ("--parallel_mode", "data_parallel", "--data_path", SAMPLE, "--num_samples", 256, "--batch_size", 16,
+              "--accumulation_steps", 4, "--log_every", 0, "--save_state_every", 1)
+    first = msrun_train_py(tmp_path / "l1", "--ckpt_path", tmp_path / "run", "--epoch_size", 1, *common)
+    out, _ = first.communicate(timeout=300)
+    assert first.returncode == 0, out[-3000:]
+    # the state of the last window is not written (it is the end of the run): rank 0's file is mid-run
+    again = msrun_train_py(tmp_path / "l2", "--ckpt_path", tmp_path / "run", "--epoch_size", 2,
+                           "--resume", tmp_path / "run" / "rank_0" / "train_state.ckpt", *common)
+    out, _ = again.communicate(timeout=300)
+    logs = "".join(open(p, encoding="utf-8", errors="replace").read()
+                   for p in glob.glob(str(tmp_path / "l2" / "logs" / "worker_*.log")))
+    assert again.returncode != 0
+    assert "is rank 0's state, but this is rank 1: every rank resumes from its own file (train.py: pass the run's " \
+           "checkpoint directory to '--resume')" in logs, logs[-3000:]
 
 
 def test_lenet_data_parallel_checkpoint_evaluates_and_resumes_on_one_device(tmp_path):

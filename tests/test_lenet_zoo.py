@@ -94,12 +94,13 @@ def trained(tmp_path_factory):
 def test_train_reports_progress_and_writes_epoch_checkpoints(trained):
     run_dir, out = trained
     assert "effective batch 128" in out
-    assert re.search(r"^update 240/240 \(epoch 10/10\) loss [0-9.]+ \| window: 1 micro-batches, 32 samples \| "
-                     r"grad norm [0-9.e+-]+ \| lr 0.1 \| loss scale 1, 0 skipped \| [0-9]+ samples/s, 0 s left$",
+    assert re.search(r"^update 240/240 \(epoch 10/10\) loss [0-9.]+ \| window: 1 micro-batches, 32 items \| "
+                     r"grad norm [0-9.e+-]+ \| lr 0.1 \| loss scale 1, 0 skipped \| [0-9]+ items/s, 0 s left$",
                      out, re.M), out
     assert re.search(r"^epoch 10/10: 240 updates so far, 2976 samples in", out, re.M), out
     names = sorted(f for f in os.listdir(run_dir) if f.endswith(".ckpt"))
-    assert names == sorted([f"checkpoint_lenet-{e}_24.ckpt" for e in range(1, 11)] + ["train_state.ckpt"])
+    assert names == sorted([f"checkpoint_lenet-{e}_24.ckpt" for e in range(1, 11)] + ["train_state.ckpt",
+                                                                                     "train_state.prev.ckpt"])
     state = ms.load_checkpoint(str(run_dir / "train_state.ckpt"))  # every 100 of the 930 micro-batches
     assert int(state["ms_accum_micro_steps_done"].asnumpy()) == 900
 
