@@ -61,6 +61,17 @@ def check_sens(owner, value):
     return float(value)
 
 
+def check_clip_norm(owner, clip_norm):
+    """Return `clip_norm` as a float if it is a finite number > 0, or None (no clipping)."""
+    if clip_norm is None:
+        return None
+    if isinstance(clip_norm, bool) or not isinstance(clip_norm, numbers.Real) or not math.isfinite(clip_norm) \
+            or clip_norm <= 0:
+        raise ValueError(f"For '{owner}', 'clip_norm' must be a finite number > 0, or None for no clipping, but got "
+                         f"{clip_norm!r}.")
+    return float(clip_norm)
+
+
 def check_grad_sum(owner, grad_sum, optimizer=None, network=None, arg_name="grad_sum"):
     """
     Return `grad_sum` if it is a ParameterTuple shaped like the optimizer's parameters and sharing no Parameter

@@ -2,12 +2,13 @@
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 
-from . import grad_ops
-from .accu_steps import WINDOW_PREFIX, AccumulationWindow, check_cell_arguments, float32_buffers
+from . import window
+from .accu_steps import AccumulationModes, check_cell_arguments
+from .accu_window import WINDOW_PREFIX, AccumulationWindow, float32_buffers
 from .weighting import LossAndItems, loss_sens
 
 
-class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLossScaleCell):
+class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepWithLossScaleCell):
     r"""
     Gradient accumulation with loss scaling: one overflowing micro-batch discards the whole window.
 
@@ -32,6 +33,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
         scale_sense (Union[Tensor, Cell]): The loss scale, or a cell updating it, as in
             :class:`mindspore.nn.TrainOneStepWithLossScaleCell`.
         accumulation_steps (int): Micro-batches per update, >= 1. Default: ``1``.
+        clip_norm (float, optional): Clip the window's unscaled gradient to this global norm, once per window, as
+            in :class:`TrainAccuStepsCell`. Default: ``None`` (no clipping).
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -48,7 +51,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `accumulation_steps` is not an
             integer, or `scale_sense` is neither a Cell nor a Tensor.
-        ValueError: If `accumulation_steps` is < 1, or `scale_sense` is a Tensor of shape other than () or (1,);
+        ValueError: If `accumulation_steps` is < 1, `clip_norm` is not a finite number > 0, or `scale_sense` is a
+            Tensor of shape other than () or (1,);
             when called, as listed for :class:`TrainAccuStepsCell`.
 
     Supported Platforms:
@@ -64,11 +68,12 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
         ...                                                 scale_sense=manager, accumulation_steps=4)
     """
 
-    def __init__(self, network, optimizer, scale_sense, accumulation_steps=1):
+    def __init__(self, network, optimizer, scale_sense, accumulation_steps=1, clip_norm=None):
         owner = "TrainAccuStepsWithLossScaleCell"
         check_cell_arguments(owner, network, optimizer)
         super().__init__(LossAndItems(owner, network), optimizer, scale_sense)
-        self._init_window(owner, accumulation_steps, float32_buffers(self.weights, "accu_grads"))
+        self._init_window(owner, accumulation_steps, float32_buffers(self.weights, "accu_grads"), clip_norm)
+        self._init_modes()
         self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{WINDOW_PREFIX}.overflow",
                                        requires_grad=False)
         self.saturation_mode = bool(self.ascend_910a_target) or (
@@ -83,8 +88,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
         """
         if self.saturation_mode:
             return ops.cast(self.get_overflow_status(status, grads), mstype.float32)
-        return ops.cast(grad_ops.sum_over(self.window_map, grad_ops.nonfinite, self.accu_grads) > 0.0,
-                        mstype.float32)
+        return ops.cast(window.buffers_overflow(self.window_map, self.accu_grads), mstype.float32)
 
     def construct(self, *inputs):
         loss, items = self.network(*inputs)
@@ -97,10 +101,10 @@ class TrainAccuStepsWithLossScaleCell(AccumulationWindow, nn.TrainOneStepWithLos
         if self._accumulate_now:
             return loss, self.accu_overflow > 0.0, scaling_sens
         grads, mean_loss = self._window_gradients(ops.reshape(scaling_sens, ()))
+        mean_loss = ops.depend(mean_loss, loss)  # the last micro-batch's additions and overflow flag come first
         overflow = self._window_sum_over_devices(self.accu_overflow + 0.0) > 0.0
         overflow = self.process_loss_scale(overflow)
-        if not overflow:
-            mean_loss = ops.depend(mean_loss, self.optimizer(grads))
+        mean_loss = window.step_unless(overflow, self.optimizer, grads, mean_loss)
         mean_loss = ops.depend(mean_loss, ops.assign(self.accu_overflow, ops.zeros_like(self.accu_overflow)))
         next_scale = ops.depend(self.scale_sense * 1.0, overflow)
         return self._reset_window(mean_loss), overflow, next_scale

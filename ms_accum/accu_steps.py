@@ -6,26 +6,14 @@ GRAPH_MODE the mode is frozen into the compiled graph, so each mode has its own 
 mode is chosen (the ``accumulation`` attribute, :meth:`set_accumulation`, or left to the cell, which updates
 every ``accumulation_steps``-th call), the matching phase is selected right before the call.
 """
-from mindspore import ParameterTuple, nn, ops
-from mindspore import Parameter
-from mindspore import dtype as mstype
-from mindspore.common.initializer import initializer
-from mindspore.communication.management import GlobalComm
-from mindspore.context import ParallelMode
+from mindspore import nn, ops
 
-from . import window
-from ._checks import check_bool, check_cell, check_optimizer, check_positive_int, check_sens
+from ._checks import check_cell, check_optimizer, check_sens
+from .accu_window import AccumulationWindow
 from .weighting import LossAndItems, forget_failed_forward, loss_sens
 
 ACCUMULATE_PHASE = "train_accumulate"
 UPDATE_PHASE = "train_update"
-WINDOW_PREFIX = "accu_window"
-
-
-def float32_buffers(weights, prefix):
-    """Zero float32 buffers shaped like `weights`, named '<prefix>.<weight name>'."""
-    return ParameterTuple(Parameter(initializer("zeros", p.shape, mstype.float32), name=f"{prefix}.{p.name}",
-                                    requires_grad=False) for p in weights)
 
 
 def check_cell_arguments(owner, network, optimizer):
@@ -34,31 +22,17 @@ def check_cell_arguments(owner, network, optimizer):
     check_optimizer(owner, optimizer)
 
 
-class AccumulationWindow:
+class AccumulationModes:
     """
-    Mixin for the parallel cells: the window's buffers and counters, the mode switch, and the once-per-window
-    reduction.
-
-    It relies on the attributes that :class:`mindspore.nn.TrainOneStepCell` sets (`weights`, `grad_reducer`,
-    `reducer_flag`, `parallel_mode`).
+    Mixin for the parallel cells: which calls accumulate and which update, and the compiled graph that goes with
+    each. Expects `accumulation_steps`, `accu_micro_steps`, `owner_name` and `network` (a LossAndItems).
     """
 
-    def _init_window(self, owner, accumulation_steps, accu_grads):
-        self.owner_name = owner
-        self.accumulation_steps = check_positive_int(owner, "accumulation_steps", accumulation_steps)
+    def _init_modes(self):
         self._mode = None            # None: automatic; True/False: chosen by the user or Model_ACCU
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
         self._auto_held = None       # micro-batches in the open window as the automatic mode counts them
-        self.accu_grads = accu_grads
-        state = window.WindowState(WINDOW_PREFIX)
-        self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
-        self.accu_last_items, self.accu_last_grad_norm = state.last_items, state.last_grad_norm
-        self.window_map = ops.HyperMap()
-        self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
-        self.device_degree = float(self.degree) if self.reducer_flag else 1.0
-        self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
 
-    # ------------------------------------------------------------------ the mode of the next calls
     @property
     def accumulation(self):
         """
@@ -70,8 +44,9 @@ class AccumulationWindow:
 
     @accumulation.setter
     def accumulation(self, value):
-        if value is not None:
-            check_bool(self.owner_name, "accumulation", value)
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"For '{self.owner_name}', 'accumulation' must be a bool, or None to let the cell update "
+                            f"every accumulation_steps-th call, but got {value!r} of type {type(value).__name__}.")
         self._mode = value
         self._auto_held = None
         self._select(self._decide())
@@ -125,43 +100,8 @@ class AccumulationWindow:
             self._auto_held = self._auto_held + 1 if accumulate else 0
         return out
 
-    # ------------------------------------------------------------------ the window, in the graph
-    def _window_counters(self):
-        return (self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items)
 
-    def _add_micro_batch(self, loss, items, grads):
-        """accu_grads += items * grads (float32 for the loss-scale cell); counters take in the micro-batch."""
-        return window.add_micro_batch(self.window_map, self.accu_grads, grads, items, loss, items,
-                                      self._window_counters())
-
-    def _window_sum_over_devices(self, value):
-        """Sum of a float32 tensor over all devices (the value itself on one device)."""
-        if self.is_distributed:
-            return self.window_allreduce(value)
-        return value
-
-    def _window_gradients(self, unscale=1.0):
-        """The gradient the optimizer receives: the buffers over the window's items on all devices (and over the
-        loss scale), reduced once. Records the window's items and gradient norm (accu_last_*) for telemetry.
-
-        Returns (grads, the window's mean loss on this device once the records are written).
-        """
-        window.check_items(self.owner_name, self.accu_min_items)
-        total = self.accu_items + 0.0
-        if self.reducer_flag:
-            total = self._window_sum_over_devices(total)
-        per_device = ops.maximum(total / self.device_degree, 1e-12)  # the reducer averages over devices
-        grads, norm = window.finish_gradients(self.window_map, self.accu_grads, per_device * unscale,
-                                              self.grad_reducer)
-        loss = ops.depend(window.mean_loss(self._window_counters()), ops.assign(self.accu_last_items, total))
-        return grads, ops.depend(loss, ops.assign(self.accu_last_grad_norm, norm))
-
-    def _reset_window(self, result):
-        """Zero the buffers and counters after `result` is computed; returns `result`."""
-        return window.reset_window(self.window_map, self.accu_grads, self._window_counters(), result)
-
-
-class TrainAccuStepsCell(AccumulationWindow, nn.TrainOneStepCell):
+class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepCell):
     r"""
     A :class:`mindspore.nn.TrainOneStepCell` that accumulates gradients over `accumulation_steps` micro-batches
     and communicates once per window.
@@ -186,6 +126,9 @@ class TrainAccuStepsCell(AccumulationWindow, nn.TrainOneStepCell):
         optimizer (Cell): The optimizer.
         sens (numbers.Number): Gradient seed, as in :class:`mindspore.nn.TrainOneStepCell`. Default: ``1.0``.
         accumulation_steps (int): Micro-batches per update, >= 1. Default: ``1``.
+        clip_norm (float, optional): Clip the window's gradient (averaged, reduced across devices) to this global
+            norm, once per window, as ``ops.clip_by_global_norm`` would clip the large batch's gradient; ``None``
+            for no clipping. Default: ``None``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -197,8 +140,8 @@ class TrainAccuStepsCell(AccumulationWindow, nn.TrainOneStepCell):
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, or `accumulation_steps` is not an
             integer.
-        ValueError: If `accumulation_steps` is < 1, or `sens` is zero or not finite; when called, as listed for
-            :class:`TrainForwardBackward` and :class:`TrainOptim`.
+        ValueError: If `accumulation_steps` is < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or
+            not finite; when called, as listed for :class:`TrainForwardBackward` and :class:`TrainOptim`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -216,11 +159,13 @@ class TrainAccuStepsCell(AccumulationWindow, nn.TrainOneStepCell):
         >>> mean_loss = cell(x, y)     # updates: the mean loss over both micro-batches
     """
 
-    def __init__(self, network, optimizer, sens=1.0, accumulation_steps=1):
+    def __init__(self, network, optimizer, sens=1.0, accumulation_steps=1, clip_norm=None):
         owner = "TrainAccuStepsCell"
         check_cell_arguments(owner, network, optimizer)
         super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
-        self._init_window(owner, accumulation_steps, self.weights.clone(prefix="accu_grads", init="zeros"))
+        self._init_window(owner, accumulation_steps, self.weights.clone(prefix="accu_grads", init="zeros"),
+                          clip_norm)
+        self._init_modes()
 
     def construct(self, *inputs):
         loss, items = self.network(*inputs)
@@ -229,5 +174,5 @@ class TrainAccuStepsCell(AccumulationWindow, nn.TrainOneStepCell):
         if self._accumulate_now:
             return loss
         grads, mean_loss = self._window_gradients()
-        mean_loss = ops.depend(mean_loss, self.optimizer(grads))
+        mean_loss = ops.depend(ops.depend(mean_loss, loss), self.optimizer(grads))
         return self._reset_window(mean_loss)

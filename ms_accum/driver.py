@@ -10,6 +10,7 @@ from mindspore.train.callback._callback import CallbackManager, InternalCallback
 from ._checks import (check_bool, check_cell, check_choice, check_lr_schedule, check_optimizer, check_positive_int,
                       check_resume_or_initial_epoch, check_state_saving)
 from .checkpoint import save_checkpoint_atomic
+from .accu_window import float32_buffers
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
@@ -18,15 +19,28 @@ PARTIAL_WINDOW_POLICIES = ("flush", "drop", "carry")
 
 
 class TrainState(nn.Cell):
-    """What a checkpoint holds: the loss network and the optimizer, not the transient gradient buffers."""
+    """What a checkpoint holds: the loss network, the optimizer and the loss scale with its update cell's counters
+    (when there is one), not the transient gradient buffers."""
 
-    def __init__(self, loss_network, optimizer):
+    def __init__(self, loss_network, optimizer, scale_sense=None, loss_scale_manager=None):
         super().__init__(auto_prefix=False)
         self.network = loss_network
         self.optimizer = optimizer
+        self.scale_sense = scale_sense
+        self.loss_scale_manager = loss_scale_manager
 
     def construct(self, *inputs):
         return self.network(*inputs)
+
+
+class _ExactState(nn.Cell):
+    """What an exact state file holds: everything the three cells hold (network, optimizer, buffers, window
+    counters, loss scale and its update cell)."""
+
+    def __init__(self, forward_backward, optim):
+        super().__init__(auto_prefix=False)
+        self.forward_backward = forward_backward
+        self.optim = optim
 
 
 class GradientAccumulation:
@@ -48,11 +62,17 @@ class GradientAccumulation:
         average (bool): ``True`` (default) applies the mean gradient over the window's samples or items;
             ``False`` applies the raw sum of micro-batch gradients, as the MindSpore tutorial does.
         sens (numbers.Number): Gradient seed, as in :class:`mindspore.nn.TrainOneStepCell`. Default: ``1.0``.
+        clip_norm (float, optional): Clip each window's gradient to this global norm, once per update (see
+            :class:`TrainOptim`). Default: ``None`` (no clipping).
+        scale_sense (Union[Tensor, Cell], optional): Loss scaling, as in
+            :class:`mindspore.nn.TrainOneStepWithLossScaleCell`: a window in which any micro-batch overflowed is
+            skipped whole and the scale is updated once per window (see :class:`TrainOptim`); telemetry counts
+            the skipped windows. Default: ``None``.
 
     Raises:
-        TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, or `average` is not
-            a bool.
-        ValueError: If `sens` is zero or not finite.
+        TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
+            a bool, or `scale_sense` is neither a Tensor nor a loss-scale cell.
+        ValueError: If `sens` is zero or not finite, or `clip_norm` is not a finite number > 0.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -71,7 +91,7 @@ class GradientAccumulation:
         epoch: 1 step: 2 loss is ...
     """
 
-    def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0):
+    def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0, clip_norm=None, scale_sense=None):
         owner = "GradientAccumulation"
         check_cell(owner, "network", network)
         if loss_fn is not None:
@@ -81,11 +101,14 @@ class GradientAccumulation:
         self.network = network
         self.optimizer = optimizer
         self.loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
-        self.grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
-        self.forward_backward = TrainForwardBackward(self.loss_network, optimizer, self.grad_sum, sens, average)
-        self.optim = TrainOptim(optimizer, self.grad_sum, average)
+        self.grad_sum = float32_buffers(optimizer.parameters, "grad_sum")
+        self.forward_backward = TrainForwardBackward(self.loss_network, optimizer, self.grad_sum, sens, average,
+                                                     scale_sense)
+        self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense)
         self.clear = TrainClear(self.grad_sum)
-        self.train_state = TrainState(self.loss_network, optimizer)
+        self.train_state = TrainState(self.loss_network, optimizer, self.optim.scale_sense,
+                                      self.optim.loss_scale_manager)
+        self.exact_state = _ExactState(self.forward_backward, self.optim)
 
     def train_process(self, epoch, train_dataset, mini_steps, callbacks=None, partial_window="flush",
                       ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0, state_path=None,
@@ -170,7 +193,7 @@ class GradientAccumulation:
         plan = _Plan(epoch, steps_per_epoch, mini_steps, partial_window, callbacks, log_every,
                      initial_epoch * steps_per_epoch, 0, state_path, save_state_every)
         if resume_from is not None:
-            plan.start_micro, plan.start_updates = load_training_state(self.forward_backward, resume_from,
+            plan.start_micro, plan.start_updates = load_training_state(self.exact_state, resume_from,
                                                                        epoch * steps_per_epoch)
         self.forward_backward.set_train(True)
         run = _Run(self, plan)
@@ -232,7 +255,7 @@ class _Run:
         self.log_every = plan.log_every
         self.history = []  # each update's mean-loss tensor, read from the device only when printed or at the end
         self.micro_done = plan.start_micro
-        self.state_writer = StateWriter(owner.forward_backward, plan.state_path, plan.save_state_every,
+        self.state_writer = StateWriter(owner.exact_state, plan.state_path, plan.save_state_every,
                                         plan.epoch * plan.steps_per_epoch, plan.start_micro)
         self.pending = int(owner.forward_backward.micro_steps.asnumpy())  # a resumed window may be open
         self.updates_in_epoch = 0
@@ -309,12 +332,14 @@ class _Run:
         self.updates_in_epoch += 1
         cb_params.window_micro_steps = self.pending
         optim = self.owner.optim
-        mean_loss = optim()
+        outputs = optim()  # the window's mean loss, or (mean loss, overflow, loss scale) with loss scaling
         self.owner.clear()
-        cb_params.window_record = partial(window_record, cb_params, mean_loss, self.pending, optim.last_items,
-                                          optim.last_grad_norm, self.owner.optimizer)
+        cb_params.window_record = partial(window_record, cb_params, outputs, self.pending,
+                                          (optim.last_items, optim.last_grad_norm, optim.last_clipped),
+                                          self.owner.optimizer)
         self.pending = 0
-        cb_params.net_outputs = mean_loss
+        cb_params.net_outputs = outputs
+        mean_loss = outputs[0] if isinstance(outputs, tuple) else outputs
         self.history.append(mean_loss)
         if self.log_every and self.updates_in_epoch % self.log_every == 0:
             print(f"epoch: {cb_params.cur_epoch_num} step: {self.updates_in_epoch} loss is "

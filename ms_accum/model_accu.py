@@ -17,7 +17,7 @@ from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_d
 from mindspore.train.model import Model, _transfer_tensor_to_tuple
 
 from ._checks import check_lr_schedule, check_positive_int, check_resume_or_initial_epoch, check_state_saving
-from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationWindow
+from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationModes
 from .driver import updates_per_epoch
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
@@ -84,7 +84,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None, eval_indexes=None,
                  amp_level="O0", boost_level="O0", accumulation_steps=None, state_path=None, save_state_every=0,
                  **kwargs):
-        if not isinstance(network, AccumulationWindow):
+        if not isinstance(network, AccumulationModes):
             raise TypeError(f"For 'Model_ACCU', 'network' must be a TrainAccuStepsCell or "
                             f"TrainAccuStepsWithLossScaleCell, but got {type(network).__name__}. Wrap the loss "
                             f"network: Model_ACCU(TrainAccuStepsCell(loss_net, optimizer, accumulation_steps=N)).")
@@ -273,8 +273,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     def _window_record(self, cb_params, outputs, micro_batches):
         """A function building the update's WindowRecord on demand (it reads the device only when called)."""
         cell = self._train_network
-        return partial(window_record, cb_params, outputs, micro_batches, cell.accu_last_items,
-                       cell.accu_last_grad_norm, cell.optimizer)
+        return partial(window_record, cb_params, outputs, micro_batches,
+                       (cell.accu_last_items, cell.accu_last_grad_norm, cell.accu_last_clipped), cell.optimizer)
 
     def _run_sink_graph(self, sink_net, dataset, accumulate, loop):
         """Select the mode and phase right before the call (set_train resets the phase), then launch."""

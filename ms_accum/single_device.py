@@ -9,7 +9,8 @@ instead.
 from mindspore import jit, nn, ops
 
 from . import window
-from ._checks import check_bool, check_cell, check_grad_sum, check_optimizer, check_sens
+from ._checks import check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer, check_sens
+from .loss_scale import shared_scale, update_scale
 from .weighting import LossAndItems, forget_failed_forward, loss_sens
 
 
@@ -37,6 +38,12 @@ class TrainForwardBackward(nn.TrainOneStepCell):
         average (bool): ``True`` to apply the mean over the window's samples or items, ``False`` to apply the raw
             sum of micro-batch gradients (the tutorial's behaviour). Must match :class:`TrainOptim`.
             Default: ``True``.
+        scale_sense (Union[Tensor, Cell], optional): Loss scaling, as in
+            :class:`mindspore.nn.TrainOneStepWithLossScaleCell`: a scale Tensor, or a loss-scale update cell
+            (:class:`mindspore.nn.DynamicLossScaleUpdateCell`, :class:`mindspore.nn.FixedLossScaleUpdateCell`).
+            Backward runs on the loss times the current scale; :class:`TrainOptim` unscales, skips a window that
+            overflowed and updates the scale once per window. Pass the same object to :class:`TrainOptim`; use
+            float32 buffers (``grad_sum``) with float16 parameters. Default: ``None`` (no loss scaling).
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch, as the loss network takes it.
@@ -46,11 +53,12 @@ class TrainForwardBackward(nn.TrainOneStepCell):
 
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `grad_sum` is not a
-            ParameterTuple or `average` is not a bool.
+            ParameterTuple, `average` is not a bool, or `scale_sense` is neither a Tensor nor a loss-scale cell.
         ValueError: If `grad_sum` does not match the optimizer's parameters or holds the network's or optimizer's
-            own Parameters, `sens` is zero or not finite, or `average` differs from another cell built on the same
-            `grad_sum`; at the first call, if the loss is not a scalar or (without `num_items`) the inputs'
-            leading dimensions disagree.
+            own Parameters, `sens` is zero or not finite, `average` or `scale_sense` differs from another cell
+            built on the same `grad_sum`, or `scale_sense` is a Tensor of shape other than () or (1,); at the
+            first call, if the loss is not a scalar or (without `num_items`) the inputs' leading dimensions
+            disagree.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -65,7 +73,7 @@ class TrainForwardBackward(nn.TrainOneStepCell):
         ...                                                  grad_sum)
     """
 
-    def __init__(self, network, optimizer, grad_sum, sens=1.0, average=True):
+    def __init__(self, network, optimizer, grad_sum, sens=1.0, average=True, scale_sense=None):
         owner = "TrainForwardBackward"
         check_cell(owner, "network", network)
         check_optimizer(owner, optimizer)
@@ -74,7 +82,10 @@ class TrainForwardBackward(nn.TrainOneStepCell):
         self.average = check_bool(owner, "average", average)
         state = window.window_state(grad_sum)
         state.bind(owner, "average", average, "Pass the same 'average' to TrainForwardBackward and TrainOptim.")
+        state.verified = True
         self.item_count, self.micro_steps, self.loss_sum, self.min_items = state.counters
+        _, self.scale_sense = shared_scale(owner, state, scale_sense)
+        self.loss_scaled = scale_sense is not None
         self.hyper_map = ops.HyperMap()
 
     def __call__(self, *args, **kwargs):
@@ -86,7 +97,8 @@ class TrainForwardBackward(nn.TrainOneStepCell):
 
     def construct(self, *inputs):
         loss, items = self.network(*inputs)
-        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, self.sens))
+        seed = self.scale_sense * self.sens if self.loss_scaled else self.sens
+        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, seed))
         grads = self.grad_reducer(grads)
         weight = items if self.average else ops.ones_like(items)
         return window.add_micro_batch(self.hyper_map, self.grad_sum, grads, weight, loss, items,
@@ -98,29 +110,40 @@ class TrainOptim(nn.Cell):
     One optimizer step from the gradients accumulated in `grad_sum`.
 
     With ``average=True`` the optimizer receives ``grad_sum / items``, the gradient of the mean loss over every
-    sample (or item) of the window; with ``average=False`` it receives ``grad_sum`` unchanged. The optimizer (and
-    its global step, hence any learning-rate schedule) advances once per call. The window's item count and the
-    applied gradient's global norm are kept in the ``last_items`` and ``last_grad_norm`` parameters. The buffers
-    are not cleared: call :class:`TrainClear` next.
+    sample (or item) of the window; with ``average=False`` it receives ``grad_sum`` unchanged. With `clip_norm`
+    that gradient is then clipped by its global norm, once per window, as ``ops.clip_by_global_norm`` would clip
+    the large batch's gradient. With loss scaling the buffers are unscaled first, and a window in which any
+    micro-batch overflowed (an inf or nan in the buffers) is skipped whole: parameters and optimizer state stay
+    untouched; the scale is updated once per window either way. The optimizer (and its global step, hence any
+    learning-rate schedule) advances once per applied window. The window's items, the gradient's global norm
+    before clipping and whether it was clipped are kept in the ``last_items``, ``last_grad_norm`` and
+    ``last_clipped`` parameters. The buffers are not cleared: call :class:`TrainClear` next.
 
     Args:
         optimizer (Cell): The optimizer shared with :class:`TrainForwardBackward`.
         grad_sum (ParameterTuple): The buffers shared with :class:`TrainForwardBackward`.
         average (bool): Must match the :class:`TrainForwardBackward` on the same buffers. Default: ``True``.
+        clip_norm (float, optional): Clip the window's gradient to this global norm; ``None`` for no clipping.
+            Default: ``None``.
+        scale_sense (Union[Tensor, Cell], optional): The object passed to :class:`TrainForwardBackward`.
+            Default: ``None``.
 
     Inputs:
         None.
 
     Outputs:
-        Tensor, float32 scalar: the mean loss over the window's samples or items (0 for an empty window). Calling
-        it on an empty window applies a zero gradient.
+        Without loss scaling, Tensor, float32 scalar: the mean loss over the window's samples or items (0 for an
+        empty window; calling it on an empty window applies a zero gradient). With loss scaling, a tuple like
+        :class:`mindspore.nn.TrainOneStepWithLossScaleCell`'s: that mean loss, the bool overflow flag (the window
+        was skipped), and the loss scale for the next window.
 
     Raises:
         TypeError: If `optimizer` is not an optimizer, `grad_sum` is not a ParameterTuple or `average` is not a
             bool.
-        ValueError: If `grad_sum` does not match the optimizer's parameters or holds its own Parameters, or
-            `average` differs from another cell built on the same `grad_sum`; when called, if a micro-batch of
-            the window reported ``num_items`` <= 0 (the optimizer is not stepped).
+        ValueError: If `grad_sum` does not match the optimizer's parameters or holds its own Parameters,
+            `clip_norm` is not a finite number > 0, or `average` or `scale_sense` differs from the
+            :class:`TrainForwardBackward` on the same `grad_sum`; when called, if a micro-batch of the window
+            reported ``num_items`` <= 0 (the optimizer is not stepped).
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -131,19 +154,23 @@ class TrainOptim(nn.Cell):
         >>> net = nn.Dense(4, 2)
         >>> optimizer = nn.SGD(net.trainable_params(), learning_rate=0.1)
         >>> grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
-        >>> optim_step = ms_accum.TrainOptim(optimizer, grad_sum)
+        >>> optim_step = ms_accum.TrainOptim(optimizer, grad_sum, clip_norm=1.0)
     """
 
-    def __init__(self, optimizer, grad_sum, average=True):
+    def __init__(self, optimizer, grad_sum, average=True, clip_norm=None, scale_sense=None):
         super().__init__(auto_prefix=False)
         owner = "TrainOptim"
         self.optimizer = check_optimizer(owner, optimizer)
         self.grad_sum = check_grad_sum(owner, grad_sum, optimizer)
         self.average = check_bool(owner, "average", average)
+        self.clip_norm = check_clip_norm(owner, clip_norm)
         state = window.window_state(grad_sum)
         state.bind(owner, "average", average, "Pass the same 'average' to TrainForwardBackward and TrainOptim.")
+        state.verified = True
         self.item_count, self.micro_steps, self.loss_sum, self.min_items = state.counters
-        self.last_items, self.last_grad_norm = state.last_items, state.last_grad_norm
+        self.last_items, self.last_grad_norm, self.last_clipped = state.last
+        self.loss_scale_manager, self.scale_sense = shared_scale(owner, state, scale_sense)
+        self.loss_scaled = scale_sense is not None
         self.hyper_map = ops.HyperMap()
         self.identity = nn.Identity()
 
@@ -151,11 +178,19 @@ class TrainOptim(nn.Cell):
     def construct(self):
         counters = (self.item_count, self.micro_steps, self.loss_sum, self.min_items)
         window.check_items("TrainOptim", self.min_items)
-        divisor = ops.maximum(self.item_count, 1.0) if self.average else ops.ones_like(self.item_count)
-        grads, norm = window.finish_gradients(self.hyper_map, self.grad_sum, divisor, self.identity)
-        loss = ops.depend(window.mean_loss(counters), ops.assign(self.last_items, self.item_count + 0.0))
-        loss = ops.depend(loss, ops.assign(self.last_grad_norm, norm))
-        return ops.depend(loss, self.optimizer(grads))
+        divisor = ops.maximum(self.item_count, 1e-12) if self.average else ops.ones_like(self.item_count)
+        if self.loss_scaled:
+            divisor = divisor * self.scale_sense
+        grads, recorded = window.finish_gradients(self.hyper_map, self.grad_sum, divisor, self.identity,
+                                                  self.clip_norm, (self.last_items, self.last_grad_norm,
+                                                                   self.last_clipped), self.item_count + 0.0)
+        loss = ops.depend(window.mean_loss(counters), recorded)
+        if not self.loss_scaled:
+            return ops.depend(loss, self.optimizer(grads))
+        overflow = window.buffers_overflow(self.hyper_map, self.grad_sum)
+        overflow = update_scale(self.loss_scale_manager, self.scale_sense, overflow)
+        loss = window.step_unless(overflow, self.optimizer, grads, loss)
+        return loss, overflow, ops.depend(self.scale_sense * 1.0, overflow)
 
 
 class TrainClear(nn.Cell):
@@ -177,7 +212,9 @@ class TrainClear(nn.Cell):
 
     Raises:
         TypeError: If `grad_sum` (or `zeros`, when given) is not a ParameterTuple.
-        ValueError: If `zeros` does not match `grad_sum` in shapes or shares Parameters with it.
+        ValueError: If `zeros` does not match `grad_sum` in shapes or shares Parameters with it; when called, if
+            no :class:`TrainForwardBackward` or :class:`TrainOptim` was built on `grad_sum` (they check that the
+            buffers are not the network's own weights).
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -203,8 +240,18 @@ class TrainClear(nn.Cell):
             if any(z is g for z, g in zip(zeros, grad_sum)):
                 raise ValueError(f"For '{owner}', 'zeros' must be separate from 'grad_sum', but it holds the same "
                                  f"Parameters; it is not needed, so pass zeros=None.")
-        self.item_count, self.micro_steps, self.loss_sum, self.min_items = window.window_state(grad_sum).counters
+        self.window = window.window_state(grad_sum)
+        self.item_count, self.micro_steps, self.loss_sum, self.min_items = self.window.counters
         self.hyper_map = ops.HyperMap()
+
+    def __call__(self, *args, **kwargs):
+        if not self.window.verified:
+            raise ValueError("For 'TrainClear', 'grad_sum' must be the buffers of a TrainForwardBackward or "
+                             "TrainOptim, which check them against the optimizer's parameters, but none was built on "
+                             "it. Build TrainForwardBackward(net, optimizer, grad_sum) first, with grad_sum = "
+                             "optimizer.parameters.clone(prefix='grad_sum', init='zeros'): clearing the weights "
+                             "themselves would zero the network.")
+        return super().__call__(*args, **kwargs)
 
     @jit  # one compiled graph in PYNATIVE_MODE too (an assign per buffer otherwise)
     def construct(self):

@@ -26,6 +26,7 @@ class WindowRecord:
     items: float
     loss: float
     grad_norm: float
+    clipped: bool
     loss_scale: float
     overflow: bool
     learning_rate: float
@@ -46,22 +47,26 @@ def learning_rate_applied(optimizer):
     return _scalar(rate(Tensor(step, mstype.int32)))
 
 
-def window_record(cb_params, outputs, micro_batches, items, grad_norm, optimizer):
-    """A WindowRecord from an update's outputs: a loss, or (loss, overflow, loss scale) with loss scaling."""
+def window_record(cb_params, outputs, micro_batches, last, optimizer):
+    """A WindowRecord from an update's outputs (a loss, or (loss, overflow, loss scale) with loss scaling) and the
+    window's records `last`: its items, its gradient norm before clipping, whether it was clipped."""
+    items, grad_norm, clipped = last
     if isinstance(outputs, (tuple, list)):
         loss, overflow, scale = _scalar(outputs[0]), bool(_scalar(outputs[1])), _scalar(outputs[2])
     else:
         loss, overflow, scale = _scalar(outputs), False, 1.0
     return WindowRecord(epoch=int(cb_params.cur_epoch_num), update=int(cb_params.cur_step_num),
                         micro_batches=int(micro_batches), items=_scalar(items), loss=loss,
-                        grad_norm=_scalar(grad_norm), loss_scale=scale, overflow=overflow,
+                        grad_norm=_scalar(grad_norm), clipped=bool(_scalar(clipped)), loss_scale=scale,
+                        overflow=overflow,
                         learning_rate=learning_rate_applied(optimizer))
 
 
 class WindowTelemetry(Callback):
     r"""
     Reports every update: the window's mean unscaled loss over its items, its micro-batches and items (samples,
-    unless the loss network returns ``(loss, num_items)``), the gradient's global norm, the loss scale, skipped (overflowing) windows and the learning rate applied.
+    unless the loss network returns ``(loss, num_items)``), the gradient's global norm before clipping and whether
+    it was clipped, the loss scale, skipped (overflowing) windows and the learning rate applied.
 
     Works with :class:`GradientAccumulation` and :class:`Model_ACCU`. Progress lines give updates done out of the
     total, the throughput and the time left; the CSV gets one row per update (columns: the fields of
@@ -125,10 +130,11 @@ class WindowTelemetry(Callback):
             total = int(cb_params.epoch_num) * int(cb_params.batch_num)
             done = record.update - self._first_update
             left = elapsed / max(done, 1) * max(total - record.update, 0)
+            clipped = " (clipped)" if record.clipped else ""
             print(f"update {record.update}/{total} (epoch {record.epoch}/{cb_params.epoch_num}) "
                   f"loss {record.loss:.4f} | window: {record.micro_batches} micro-batches, "
-                  f"{record.items:.0f} items | grad norm {record.grad_norm:.3g} | lr {record.learning_rate:.3g} "
-                  f"| loss scale {record.loss_scale:g}, {self.skipped} skipped | "
+                  f"{record.items:.0f} items | grad norm {record.grad_norm:.3g}{clipped} | lr "
+                  f"{record.learning_rate:.3g} | loss scale {record.loss_scale:g}, {self.skipped} skipped | "
                   f"{self._items / max(elapsed, 1e-9):.0f} items/s, {left:.0f} s left", flush=True)
 
     def on_train_end(self, run_context):

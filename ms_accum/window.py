@@ -6,8 +6,9 @@ apart:
 - :class:`WindowState`, the counters of the open window (items, micro-batches, loss) and of the last window
   applied (items, gradient norm);
 - :func:`add_micro_batch`: a micro-batch's gradient enters the buffers weighted by its items (``weighting.py``);
-- :func:`finish_gradients`: the gradient the optimizer receives, the buffers divided by the window's items and
-  reduced across devices once;
+- :func:`finish_gradients`: the gradient the optimizer receives, the buffers divided by the window's items (and
+  the loss scale), reduced across devices once, then clipped by its global norm;
+- :func:`buffers_overflow` and :func:`step_unless`: an overflow anywhere in the window skips its whole update;
 - :func:`reset_window`: buffers and counters back to zero.
 
 The single-device cells share one ``grad_sum`` ParameterTuple, as in the tutorial; their WindowState hangs off
@@ -36,7 +37,8 @@ class WindowState:
         loss_sum (Parameter): float32, sum over those micro-batches of loss * items (unscaled).
         min_items (Parameter): float32, the smallest item count a micro-batch of the window reported.
         last_items (Parameter): float32, items of the last window applied (over all devices).
-        last_grad_norm (Parameter): float32, global L2 norm of the last window's gradient.
+        last_grad_norm (Parameter): float32, global L2 norm of the last window's gradient, before clipping.
+        last_clipped (Parameter): float32, 1.0 if the last window's gradient was clipped, else 0.0.
         options (dict): Choices the cells sharing the window must agree on (``bind``).
     """
 
@@ -47,7 +49,15 @@ class WindowState:
         self.min_items = _scalar(f"{prefix}.min_items", _NO_ITEMS)
         self.last_items = _scalar(f"{prefix}.last_items", 0.0)
         self.last_grad_norm = _scalar(f"{prefix}.last_grad_norm", 0.0)
+        self.last_clipped = _scalar(f"{prefix}.last_clipped", 0.0)
         self.options = {}
+        self.verified = False  # a cell with the optimizer checked the buffers are separate from its parameters
+        self.loss_scale = None  # (update cell or None, the scale Parameter), shared by the cells on the buffers
+
+    @property
+    def last(self):
+        """The records of the last window applied: items, gradient norm, whether it was clipped."""
+        return (self.last_items, self.last_grad_norm, self.last_clipped)
 
     @property
     def counters(self):
@@ -58,9 +68,13 @@ class WindowState:
         """Record a choice, or raise if a cell on the same buffers chose otherwise."""
         if name not in self.options:
             self.options[name] = value
-        elif self.options[name] is not value and self.options[name] != value:
+        elif self.options[name] is not value:  # bools and None are singletons; objects must be the same
             raise ValueError(f"For '{owner}', '{name}' must match the other cells built on this grad_sum "
-                             f"({self.options[name]!r}), but got {value!r}. {hint}")
+                             f"({_describe(self.options[name])}), but got {_describe(value)}. {hint}")
+
+
+def _describe(value):
+    return repr(value) if value is None or isinstance(value, bool) else f"a {type(value).__name__} object"
 
 
 def buffer_prefix(grad_sum):
@@ -80,23 +94,30 @@ def window_state(grad_sum):
 
 def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters):
     """buffers += weight * grads (in the buffers' dtype); the counters take in the micro-batch's `items` and
-    `loss`. Returns `loss` once every update is done."""
+    `loss` (None: no loss to record). Returns `loss` (or `items`) once every update is done."""
     item_count, micro_steps, loss_sum, min_items = counters
     added = hyper_map(ops.partial(grad_ops.accumulate_weighted, weight), buffers, grads)
-    loss = ops.depend(loss, added)
-    loss = ops.depend(loss, ops.assign_add(item_count, items))
-    loss = ops.depend(loss, ops.assign_add(micro_steps, ops.scalar_to_tensor(1, mstype.int32)))
-    loss = ops.depend(loss, ops.assign(min_items, ops.minimum(min_items, items)))
-    return ops.depend(loss, ops.assign_add(loss_sum, ops.cast(loss, mstype.float32) * items))
+    out = ops.depend(items if loss is None else loss, added)
+    out = ops.depend(out, ops.assign_add(item_count, items))
+    out = ops.depend(out, ops.assign_add(micro_steps, ops.scalar_to_tensor(1, mstype.int32)))
+    out = ops.depend(out, ops.assign(min_items, ops.minimum(min_items, items)))
+    if loss is None:
+        return out
+    return ops.depend(out, ops.assign_add(loss_sum, ops.cast(loss, mstype.float32) * items))
 
 
 def check_items(owner, min_items):
-    """Raise if a micro-batch of the window reported no items (its loss, a mean over nothing, is meaningless)."""
+    """
+    Raise, before the update, if a micro-batch of the window reported no items (its loss, a mean over nothing, is
+    meaningless). The error ends training with these cells: in GRAPH_MODE (and for jit-compiled cells) MindSpore
+    refuses to run a graph again after a runtime error in it.
+    """
     smallest = min_items * 1.0  # a Tensor, not the Parameter, so that the message shows its value
     if smallest <= 0.0:
         raise ValueError(f"For '{owner}', 'num_items' returned by the loss network must be > 0 for every "
                          f"micro-batch, but a micro-batch of this window returned {smallest}. Leave out "
-                         f"micro-batches with no items, or return the item count of the data you averaged over.")
+                         f"micro-batches with no items, or return the item count of the data you averaged over. "
+                         f"The window was not applied; to go on, save the network and build new cells.")
 
 
 def mean_loss(counters):
@@ -105,11 +126,38 @@ def mean_loss(counters):
     return loss_sum / ops.maximum(item_count, 1e-12)
 
 
-def finish_gradients(hyper_map, buffers, divisor, reducer):
-    """The gradient the optimizer receives: buffers / divisor, reduced across devices once; and its global norm."""
+def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, items):
+    """
+    The gradient the optimizer receives: buffers / divisor, reduced across devices once, then scaled down so that
+    its global norm is at most `clip_norm` (a float, or None for no clipping) as ``ops.clip_by_global_norm``
+    does. Records the window in `last` (a WindowState's ``last``): its `items`, the gradient's global norm before
+    clipping, and whether it was clipped.
+
+    Returns (grads, a Tensor to depend on once the records are written).
+    """
+    last_items, last_grad_norm, last_clipped = last
     grads = hyper_map(ops.partial(grad_ops.scale, 1.0 / divisor), buffers)
     grads = reducer(grads)
-    return grads, grad_ops.global_norm(hyper_map, grads)
+    norm = grad_ops.global_norm(hyper_map, grads)
+    clipped = ops.zeros_like(norm)
+    if clip_norm is not None:
+        grads = hyper_map(ops.partial(grad_ops.scale, clip_norm / ops.maximum(norm, clip_norm)), grads)
+        clipped = ops.cast(norm > clip_norm, mstype.float32)
+    recorded = ops.depend(ops.assign(last_items, items), ops.assign(last_grad_norm, norm))
+    return grads, ops.depend(recorded, ops.assign(last_clipped, clipped))
+
+
+def buffers_overflow(hyper_map, buffers):
+    """Whether any buffer holds an inf or nan: one overflowing micro-batch anywhere in the window stays there (inf
+    and nan survive every later addition), so one check per window catches it (IsFinite: CPU, GPU, Ascend)."""
+    return grad_ops.sum_over(hyper_map, grad_ops.nonfinite, buffers) > 0.0
+
+
+def step_unless(overflow, optimizer, grads, result):
+    """One optimizer step unless the window overflowed (parameters and optimizer state then stay untouched)."""
+    if not overflow:
+        result = ops.depend(result, optimizer(grads))
+    return result
 
 
 def reset_window(hyper_map, buffers, counters, result):

@@ -2,9 +2,10 @@
 
 Each rank trains a copy of SmallConvNet with an accumulation cell on its own micro-batches (the union over ranks
 is what single-process training sees) and saves its parameters, counters and per-window outputs to
-OUT/rank_<r>.npz. Arguments: OUT MODE(graph|pynative) CELL(plain|dynamic|tokens) WINDOWS STEPS [OVERFLOW_RANK
+OUT/rank_<r>.npz. Arguments: OUT MODE(graph|pynative) CELL(plain|dynamic|tokens|clip) WINDOWS STEPS [OVERFLOW_RANK
 OVERFLOW_WINDOW OVERFLOW_STEP]. CELL 'tokens' trains the token tagger with a (loss, num_items) loss on micro-batches
-holding different numbers of real tokens on each rank, with the cell choosing its mode itself.
+holding different numbers of real tokens on each rank, with the cell choosing its mode itself; 'clip' is 'plain'
+with clip_norm=CLIP_NORM.
 """
 import os
 import sys
@@ -26,6 +27,7 @@ from helpers import build, build_tagger, micro_batches, token_batches  # noqa: E
 
 RANKS_DATA_SEED = 7
 TOKEN_COUNTS = (15, 4, 9, 11, 2, 17, 6, 13, 1, 18, 8, 3)  # real tokens of 18 slots, cycled over the stream
+CLIP_NORM = 0.05  # well under the windows' gradient norms (about 0.5)
 
 
 def rank_batches(rank, world, windows, steps, size=4):
@@ -67,8 +69,9 @@ def main():
     else:
         net, loss, opt = build("momentum")
         loss_net = nn.WithLossCell(net, loss)
-    if cell_kind in ("plain", "tokens"):
-        cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=steps)
+    if cell_kind in ("plain", "tokens", "clip"):
+        cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=steps,
+                                           clip_norm=CLIP_NORM if cell_kind == "clip" else None)
     else:
         cell = ms_accum.TrainAccuStepsWithLossScaleCell(
             loss_net, opt, nn.DynamicLossScaleUpdateCell(2.0 ** 10, 2, 1000), accumulation_steps=steps)

@@ -8,7 +8,7 @@ import numpy as np
 
 import mindspore as ms
 import mindspore.dataset as ds
-from mindspore import Tensor, nn
+from mindspore import Tensor, nn, ops
 
 import ms_accum
 from conftest import ROOT, ZOO
@@ -45,6 +45,7 @@ OPTIMIZERS = {
     "sgd": lambda params: nn.SGD(params, learning_rate=0.1),
     "momentum": lambda params: nn.Momentum(params, learning_rate=0.1, momentum=0.9),
     "adam": lambda params: nn.Adam(params, learning_rate=0.01),
+    "adamw": lambda params: nn.AdamWeightDecay(params, learning_rate=0.01, weight_decay=0.01),
 }
 
 
@@ -194,3 +195,26 @@ def token_reference(optimizer, windows, seed=0):
     for window in windows:
         step(*(Tensor(np.concatenate(parts)) for parts in zip(*window)))
     return params_of(net)
+
+
+# ------------------------------------------------------------------ independent large-batch references
+def grad_norm(grads):
+    """The global L2 norm of a gradient tuple, in float64."""
+    return float(np.sqrt(sum(float((g.asnumpy().astype(np.float64) ** 2).sum()) for g in grads)))
+
+
+def functional_reference(optimizer, windows, clip_norm=None, seed=0, make=None):
+    """Large-batch training written without ms_accum or TrainOneStepCell: per window, value_and_grad of the mean
+    loss over the concatenated micro-batches, ops.clip_by_global_norm when clip_norm is given, one optimizer step.
+    Returns (parameters, each window's gradient norm before clipping)."""
+    net, loss, opt = (make or build)(optimizer, seed)
+    loss_net = nn.WithLossCell(net, loss)
+    grad_fn = ms.value_and_grad(loss_net, None, opt.parameters)
+    norms = []
+    for window in windows:
+        _, grads = grad_fn(*(Tensor(np.concatenate(parts)) for parts in zip(*window)))
+        norms.append(grad_norm(grads))
+        if clip_norm is not None:
+            grads = ops.clip_by_global_norm(grads, clip_norm)
+        opt(grads)
+    return params_of(net), norms

@@ -131,12 +131,13 @@ def test_model_accu_gives_the_cell_back_in_the_mode_it_had(exec_mode):
     assert cell.accumulation is True
 
 
+@pytest.mark.parametrize("position", [1, 3], ids=["accumulating_call", "updating_call"])
 @pytest.mark.parametrize("kind", ["static_scale", "dynamic_scale"])
-def test_overflow_in_any_micro_step_skips_the_window(kind, exec_mode):
+def test_overflow_in_any_micro_step_skips_the_window(kind, position, exec_mode):
     cell, net, opt = make_cell(kind)
     batches = micro_batches((4,) * 8)
     poisoned = [(x.copy(), y) for x, y in batches[:4]]
-    poisoned[1][0][0, 0, 0, 0] = np.inf
+    poisoned[position][0][0, 0, 0, 0] = np.inf
     params_before, state_before = params_of(net), optimizer_state(opt)
     loss, overflow, scale = run_window(cell, poisoned)
     assert bool(overflow.asnumpy()), "overflow not reported"
@@ -182,9 +183,11 @@ class TestBadInput:
 
     def test_set_accumulation_needs_a_bool(self):
         cell, _, _ = make_cell("plain")
-        with pytest.raises(TypeError, match="For 'TrainAccuStepsCell', 'accumulation' must be a bool, but got 1"):
+        with pytest.raises(TypeError, match="For 'TrainAccuStepsCell', 'accumulation' must be a bool, or None to let "
+                                            "the cell update every accumulation_steps-th call, but got 1"):
             cell.set_accumulation(1)
-        with pytest.raises(TypeError, match="For 'TrainAccuStepsCell', 'accumulation' must be a bool, but got 'no'"):
+        with pytest.raises(TypeError, match="For 'TrainAccuStepsCell', 'accumulation' must be a bool, or None .* "
+                                            "but got 'no'"):
             cell.accumulation = "no"
 
     @pytest.mark.parametrize("cls", ["TrainAccuStepsCell", "TrainAccuStepsWithLossScaleCell"])

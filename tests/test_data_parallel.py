@@ -16,8 +16,8 @@ from mindspore import nn
 
 import ms_accum
 from conftest import ROOT, ZOO
-from dp_worker import rank_batches, rank_token_batches
-from helpers import ACCURACY, SAMPLE, params_of, reference_train, run_script, token_reference
+from dp_worker import CLIP_NORM, rank_batches, rank_token_batches
+from helpers import ACCURACY, SAMPLE, functional_reference, params_of, reference_train, run_script, token_reference
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
@@ -118,12 +118,11 @@ def test_overflow_on_one_rank_makes_both_skip(tmp_path, mode):
         assert err <= 1e-5, f"{name}: relative difference {err:.3g} after the skipped window"
 
 
-@pytest.mark.parametrize("mode", ["pynative", "graph"])
-def test_token_counts_are_summed_over_ranks(tmp_path, mode):
+def test_token_counts_are_summed_over_ranks(tmp_path):
     """Each rank's micro-batches hold different numbers of real tokens: the window applies the token mean over
     both ranks' tokens, as one process on their union does."""
     windows, steps = 2, 3
-    ranks = run_workers(tmp_path, mode, "tokens", windows, steps)
+    ranks = run_workers(tmp_path, "graph", "tokens", windows, steps)
     per_rank = [rank_token_batches(r, WORLD, windows, steps) for r in range(WORLD)]
     union = [[per_rank[r][w * steps + s] for r in range(WORLD) for s in range(steps)] for w in range(windows)]
     rank_tokens = [[float(b[2].sum()) for b in batches] for batches in per_rank]
@@ -133,6 +132,17 @@ def test_token_counts_are_summed_over_ranks(tmp_path, mode):
         np.testing.assert_array_equal(params(ranks[1])[name], params(ranks[0])[name])
         err = np.abs(params(ranks[0])[name] - want).max() / np.abs(want).max()
         assert err <= 1e-5, f"{name}: relative difference {err:.3g} to one process on the union's token mean"
+
+
+def test_the_reduced_window_gradient_is_clipped_once(tmp_path):
+    """Clipping sees the window's gradient averaged over both ranks, as one process on the union would."""
+    ranks = run_workers(tmp_path, "graph", "clip", 2, 3)
+    expected, norms = functional_reference("momentum", union_windows(2, 3), clip_norm=CLIP_NORM)
+    assert min(norms) > 2 * CLIP_NORM, f"the windows' norms {norms} must be well above clip_norm"
+    for name, want in expected.items():
+        np.testing.assert_array_equal(params(ranks[1])[name], params(ranks[0])[name])
+        err = np.abs(params(ranks[0])[name] - want).max() / np.abs(want).max()
+        assert err <= 1e-5, f"{name}: relative difference {err:.3g} to the clipped large batch on the union"
 
 
 def msrun_train_py(out_dir, *args, timeout=300):
@@ -193,23 +203,6 @@ def test_data_parallel_train_py_killed_on_one_rank_resumes_exactly(tmp_path):
         for param in LeNet5().get_parameters():
             np.testing.assert_allclose(got[param.name].asnumpy(), want[param.name].asnumpy(), rtol=1e-6,
                                        atol=1e-7, err_msg=f"rank {rank}: {param.name}")
-
-
-def test_resume_under_msrun_refuses_another_ranks_state_file(tmp_path):
-    common = ("--parallel_mode", "data_parallel", "--data_path", SAMPLE, "--num_samples", 256, "--batch_size", 16,
-              "--accumulation_steps", 4, "--log_every", 0, "--save_state_every", 1)
-    first = msrun_train_py(tmp_path / "l1", "--ckpt_path", tmp_path / "run", "--epoch_size", 1, *common)
-    out, _ = first.communicate(timeout=300)
-    assert first.returncode == 0, out[-3000:]
-    # the state of the last window is not written (it is the end of the run): rank 0's file is mid-run
-    again = msrun_train_py(tmp_path / "l2", "--ckpt_path", tmp_path / "run", "--epoch_size", 2,
-                           "--resume", tmp_path / "run" / "rank_0" / "train_state.ckpt", *common)
-    out, _ = again.communicate(timeout=300)
-    logs = "".join(open(p, encoding="utf-8", errors="replace").read()
-                   for p in glob.glob(str(tmp_path / "l2" / "logs" / "worker_*.log")))
-    assert again.returncode != 0
-    assert "is rank 0's state, but this is rank 1: every rank resumes from its own file (train.py: pass the run's " \
-           "checkpoint directory to '--resume')" in logs, logs[-3000:]
 
 
 def test_lenet_data_parallel_checkpoint_evaluates_and_resumes_on_one_device(tmp_path):

@@ -203,6 +203,16 @@ class TestBadInput:
                 make()
         np.testing.assert_array_equal(net.w.asnumpy(), [1.0, 2.0])
 
+    def test_clear_alone_on_the_weights_is_refused_before_it_zeroes_them(self, exec_mode):
+        net = LinearLoss()
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        clear = ms_accum.TrainClear(opt.parameters)
+        with pytest.raises(ValueError, match=r"For 'TrainClear', 'grad_sum' must be the buffers of a "
+                                             r"TrainForwardBackward or TrainOptim.*clearing the weights themselves "
+                                             r"would zero the network"):
+            clear()
+        np.testing.assert_array_equal(net.w.asnumpy(), [1.0, 2.0])
+
     def test_zeros_must_not_be_grad_sum(self):
         _, _, grad_sum, _ = _cells()
         with pytest.raises(ValueError, match="For 'TrainClear', 'zeros' must be separate from 'grad_sum'"):

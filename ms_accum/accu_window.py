@@ -1,0 +1,92 @@
+"""The accumulation window of the parallel cells and the functional accumulator: float32-capable buffers,
+counters, and the once-per-window reduction across devices.
+
+The rules themselves (weighting, finishing, reset) live in ``window.py``; this mixin binds them to a cell's own
+buffers and to its data-parallel reducer.
+"""
+from mindspore import Parameter, ParameterTuple, ops
+from mindspore import dtype as mstype
+from mindspore.common.initializer import initializer
+from mindspore.communication.management import GlobalComm
+from mindspore.context import ParallelMode
+from mindspore.nn import DistributedGradReducer, Identity
+from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
+
+from . import window
+from ._checks import check_clip_norm, check_positive_int
+
+WINDOW_PREFIX = "accu_window"
+
+
+def float32_buffers(weights, prefix):
+    """Zero float32 buffers shaped like `weights`, named '<prefix>.<weight name>'."""
+    return ParameterTuple(Parameter(initializer("zeros", p.shape, mstype.float32), name=f"{prefix}.{p.name}",
+                                    requires_grad=False) for p in weights)
+
+
+def data_parallel_reducer(weights):
+    """What :class:`mindspore.nn.TrainOneStepCell` sets up for the parallel context in force: (parallel mode,
+    whether gradients are reduced, the device count, the reducer)."""
+    parallel_mode = _get_parallel_mode()
+    reducer_flag = parallel_mode in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL)
+    if not reducer_flag:
+        return parallel_mode, False, 1, Identity()
+    degree = _get_device_num()
+    return parallel_mode, True, degree, DistributedGradReducer(weights, _get_gradients_mean(), degree)
+
+
+class AccumulationWindow:
+    """
+    Mixin: the window's buffers and counters and the once-per-window reduction, for the parallel cells and the
+    functional accumulator.
+
+    It relies on the attributes that :class:`mindspore.nn.TrainOneStepCell` (or :func:`data_parallel_reducer`)
+    sets: `grad_reducer`, `reducer_flag`, `degree`, `parallel_mode`.
+    """
+
+    def _init_window(self, owner, accumulation_steps, accu_grads, clip_norm=None, steps_name="accumulation_steps"):
+        self.owner_name = owner
+        self.accumulation_steps = check_positive_int(owner, steps_name, accumulation_steps)
+        self.clip_norm = check_clip_norm(owner, clip_norm)
+        self.accu_grads = accu_grads
+        state = window.WindowState(WINDOW_PREFIX)
+        self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
+        self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped = state.last
+        self.window_map = ops.HyperMap()
+        self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
+        self.device_degree = float(self.degree) if self.reducer_flag else 1.0
+        self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
+
+    def _window_counters(self):
+        return (self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items)
+
+    def _add_micro_batch(self, loss, items, grads, weight=None):
+        """accu_grads += weight * grads (weight: the items by default); counters take in the micro-batch."""
+        return window.add_micro_batch(self.window_map, self.accu_grads, grads, items if weight is None else weight,
+                                      loss, items, self._window_counters())
+
+    def _window_sum_over_devices(self, value):
+        """Sum of a float32 tensor over all devices (the value itself on one device)."""
+        if self.is_distributed:
+            return self.window_allreduce(value)
+        return value
+
+    def _window_gradients(self, unscale=1.0):
+        """The gradient the optimizer receives: the buffers over the window's items on all devices (and over the
+        loss scale), reduced once, clipped. Records the window (accu_last_*) for telemetry.
+
+        Returns (grads, the window's mean loss on this device once the records are written).
+        """
+        window.check_items(self.owner_name, self.accu_min_items)
+        total = self.accu_items + 0.0
+        if self.reducer_flag:
+            total = self._window_sum_over_devices(total)
+        per_device = ops.maximum(total / self.device_degree, 1e-12)  # the reducer averages over devices
+        grads, recorded = window.finish_gradients(
+            self.window_map, self.accu_grads, per_device * unscale, self.grad_reducer, self.clip_norm,
+            (self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped), total)
+        return grads, ops.depend(window.mean_loss(self._window_counters()), recorded)
+
+    def _reset_window(self, result):
+        """Zero the buffers and counters after `result` is computed; returns `result`."""
+        return window.reset_window(self.window_map, self.accu_grads, self._window_counters(), result)
