@@ -4,6 +4,7 @@ Single device: :class:`TrainForwardBackward`, :class:`TrainOptim` and :class:`Tr
 buffers; :class:`GradientAccumulation` drives them over a dataset.
 Parallel: :class:`TrainAccuStepsCell` and :class:`TrainAccuStepsWithLossScaleCell` accumulate and communicate
 once per window; :class:`Model_ACCU` trains them, alternating two graphs in dataset sink mode.
+Functional (value_and_grad loops): :class:`Accumulator`.
 """
 from .accu_loss_scale import TrainAccuStepsWithLossScaleCell
 from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, TrainAccuStepsCell
@@ -12,6 +13,7 @@ from .checkpoint import (CheckpointError, is_accumulation_buffer, load_network_c
                          save_checkpoint_atomic)
 from .driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, TrainState, updates_per_epoch
 from .equivalence import EquivalenceReport, check_equivalence
+from .functional import Accumulator
 from .model_accu import Model_ACCU
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
 from .state import load_training_state, save_training_state
@@ -30,6 +32,7 @@ __all__ = [
     "TrainAccuStepsCell",
     "TrainAccuStepsWithLossScaleCell",
     "Model_ACCU",
+    "Accumulator",
     "adjust_batchnorm_momentum",
     "check_equivalence",
     "EquivalenceReport",

@@ -35,7 +35,7 @@ def sample_count(owner, inputs):
     for dim in dims:
         if dim != dims[0]:
             raise ValueError(f"For '{owner}', the inputs' leading dimensions must agree to count samples, but got "
-                             f"{[tuple(x.shape) for x in inputs if isinstance(x, Tensor)]}. ms_accum weighs a "
+                             f"shapes {[list(x.shape) for x in inputs if isinstance(x, Tensor)]}. ms_accum weighs a "
                              f"micro-batch by its inputs' leading dimension unless the loss network returns "
                              f"'(loss, num_items)'; for sequence-first or otherwise laid-out inputs, return the "
                              f"mean loss and the number of samples or tokens it averages over.")
@@ -60,6 +60,13 @@ def _as_items(owner, num_items):
         raise ValueError(f"For '{owner}', 'num_items', the second output of the loss network, must be a scalar "
                          f"Tensor or a number, but got {shape}.")
     return ops.reshape(ops.cast(num_items, mstype.float32), ())
+
+
+def as_weight(owner, num_items):
+    """What a micro-batch handed to the functional accumulator weighs: its `num_items`, or 1 when None."""
+    if num_items is None:
+        return ops.ones((), mstype.float32)
+    return _as_items(owner, num_items)
 
 
 class LossAndItems(nn.Cell):

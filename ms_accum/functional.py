@@ -1,0 +1,125 @@
+"""Accumulator: gradient accumulation for the functional training loop of MindSpore 2.x (value_and_grad)."""
+from mindspore import Parameter, Tensor, nn, ops
+from mindspore import dtype as mstype
+
+from . import window
+from ._checks import check_optimizer
+from .accu_window import WINDOW_PREFIX, AccumulationWindow, data_parallel_reducer, float32_buffers
+from .weighting import as_weight
+
+
+class Accumulator(AccumulationWindow, nn.Cell):
+    r"""
+    Gradient accumulation for a loop written with :func:`mindspore.value_and_grad`, the MindSpore 2.x tutorial's
+    ``Accumulator`` done right.
+
+    After ``loss, grads = grad_fn(*micro_batch)``, where `grads` is the gradient of the micro-batch's **mean**
+    loss (do not divide the loss by `accumulate_step`, as the tutorial does: the accumulator averages),
+    ``accumulator(grads, num_items)`` adds the micro-batch's gradient weighted by `num_items` (its samples, or
+    the tokens its loss averaged over; omitted, every micro-batch weighs the same). Every `accumulate_step`-th
+    call steps the optimizer once with the window's weighted mean gradient (so a learning-rate schedule advances
+    once per window), clipped by its global norm when `clip_norm` is given, and clears the buffers;
+    :meth:`flush` applies a partial window (at the end of an epoch, say). In data parallel the gradients and item
+    counts are reduced across devices once per window.
+
+    With a `loss_scaler` (:class:`mindspore.amp.DynamicLossScaler` or :class:`mindspore.amp.StaticLossScaler`),
+    `grads` is the gradient of ``loss_scaler.scale(loss)``: the accumulator unscales it, skips the whole window
+    when any of its micro-batches overflowed (an inf or nan in the float32 buffers; parameters and optimizer state
+    untouched), and calls ``loss_scaler.adjust`` once per window. Do not call ``unscale`` or ``adjust`` yourself.
+
+    It works called from Python in PYNATIVE_MODE and inside a :func:`mindspore.jit`-compiled train step. No
+    full-size ``zeros`` copy is kept.
+
+    Args:
+        optimizer (Cell): The optimizer; `grads` follow its `parameters`.
+        accumulate_step (int): Micro-batches per update, >= 1.
+        clip_norm (float, optional): Clip each window's gradient to this global norm, once per window, as
+            ``ops.clip_by_global_norm`` would clip the large batch's gradient. Default: ``None`` (no clipping).
+        loss_scaler (mindspore.amp.LossScaler, optional): The scaler the loss was scaled with. Default: ``None``.
+
+    Inputs:
+        - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter.
+        - **num_items** (Union[Tensor, int, float], optional) - What the micro-batch weighs, > 0. Default:
+          ``None`` (1 for every micro-batch).
+
+    Outputs:
+        Tensor, bool scalar: whether this call ended a window (its update was applied, or skipped for an
+        overflow).
+
+    Raises:
+        TypeError: If `optimizer` is not an optimizer or `accumulate_step` is not an integer.
+        ValueError: If `accumulate_step` is < 1 or `clip_norm` is not a finite number > 0; when a window ends,
+            if a micro-batch of it had `num_items` <= 0 (the optimizer is not stepped).
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import mindspore as ms
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> loss_fn = nn.MSELoss()
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> accumulator = ms_accum.Accumulator(optimizer, accumulate_step=4)
+        >>> grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, optimizer.parameters)
+        >>> @ms.jit
+        ... def train_step(x, y):
+        ...     loss, grads = grad_fn(x, y)
+        ...     return loss, accumulator(grads, x.shape[0])
+    """
+
+    def __init__(self, optimizer, accumulate_step, clip_norm=None, loss_scaler=None):
+        super().__init__(auto_prefix=False)
+        owner = "Accumulator"
+        self.optimizer = check_optimizer(owner, optimizer)
+        self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
+            data_parallel_reducer(optimizer.parameters)
+        self._init_window(owner, accumulate_step, float32_buffers(optimizer.parameters, "accu_grads"), clip_norm,
+                          steps_name="accumulate_step")
+        self.loss_scaler = loss_scaler
+        self.last_overflow = Parameter(Tensor(False, mstype.bool_), name=f"{WINDOW_PREFIX}.last_overflow",
+                                       requires_grad=False)
+
+    @property
+    def inner_grads(self):
+        """The float32 gradient buffers (the tutorial's name)."""
+        return self.accu_grads
+
+    @property
+    def accumulate_step(self):
+        """Micro-batches per update."""
+        return self.accumulation_steps
+
+    def construct(self, grads, num_items=None):
+        items = as_weight("Accumulator", num_items)
+        added = self._add_micro_batch(None, items, grads)
+        done = ops.depend(self.accu_micro_steps, added) >= self.accumulation_steps
+        if done:
+            done = ops.depend(done, self._apply())
+        return done
+
+    def flush(self):
+        """
+        Apply the window still open (fewer than `accumulate_step` micro-batches), weighted by its own items.
+
+        Returns:
+            Tensor, bool scalar: whether there was a window to apply.
+        """
+        pending = self.accu_micro_steps > 0
+        if pending:
+            pending = ops.depend(pending, self._apply())
+        return pending
+
+    def _apply(self):
+        """The window's update (or, on overflow, none), the loss scaler adjusted once, the buffers cleared."""
+        if self.loss_scaler is None:
+            grads, result = self._window_gradients()
+            result = ops.depend(result, self.optimizer(grads))
+            return self._reset_window(result)
+        grads, result = self._window_gradients(self.loss_scaler.scale_value)
+        overflow = window.buffers_overflow(self.window_map, self.accu_grads)
+        result = ops.depend(result, ops.assign(self.last_overflow, overflow))
+        result = window.step_unless(overflow, self.optimizer, grads, result)
+        result = ops.depend(result, self.loss_scaler.adjust(ops.logical_not(overflow)))
+        return self._reset_window(result)

@@ -1,0 +1,130 @@
+"""Accumulator: the functional (value_and_grad) loop, in PYNATIVE and inside mindspore.jit, against the large
+batch."""
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor, amp, nn
+
+import ms_accum
+from helpers import (assert_params_close, build, build_tagger, concat, functional_reference, micro_batches,
+                     params_of, token_batches, token_reference)
+
+
+def train(optimizer, batches, steps, style, weigh=True, flush=False, seed=0, loss_scaler=None):
+    """Every micro-batch through an Accumulator, from Python or from a jit-compiled step; returns the network,
+    the optimizer and the flags the accumulator returned."""
+    net, loss, opt = build(optimizer, seed)
+    loss_net = nn.WithLossCell(net, loss)
+
+    def scaled_loss(x, y):
+        return loss_scaler.scale(loss_net(x, y))
+
+    grad_fn = ms.value_and_grad(loss_net if loss_scaler is None else scaled_loss, None, opt.parameters)
+    accumulator = ms_accum.Accumulator(opt, steps, loss_scaler=loss_scaler)
+
+    def step(x, y):
+        _, grads = grad_fn(x, y)
+        return accumulator(grads, x.shape[0]) if weigh else accumulator(grads)
+
+    step = ms.jit(step) if style == "jit" else step
+    flags = [bool(step(Tensor(x), Tensor(y)).asnumpy()) for x, y in batches]
+    if flush:
+        flags.append(bool(accumulator.flush().asnumpy()))
+    return net, opt, flags, accumulator
+
+
+STYLES = ["python", "jit"]
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("optimizer", ["sgd", "momentum", "adamw"])
+@pytest.mark.parametrize("sizes", [(4, 4, 4, 4), (5, 3, 4, 2)], ids=["equal", "unequal"])
+def test_windows_equal_the_large_batch(sizes, optimizer, style):
+    batches = micro_batches(sizes * 2, seed=12)
+    net, opt, flags, _ = train(optimizer, batches, 4, style)
+    expected, _ = functional_reference(optimizer, [batches[:4], batches[4:]])
+    assert_params_close(params_of(net), expected, context=f"{optimizer}, {sizes}, {style}")
+    assert flags == [False, False, False, True] * 2
+    assert opt.global_step.asnumpy()[0] == 2
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_without_num_items_every_micro_batch_weighs_the_same(style):
+    """The tutorial's intent: the mean of the micro-batch gradients, whatever their sizes."""
+    batches = micro_batches((5, 3, 4, 2), seed=13)
+    net, _, _, _ = train("sgd", batches, 4, style, weigh=False)
+    ref_net, ref_loss, ref_opt = build("sgd")
+    grad_fn = ms.value_and_grad(nn.WithLossCell(ref_net, ref_loss), None, ref_opt.parameters)
+    grads = [grad_fn(Tensor(x), Tensor(y))[1] for x, y in batches]
+    ref_opt(tuple(Tensor(np.mean([g[i].asnumpy() for g in grads], axis=0)) for i in range(len(grads[0]))))
+    assert_params_close(params_of(net), params_of(ref_net), context=f"equal weights, {style}")
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_token_counts_weigh_the_micro_batches(style):
+    batches = token_batches((15, 4, 9, 11, 2, 17))
+    net, loss_net, opt = build_tagger()
+    grad_fn = ms.value_and_grad(loss_net, None, opt.parameters, has_aux=True)
+    accumulator = ms_accum.Accumulator(opt, 3)
+
+    def step(x, labels, mask):
+        (_, tokens), grads = grad_fn(x, labels, mask)
+        return accumulator(grads, tokens)
+
+    step = ms.jit(step) if style == "jit" else step
+    for batch in batches:
+        step(*map(Tensor, batch))
+    assert_params_close(params_of(net), token_reference("momentum", [batches[:3], batches[3:]]),
+                        context=f"tokens, {style}")
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_flush_applies_the_partial_window_with_its_own_weight(style):
+    batches = micro_batches((4, 4, 4, 4, 3), seed=14)
+    net, opt, flags, accumulator = train("momentum", batches, 2, style, flush=True)
+    expected, _ = functional_reference("momentum", [batches[:2], batches[2:4], batches[4:]])
+    assert_params_close(params_of(net), expected, context=f"flushed, {style}")
+    assert flags == [False, True, False, True, False, True]
+    assert not bool(accumulator.flush().asnumpy()), "an empty window has nothing to flush"
+    assert opt.global_step.asnumpy()[0] == 3
+
+
+def test_learning_rate_schedule_advances_once_per_window():
+    batches = micro_batches((4,) * 6, seed=15)
+    net, loss, _ = build("sgd")
+    opt = nn.SGD(net.trainable_params(), learning_rate=[0.1, 0.05, 0.025])
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+    accumulator = ms_accum.Accumulator(opt, 2)
+    for x, y in batches:
+        accumulator(grad_fn(Tensor(x), Tensor(y))[1], len(y))
+    assert opt.global_step.asnumpy()[0] == 3
+    ref_net, ref_loss, _ = build("sgd")
+    ref_opt = nn.SGD(ref_net.trainable_params(), learning_rate=[0.1, 0.05, 0.025])
+    step = nn.TrainOneStepCell(nn.WithLossCell(ref_net, ref_loss), ref_opt)
+    for w in range(3):
+        step(*map(Tensor, concat(batches[2 * w:2 * w + 2])))
+    assert_params_close(params_of(net), params_of(ref_net), context="schedule per window")
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_overflow_in_one_micro_batch_skips_the_window_and_halves_the_scale_once(style):
+    batches = micro_batches((4,) * 6, seed=16)
+    poisoned = [(x.copy(), y) for x, y in batches]
+    poisoned[1][0][0, 0, 0, 0] = np.inf
+    scaler = amp.DynamicLossScaler(2.0 ** 10, 2, 1000)
+    net, opt, flags, accumulator = train("momentum", poisoned, 3, style, loss_scaler=scaler)
+    assert flags == [False, False, True] * 2
+    assert float(scaler.scale_value.asnumpy()) == 512.0, "the scale must be halved once, for the window"
+    assert opt.global_step.asnumpy()[0] == 1, "the overflowing window must not step the optimizer"
+    assert not bool(accumulator.last_overflow.asnumpy())
+    expected, _ = functional_reference("momentum", [batches[3:]])
+    assert_params_close(params_of(net), expected, context=f"window after the skipped one, {style}")
+
+
+def test_accumulate_step_is_checked():
+    _, _, opt = build("sgd")
+    with pytest.raises(ValueError, match="For 'Accumulator', 'accumulate_step' must be an int >= 1, but got 0"):
+        ms_accum.Accumulator(opt, 0)
+    with pytest.raises(TypeError, match="For 'Accumulator', 'optimizer' must be a mindspore.nn optimizer"):
+        ms_accum.Accumulator(None, 2)
