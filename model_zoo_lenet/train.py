@@ -8,9 +8,9 @@ the same update as one batch of accumulation_steps*batch_size (times the number 
 Checkpoints (network and optimizer state) are written at the end of every epoch as
 checkpoint_lenet-<epoch>_<update>.ckpt, in --ckpt_path (one device) or --ckpt_path/rank_<r> (parallel).
 
-Trainers: 'driver' (one device: GradientAccumulation over the three single-device cells) or 'model_accu'
+Trainers: 'driver' (one device: GradientAccumulation over the three single-device cells), 'model_accu'
 (TrainAccuStepsCell trained by Model_ACCU; required by the parallel modes, and the one that uses dataset sink mode
-on GPU/Ascend). Parallel modes are launched with msrun, for example on 2 CPU processes:
+on GPU/Ascend) or 'functional' (one device: a mindspore.value_and_grad loop with ms_accum.Accumulator). Parallel modes are launched with msrun, for example on 2 CPU processes:
 
     msrun --worker_num=2 --local_worker_num=2 --master_addr=127.0.0.1 --master_port=8118 --join=True \
         --log_dir=runs/msrun_logs model_zoo_lenet/train.py --parallel_mode data_parallel ...
@@ -34,6 +34,7 @@ import ms_accum
 from src.cli import run_cli, set_device
 from src.cpu_speed import set_cpu_threads, set_mode, tuned
 from src.dataset import create_dataset
+from src.functional_train import train_functional
 from src.lenet import LeNet5
 from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
 from ms_accum.state import is_state_file
@@ -77,6 +78,8 @@ def parse_args(argv):
     parser.add_argument("--lr", type=positive_float, default=0.05,
                         help="learning rate of each (large-batch) update (default: %(default)s)")
     parser.add_argument("--momentum", type=float, default=0.9)
+    parser.add_argument("--clip_norm", type=positive_float, default=None,
+                        help="clip each update's gradient to this global norm (default: no clipping)")
     parser.add_argument("--partial_window", default="flush", choices=list(ms_accum.PARTIAL_WINDOW_POLICIES),
                         help="what to do with a window still open at the end of an epoch")
     parser.add_argument("--raw_sum", action="store_true",
@@ -93,7 +96,7 @@ def parse_args(argv):
                         help="write one row per update (loss, micro-batches, samples, grad norm, lr, loss scale, "
                              "skipped windows); plot it with plot_telemetry.py")
     parser.add_argument("--keep_checkpoint_max", type=positive_int, default=10)
-    parser.add_argument("--trainer", choices=["driver", "model_accu"], default=None,
+    parser.add_argument("--trainer", choices=["driver", "model_accu", "functional"], default=None,
                         help="default: driver on one device, model_accu in parallel modes")
     parser.add_argument("--parallel_mode", choices=list(PARALLEL_MODES), default="stand_alone",
                         help="launch the parallel modes with msrun (default: %(default)s)")
@@ -106,7 +109,8 @@ def parse_args(argv):
                              "rank then resumes from its own rank_<r>/train_state.ckpt")
     parser.add_argument("--save_state_every", type=int, default=100, metavar="N",
                         help="write the exact training state to CKPT_PATH[/rank_R]/train_state.ckpt every N "
-                             "micro-batches, atomically (0: never; not with --dataset_sink_mode; "
+                             "micro-batches, atomically (0: never; not with --dataset_sink_mode nor --trainer "
+                             "functional; "
                              "default: %(default)s)")
     return parser.parse_args(argv)
 
@@ -161,12 +165,12 @@ def resume_from(cell, ckpt_path):
 def main(argv=None):
     args = parse_args(argv)
     trainer_kind = args.trainer or ("driver" if args.parallel_mode == "stand_alone" else "model_accu")
-    if trainer_kind == "driver" and (args.parallel_mode != "stand_alone" or args.dataset_sink_mode):
-        raise ValueError("'--trainer driver' runs on one device without sink mode; use '--trainer model_accu' "
-                         "with --parallel_mode or --dataset_sink_mode.")
-    if trainer_kind == "model_accu" and (args.raw_sum or args.partial_window != "flush"):
-        raise ValueError("'--raw_sum' and '--partial_window' other than 'flush' are options of '--trainer driver'; "
-                         "model_accu always averages and flushes a partial window at the end of an epoch.")
+    if trainer_kind in ("driver", "functional") and (args.parallel_mode != "stand_alone" or args.dataset_sink_mode):
+        raise ValueError(f"'--trainer {trainer_kind}' runs on one device without sink mode; use '--trainer "
+                         f"model_accu' with --parallel_mode or --dataset_sink_mode.")
+    if trainer_kind != "driver" and (args.raw_sum or args.partial_window != "flush"):
+        raise ValueError(f"'--raw_sum' and '--partial_window' other than 'flush' are options of '--trainer driver'; "
+                         f"{trainer_kind} always averages and flushes a partial window at the end of an epoch.")
     set_device(args.device_target)
     set_mode(args.mode, args.device_target)
     if args.device_target == "CPU":
@@ -186,32 +190,47 @@ def main(argv=None):
     n = args.accumulation_steps
     sink_size = steps // n * n if args.dataset_sink_mode else -1
     if trainer_kind == "driver":
-        trainer = ms_accum.GradientAccumulation(net, loss, optimizer, average=not args.raw_sum)
+        trainer = ms_accum.GradientAccumulation(net, loss, optimizer, average=not args.raw_sum,
+                                                clip_norm=args.clip_norm)
         state_cell = trainer.train_state
         updates_per_epoch = max(1, ms_accum.updates_per_epoch(steps, n, args.partial_window))
+    elif trainer_kind == "functional":
+        state_cell = ms_accum.TrainState(nn.WithLossCell(net, loss), optimizer)
     else:
-        state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=n)
+        state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=n,
+                                                 clip_norm=args.clip_norm)
         updates_per_epoch = sink_size // n if args.dataset_sink_mode else math.ceil(steps / n)
     resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
+    if trainer_kind == "functional" and args.telemetry_csv:
+        raise ValueError("'--telemetry_csv' is an option of '--trainer driver' and '--trainer model_accu'; the "
+                         "functional loop prints its own progress.")
+    if exact and trainer_kind == "functional":
+        raise ValueError("'--trainer functional' resumes at an epoch: pass an epoch checkpoint to '--resume', not "
+                         "the exact training state.")
     initial_epoch = resume_from(state_cell, resume) if resume and not exact else 0
     if initial_epoch >= args.epoch_size:
         raise ValueError(f"'--epoch_size' must exceed the {initial_epoch} epochs done in {resume!r}, but got "
                          f"{args.epoch_size}.")
     directory = args.ckpt_path if world == 1 else os.path.join(args.ckpt_path, f"rank_{rank}")
+    if args.log_every < 0:
+        raise ValueError(f"'--log_every' must be an int >= 0, but got {args.log_every}.")
+    print(f"training LeNet5 on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, rank {rank} of "
+          f"{world}): {steps} micro-batches of {args.batch_size} per epoch, {n} per update "
+          f"(effective batch {args.batch_size * n * world}), epochs {initial_epoch + 1}.."
+          f"{args.epoch_size}", flush=True)
+    if trainer_kind == "functional":
+        last = train_functional(net, loss, optimizer, dataset, args.epoch_size, n, directory, args.clip_norm,
+                                initial_epoch, args.log_every)
+        print(f"last checkpoint: {last}", flush=True)
+        return 0
     state_path = os.path.join(directory, STATE_FILE)
     save_state_every = 0 if args.dataset_sink_mode else args.save_state_every
     checkpoints = ModelCheckpoint(prefix="checkpoint_lenet", directory=directory,
                                   config=CheckpointConfig(save_checkpoint_steps=updates_per_epoch,
                                                           keep_checkpoint_max=args.keep_checkpoint_max,
                                                           append_info=["epoch_num", "step_num"]))
-    if args.log_every < 0:
-        raise ValueError(f"'--log_every' must be an int >= 0, but got {args.log_every}.")
     callbacks = [checkpoints, EpochSummary(steps * args.batch_size),
                  ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)]
-    print(f"training LeNet5 on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, rank {rank} of "
-          f"{world}): {steps} micro-batches of {args.batch_size} per epoch, {n} per update "
-          f"(effective batch {args.batch_size * n * world}), epochs {initial_epoch + 1}.."
-          f"{args.epoch_size}", flush=True)
     if trainer_kind == "driver":
         trainer.train_process(args.epoch_size, dataset, n, callbacks=callbacks,
                               partial_window=args.partial_window, ckpt_path=None, log_every=0,

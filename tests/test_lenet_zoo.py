@@ -115,6 +115,31 @@ def test_trained_lenet_is_far_above_chance_through_eval_py(trained):
     assert accuracy >= 0.65, out
 
 
+@pytest.mark.slow
+def test_functional_trainer_and_clipping_train_lenet_like_the_driver(tmp_path):
+    """--trainer functional (value_and_grad and ms_accum.Accumulator) and the driver, both clipping every window,
+    end one epoch with the same parameters; the functional checkpoint evaluates and resumes."""
+    common = ("--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 32, "--accumulation_steps", 4,
+              "--lr", 0.1, "--clip_norm", 0.5, "--log_every", 1)
+    _, out, _ = run_script("train.py", "--trainer", "functional", "--ckpt_path", tmp_path / "f", "--epoch_size", 1,
+                           *common)
+    assert re.search(r"^epoch 1 update 5/5: micro-batch loss [0-9.]+$", out, re.M), out
+    run_script("train.py", "--trainer", "driver", "--ckpt_path", tmp_path / "d", "--epoch_size", 1, *common)
+    functional = ms.load_checkpoint(str(tmp_path / "f" / "checkpoint_lenet-1_5.ckpt"))
+    driver = ms.load_checkpoint(str(tmp_path / "d" / "checkpoint_lenet-1_5.ckpt"))
+    for param in LeNet5().get_parameters():
+        want = driver[param.name].asnumpy()
+        err = np.abs(functional[param.name].asnumpy() - want).max() / np.abs(want).max()
+        assert err <= 1e-4, f"{param.name}: functional and driver differ by {err:.3g}"
+    assert int(functional["global_step"].asnumpy()[0]) == 5 and int(functional["epoch_num"].asnumpy()) == 1
+    _, out, _ = run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "f" / "checkpoint_lenet-1_5.ckpt")
+    assert ACCURACY.search(out), out
+    run_script("train.py", "--trainer", "functional", "--ckpt_path", tmp_path / "f", "--epoch_size", 2,
+               "--resume", tmp_path / "f" / "checkpoint_lenet-1_5.ckpt", *common)
+    resumed = ms.load_checkpoint(str(tmp_path / "f" / "checkpoint_lenet-2_5.ckpt"))
+    assert int(resumed["global_step"].asnumpy()[0]) == 10
+
+
 class _TutorialForwardBackward(nn.Cell):
     """The MindSpore tutorial's TrainForwardBackward as it was written, kept to make its checkpoint format."""
 
@@ -160,6 +185,15 @@ class TestCommandLineErrors:
     def test_accumulation_steps(self, value):
         assert_one_line_error(run_script("train.py", "--accumulation_steps", value, check=False),
                               "argument --accumulation_steps: must be an int >= 1", repr(value))
+
+    @pytest.mark.parametrize("value", ["0", "-0.5", "inf"])
+    def test_clip_norm(self, value):
+        assert_one_line_error(run_script("train.py", "--clip_norm", value, check=False),
+                              "argument --clip_norm: must be a finite number > 0", repr(value))
+
+    def test_functional_trainer_refuses_what_it_does_not_do(self):
+        assert_one_line_error(run_script("train.py", "--trainer", "functional", "--dataset_sink_mode", check=False),
+                              "'--trainer functional' runs on one device without sink mode")
 
     def test_missing_data_path(self, tmp_path):
         assert_one_line_error(run_script("train.py", "--data_path", tmp_path / "none", check=False),
