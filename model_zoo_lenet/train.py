@@ -107,11 +107,10 @@ def parse_args(argv):
                              "run's --ckpt_path directory (or, on one device, its train_state.ckpt) to continue at "
                              "the exact micro-batch where it stopped, on the same device count; under msrun each "
                              "rank then resumes from its own rank_<r>/train_state.ckpt")
-    parser.add_argument("--save_state_every", type=int, default=100, metavar="N",
+    parser.add_argument("--save_state_every", type=int, default=None, metavar="N",
                         help="write the exact training state to CKPT_PATH[/rank_R]/train_state.ckpt every N "
                              "micro-batches, atomically (0: never; not with --dataset_sink_mode nor --trainer "
-                             "functional; "
-                             "default: %(default)s)")
+                             "functional; default: 100)")
     return parser.parse_args(argv)
 
 
@@ -204,6 +203,9 @@ def main(argv=None):
     if trainer_kind == "functional" and args.telemetry_csv:
         raise ValueError("'--telemetry_csv' is an option of '--trainer driver' and '--trainer model_accu'; the "
                          "functional loop prints its own progress.")
+    if trainer_kind == "functional" and args.save_state_every:
+        raise ValueError("'--save_state_every' is an option of '--trainer driver' and '--trainer model_accu'; the "
+                         "functional loop writes epoch checkpoints only.")
     if exact and trainer_kind == "functional":
         raise ValueError("'--trainer functional' resumes at an epoch: pass an epoch checkpoint to '--resume', not "
                          "the exact training state.")
@@ -224,7 +226,8 @@ def main(argv=None):
         print(f"last checkpoint: {last}", flush=True)
         return 0
     state_path = os.path.join(directory, STATE_FILE)
-    save_state_every = 0 if args.dataset_sink_mode else args.save_state_every
+    save_state_every = 0 if args.dataset_sink_mode else (100 if args.save_state_every is None else
+                                                         args.save_state_every)
     checkpoints = ModelCheckpoint(prefix="checkpoint_lenet", directory=directory,
                                   config=CheckpointConfig(save_checkpoint_steps=updates_per_epoch,
                                                           keep_checkpoint_max=args.keep_checkpoint_max,

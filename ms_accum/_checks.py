@@ -65,8 +65,10 @@ def check_clip_norm(owner, clip_norm):
     """Return `clip_norm` as a float if it is a finite number > 0, or None (no clipping)."""
     if clip_norm is None:
         return None
-    if isinstance(clip_norm, bool) or not isinstance(clip_norm, numbers.Real) or not math.isfinite(clip_norm) \
-            or clip_norm <= 0:
+    if isinstance(clip_norm, bool) or not isinstance(clip_norm, numbers.Real):
+        raise TypeError(f"For '{owner}', 'clip_norm' must be a finite number > 0, or None for no clipping, but got "
+                        f"{clip_norm!r} of type {type(clip_norm).__name__}.")
+    if not math.isfinite(clip_norm) or clip_norm <= 0:
         raise ValueError(f"For '{owner}', 'clip_norm' must be a finite number > 0, or None for no clipping, but got "
                          f"{clip_norm!r}.")
     return float(clip_norm)

@@ -5,6 +5,7 @@ from mindspore import dtype as mstype
 from . import window
 from .accu_steps import AccumulationModes, check_cell_arguments
 from .accu_window import WINDOW_PREFIX, AccumulationWindow, float32_buffers
+from .loss_scale import check_scale_sense
 from .weighting import LossAndItems, loss_sens
 
 
@@ -71,6 +72,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.
     def __init__(self, network, optimizer, scale_sense, accumulation_steps=1, clip_norm=None):
         owner = "TrainAccuStepsWithLossScaleCell"
         check_cell_arguments(owner, network, optimizer)
+        check_scale_sense(owner, scale_sense)
         super().__init__(LossAndItems(owner, network), optimizer, scale_sense)
         self._init_window(owner, accumulation_steps, float32_buffers(self.weights, "accu_grads"), clip_norm)
         self._init_modes()

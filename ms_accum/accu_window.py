@@ -44,8 +44,10 @@ class AccumulationWindow:
     sets: `grad_reducer`, `reducer_flag`, `degree`, `parallel_mode`.
     """
 
-    def _init_window(self, owner, accumulation_steps, accu_grads, clip_norm=None, steps_name="accumulation_steps"):
+    def _init_window(self, owner, accumulation_steps, accu_grads, clip_norm=None, steps_name="accumulation_steps",
+                     items_source="returned by the loss network", rebuild="new cells"):
         self.owner_name = owner
+        self.items_source, self.rebuild_hint = items_source, rebuild
         self.accumulation_steps = check_positive_int(owner, steps_name, accumulation_steps)
         self.clip_norm = check_clip_norm(owner, clip_norm)
         self.accu_grads = accu_grads
@@ -77,7 +79,7 @@ class AccumulationWindow:
 
         Returns (grads, the window's mean loss on this device once the records are written).
         """
-        window.check_items(self.owner_name, self.accu_min_items)
+        window.check_items(self.owner_name, self.accu_min_items, self.items_source, self.rebuild_hint)
         total = self.accu_items + 0.0
         if self.reducer_flag:
             total = self._window_sum_over_devices(total)

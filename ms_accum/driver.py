@@ -7,9 +7,10 @@ from mindspore import nn
 from mindspore.train.callback import RunContext
 from mindspore.train.callback._callback import CallbackManager, InternalCallbackParam
 
-from ._checks import (check_bool, check_cell, check_choice, check_lr_schedule, check_optimizer, check_positive_int,
-                      check_resume_or_initial_epoch, check_state_saving)
+from ._checks import (check_bool, check_cell, check_choice, check_clip_norm, check_lr_schedule, check_optimizer,
+                      check_positive_int, check_resume_or_initial_epoch, check_state_saving)
 from .checkpoint import save_checkpoint_atomic
+from .loss_scale import check_scale_sense
 from .accu_window import float32_buffers
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
 from .state import StateWriter, dataset_starting_at, load_training_state
@@ -98,6 +99,9 @@ class GradientAccumulation:
             check_cell(owner, "loss_fn", loss_fn)
         check_optimizer(owner, optimizer)
         check_bool(owner, "average", average)
+        check_clip_norm(owner, clip_norm)
+        if scale_sense is not None:
+            check_scale_sense(owner, scale_sense)
         self.network = network
         self.optimizer = optimizer
         self.loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)

@@ -1,6 +1,7 @@
 """Accumulator: gradient accumulation for the functional training loop of MindSpore 2.x (value_and_grad)."""
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, Tensor, context, mutable, nn, ops
 from mindspore import dtype as mstype
+from mindspore.amp import LossScaler
 
 from . import window
 from ._checks import check_optimizer
@@ -47,9 +48,11 @@ class Accumulator(AccumulationWindow, nn.Cell):
         overflow).
 
     Raises:
-        TypeError: If `optimizer` is not an optimizer or `accumulate_step` is not an integer.
-        ValueError: If `accumulate_step` is < 1 or `clip_norm` is not a finite number > 0; when a window ends,
-            if a micro-batch of it had `num_items` <= 0 (the optimizer is not stepped).
+        TypeError: If `optimizer` is not an optimizer, `accumulate_step` is not an integer, `clip_norm` is not a
+            number, or `loss_scaler` is not a :class:`mindspore.amp.LossScaler`.
+        ValueError: If `accumulate_step` is < 1 or `clip_norm` is not a finite number > 0; when called, if `grads`
+            does not hold one gradient per optimizer parameter, each of its shape; when a window ends, if a
+            micro-batch of it had `num_items` <= 0 (the optimizer is not stepped).
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -76,8 +79,14 @@ class Accumulator(AccumulationWindow, nn.Cell):
         self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
             data_parallel_reducer(optimizer.parameters)
         self._init_window(owner, accumulate_step, float32_buffers(optimizer.parameters, "accu_grads"), clip_norm,
-                          steps_name="accumulate_step")
+                          steps_name="accumulate_step", items_source="passed to the Accumulator",
+                          rebuild="a new Accumulator")
+        if loss_scaler is not None and not isinstance(loss_scaler, LossScaler):
+            raise TypeError(f"For '{owner}', 'loss_scaler' must be a mindspore.amp.LossScaler (DynamicLossScaler, "
+                            f"StaticLossScaler) or None, but got {type(loss_scaler).__name__}. For a "
+                            f"nn.DynamicLossScaleUpdateCell, use the cells (TrainForwardBackward's scale_sense).")
         self.loss_scaler = loss_scaler
+        self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)
         self.last_overflow = Parameter(Tensor(False, mstype.bool_), name=f"{WINDOW_PREFIX}.last_overflow",
                                        requires_grad=False)
 
@@ -91,7 +100,23 @@ class Accumulator(AccumulationWindow, nn.Cell):
         """Micro-batches per update."""
         return self.accumulation_steps
 
+    def __call__(self, grads, num_items=None):
+        """Check `grads` against the optimizer's parameters before anything is added; in GRAPH_MODE, hand them
+        over as a mutable tuple, so that one compiled graph serves every call (constant tensors would be folded
+        into a new graph each time)."""
+        if not isinstance(grads, (tuple, list)):
+            raise TypeError(f"For 'Accumulator', 'grads' must be a tuple of Tensors, one per optimizer parameter, "
+                            f"but got {type(grads).__name__}.")
+        _check_grads(grads, self.shapes, [tuple(g.shape) if isinstance(g, Tensor) else None for g in grads])
+        grads = tuple(grads)
+        if context.get_context("mode") == context.GRAPH_MODE:
+            grads = mutable(grads)
+            if isinstance(num_items, (int, float)) and not isinstance(num_items, bool):
+                num_items = Tensor(num_items, mstype.float32)
+        return super().__call__(grads, num_items)
+
     def construct(self, grads, num_items=None):
+        _check_grads(grads, self.shapes, _shapes_of(grads))
         items = as_weight("Accumulator", num_items)
         added = self._add_micro_batch(None, items, grads)
         done = ops.depend(self.accu_micro_steps, added) >= self.accumulation_steps
@@ -123,3 +148,23 @@ class Accumulator(AccumulationWindow, nn.Cell):
         result = window.step_unless(overflow, self.optimizer, grads, result)
         result = ops.depend(result, self.loss_scaler.adjust(ops.logical_not(overflow)))
         return self._reset_window(result)
+
+
+def _shapes_of(grads):
+    """The dense gradients' shapes (None for a sparse RowTensor), known when the graph is compiled."""
+    shapes = ()
+    for grad in grads:
+        shapes = shapes + ((grad.shape if isinstance(grad, Tensor) else None),)
+    return shapes
+
+
+def _check_grads(grads, expected, shapes):
+    """Raise unless there is one gradient per optimizer parameter, each of the parameter's shape."""
+    if len(grads) != len(expected):
+        raise ValueError(f"For 'Accumulator', 'grads' must hold one gradient per optimizer parameter ({len(expected)}"
+                         f"), but got {len(grads)}. Differentiate with respect to optimizer.parameters.")
+    for index in range(len(expected)):
+        if shapes[index] is not None and tuple(shapes[index]) != tuple(expected[index]):
+            raise ValueError(f"For 'Accumulator', 'grads' must follow optimizer.parameters in order and shape, but "
+                             f"gradient {index} has shape {list(shapes[index])} where the parameter has "
+                             f"{list(expected[index])}. Differentiate with respect to optimizer.parameters.")

@@ -10,22 +10,26 @@ from mindspore import dtype as mstype
 from mindspore.nn import Cell
 
 
-def scale_parameter(owner, scale_sense):
-    """(the update cell or None, the Parameter holding the current scale) for `scale_sense`."""
-    if isinstance(scale_sense, Cell):
-        if not hasattr(scale_sense, "get_loss_scale"):
-            raise TypeError(f"For '{owner}', 'scale_sense' must be a loss-scale update cell such as "
-                            f"nn.DynamicLossScaleUpdateCell, or a Tensor, but got {type(scale_sense).__name__}.")
-        return scale_sense, Parameter(Tensor(scale_sense.get_loss_scale(), mstype.float32), name="scale_sense",
-                                      requires_grad=False)
+def check_scale_sense(owner, scale_sense):
+    """Return `scale_sense` if it is a loss-scale update cell or a scale Tensor of shape () or (1,)."""
+    if isinstance(scale_sense, Cell) and hasattr(scale_sense, "get_loss_scale"):
+        return scale_sense
     if isinstance(scale_sense, Tensor):
         if scale_sense.shape not in ((), (1,)):
             raise ValueError(f"For '{owner}', 'scale_sense' must be a Tensor of shape () or (1,), but got shape "
                              f"{scale_sense.shape}.")
-        return None, Parameter(Tensor(scale_sense.asnumpy().reshape(()), mstype.float32), name="scale_sense",
-                               requires_grad=False)
+        return scale_sense
     raise TypeError(f"For '{owner}', 'scale_sense' must be a loss-scale update cell (nn.DynamicLossScaleUpdateCell, "
                     f"nn.FixedLossScaleUpdateCell) or a scale Tensor, but got {type(scale_sense).__name__}.")
+
+
+def scale_parameter(owner, scale_sense):
+    """(the update cell or None, the Parameter holding the current scale) for `scale_sense`."""
+    if isinstance(check_scale_sense(owner, scale_sense), Cell):
+        return scale_sense, Parameter(Tensor(scale_sense.get_loss_scale(), mstype.float32), name="scale_sense",
+                                      requires_grad=False)
+    return None, Parameter(Tensor(scale_sense.asnumpy().reshape(()), mstype.float32), name="scale_sense",
+                           requires_grad=False)
 
 
 def shared_scale(owner, state, scale_sense):

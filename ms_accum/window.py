@@ -106,7 +106,7 @@ def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters):
     return ops.depend(out, ops.assign_add(loss_sum, ops.cast(loss, mstype.float32) * items))
 
 
-def check_items(owner, min_items):
+def check_items(owner, min_items, source="returned by the loss network", rebuild="new cells"):
     """
     Raise, before the update, if a micro-batch of the window reported no items (its loss, a mean over nothing, is
     meaningless). The error ends training with these cells: in GRAPH_MODE (and for jit-compiled cells) MindSpore
@@ -114,10 +114,10 @@ def check_items(owner, min_items):
     """
     smallest = min_items * 1.0  # a Tensor, not the Parameter, so that the message shows its value
     if smallest <= 0.0:
-        raise ValueError(f"For '{owner}', 'num_items' returned by the loss network must be > 0 for every "
-                         f"micro-batch, but a micro-batch of this window returned {smallest}. Leave out "
-                         f"micro-batches with no items, or return the item count of the data you averaged over. "
-                         f"The window was not applied; to go on, save the network and build new cells.")
+        raise ValueError(f"For '{owner}', 'num_items' {source} must be > 0 for every micro-batch, but a micro-batch "
+                         f"of this window had {smallest}. Leave out micro-batches with no items, or give the item "
+                         f"count of the data the loss averaged over. The window was not applied; to go on, save "
+                         f"the network and build {rebuild}.")
 
 
 def mean_loss(counters):

@@ -119,10 +119,13 @@ def test_window_gradient_is_clipped_like_the_large_batch_gradient(path, active, 
 def test_clip_norm_is_checked():
     net, loss, opt = build("momentum")
     grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-    for bad in (0, -1.0, float("inf"), "1", True):
-        with pytest.raises(ValueError, match=rf"For 'TrainOptim', 'clip_norm' must be a finite number > 0, or None "
-                                             rf"for no clipping, but got {bad!r}"):
+    for bad, error in ((0, ValueError), (-1.0, ValueError), (float("inf"), ValueError), ("1", TypeError),
+                       (True, TypeError)):
+        with pytest.raises(error, match=rf"For 'TrainOptim', 'clip_norm' must be a finite number > 0, or None "
+                                        rf"for no clipping, but got {bad!r}"):
             ms_accum.TrainOptim(opt, grad_sum, clip_norm=bad)
+    with pytest.raises(ValueError, match="For 'GradientAccumulation', 'clip_norm' must be a finite number > 0"):
+        ms_accum.GradientAccumulation(net, loss, opt, clip_norm=0.0)
     with pytest.raises(ValueError, match="For 'TrainAccuStepsCell', 'clip_norm' must be a finite number > 0"):
         ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, accumulation_steps=2, clip_norm=0.0)
     with pytest.raises(ValueError, match="For 'Accumulator', 'clip_norm' must be a finite number > 0"):

@@ -122,9 +122,60 @@ def test_overflow_in_one_micro_batch_skips_the_window_and_halves_the_scale_once(
     assert_params_close(params_of(net), expected, context=f"window after the skipped one, {style}")
 
 
+def test_graph_mode_calls_from_python_compile_once_and_skip_overflows():
+    """Called from Python in GRAPH_MODE, the gradients must not be folded into the graph as constants: a NaN
+    gradient was once read as 1.0 and the window applied."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    batches = micro_batches((4, 3, 4, 2), seed=17)
+    net, opt, flags, accumulator = train("momentum", batches, 2, "python")
+    expected, _ = functional_reference("momentum", [batches[:2], batches[2:]])
+    assert_params_close(params_of(net), expected, context="graph mode, called from Python")
+    assert len(accumulator.compile_cache) == 1, accumulator.compile_cache
+    poisoned = [(x.copy(), y) for x, y in micro_batches((4,) * 4, seed=18)]
+    poisoned[0][0][0, 0, 0, 0] = np.nan
+    scaler = amp.DynamicLossScaler(2.0 ** 10, 2, 1000)
+    net, opt, flags, _ = train("momentum", poisoned, 2, "python", loss_scaler=scaler)
+    assert float(scaler.scale_value.asnumpy()) == 512.0 and opt.global_step.asnumpy()[0] == 1
+    expected, _ = functional_reference("momentum", [poisoned[2:]])
+    assert_params_close(params_of(net), expected, context="graph mode, after the skipped window")
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_gradients_of_the_wrong_parameters_are_refused_before_anything_is_added(style):
+    _, _, opt = build("sgd")
+    accumulator = ms_accum.Accumulator(opt, 2)
+    grads = tuple(Tensor(np.ones(p.shape, np.float32)) for p in opt.parameters)
+
+    def step(grads_in):
+        return accumulator(grads_in)
+
+    call = ms.jit(step) if style == "jit" else accumulator
+    with pytest.raises(ValueError, match=r"For 'Accumulator', 'grads' must hold one gradient per optimizer "
+                                         r"parameter \(4\), but got 3"):
+        call(grads[:3])
+    swapped = (grads[2],) + grads[1:2] + (grads[0],) + grads[3:]
+    with pytest.raises(ValueError, match=r"'grads' must follow optimizer.parameters in order and shape, but "
+                                         r"gradient 0 has shape \[4, 48\] where the parameter has \[3, 1, 3, 3\]"):
+        call(swapped)
+    assert not any(b.asnumpy().any() for b in accumulator.inner_grads), "a refused call added gradients"
+
+
 def test_accumulate_step_is_checked():
     _, _, opt = build("sgd")
     with pytest.raises(ValueError, match="For 'Accumulator', 'accumulate_step' must be an int >= 1, but got 0"):
         ms_accum.Accumulator(opt, 0)
     with pytest.raises(TypeError, match="For 'Accumulator', 'optimizer' must be a mindspore.nn optimizer"):
         ms_accum.Accumulator(None, 2)
+    with pytest.raises(TypeError, match=r"For 'Accumulator', 'loss_scaler' must be a mindspore.amp.LossScaler "
+                                        r"\(DynamicLossScaler, StaticLossScaler\) or None, but got int"):
+        ms_accum.Accumulator(opt, 2, loss_scaler=1024)
+
+
+def test_no_items_names_the_accumulator():
+    net, loss, opt = build("sgd")
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+    x, y = micro_batches((4,))[0]
+    with pytest.raises(ValueError, match=r"For 'Accumulator', 'num_items' passed to the Accumulator must be > 0 "
+                                         r"for every micro-batch, but a micro-batch of this window had 0.*build a "
+                                         r"new Accumulator"):
+        ms_accum.Accumulator(opt, 1)(grad_fn(Tensor(x), Tensor(y))[1], 0)

@@ -102,3 +102,12 @@ def test_scale_sense_is_checked(bad, error, message):
     grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
     with pytest.raises(error, match=f"For 'TrainForwardBackward', {message}"):
         ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum, scale_sense=bad)
+
+
+def test_the_parallel_loss_scale_cell_names_a_wrong_scale_sense():
+    net, loss, opt = build("momentum")
+    with pytest.raises(TypeError, match=r"For 'TrainAccuStepsWithLossScaleCell', 'scale_sense' must be a loss-scale "
+                                        r"update cell .* but got Dense"):
+        ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt, nn.Dense(2, 2))
+    with pytest.raises(TypeError, match=r"For 'GradientAccumulation', 'scale_sense' must be a loss-scale update cell"):
+        ms_accum.GradientAccumulation(net, loss, opt, scale_sense=1024)

@@ -158,7 +158,7 @@ def test_no_items_in_a_window_is_refused_before_the_update(cell, exec_mode):
     before = params_of(net)
     empty = token_batches((0,))[0]
     with pytest.raises(ValueError, match=r"'num_items' returned by the loss network must be > 0 for every "
-                                         r"micro-batch, but a micro-batch of this window returned 0"):
+                                         r"micro-batch, but a micro-batch of this window had 0"):
         if cell == "three_cells":
             grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
             ms_accum.TrainForwardBackward(loss, opt, grad_sum)(*map(Tensor, empty))
