@@ -3,9 +3,11 @@
     python -m ms_accum.check --network my_pkg.models:build_net --input-shape 3,32,32 --num-classes 10 \
         --batch-size 32 --accumulation-steps 4
 
-The network factory is called twice after the same seed; one copy takes a TrainOneStepCell step on a random
-batch, the other the same batch as accumulation_steps micro-batches through ms_accum; the per-parameter largest
-difference is printed with a verdict. Exit code 0: equivalent within --rtol; 1: not; 2: bad arguments.
+The network factory is called after the same seed for each copy; one copy takes a large-batch step on a random
+batch, another the same batch as accumulation_steps micro-batches through ms_accum. Per parameter it prints the
+relative difference of the gradient handed to the optimizer and of the updated parameter (elements whose
+gradient is rounding noise left out, as adaptive optimizers move them by their learning rate either way), and a
+verdict. Exit code 0: equivalent within --rtol; 1: not; 2: bad arguments.
 """
 import argparse
 import importlib
@@ -39,7 +41,7 @@ def main(argv=None):
     parser.add_argument("--num-classes", type=int, required=True, help="labels are drawn from 0..num_classes-1")
     parser.add_argument("--batch-size", type=int, default=32, help="the large batch (default: %(default)s)")
     parser.add_argument("--accumulation-steps", type=int, default=4)
-    parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam"], default="momentum")
+    parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default="momentum")
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--cell", choices=list(CELLS), default="three_cells")
     parser.add_argument("--mode", choices=["graph", "pynative"], default="pynative")
@@ -54,7 +56,8 @@ def main(argv=None):
         images = rng.normal(size=(args.batch_size,) + shape).astype(np.float32)
         labels = rng.integers(0, args.num_classes, size=args.batch_size).astype(np.int32)
         optimizers = {"sgd": lambda p: nn.SGD(p, args.lr), "momentum": lambda p: nn.Momentum(p, args.lr, 0.9),
-                      "adam": lambda p: nn.Adam(p, args.lr)}
+                      "adam": lambda p: nn.Adam(p, args.lr),
+                      "adamw": lambda p: nn.AdamWeightDecay(p, args.lr, weight_decay=0.01)}
         report = check_equivalence(factory, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
                                    optimizers[args.optimizer], (images, labels), args.accumulation_steps,
                                    seed=args.seed, rtol=args.rtol, cell=args.cell)

@@ -28,6 +28,21 @@ class SmallConvNet(nn.Cell):
         return self.fc(self.flatten(self.relu(self.conv(x))))
 
 
+class ConvPoolNet(nn.Cell):
+    """Conv2d 3->8 3x3 ('same'), ReLU, MaxPool2d 2, Flatten, Dense 2048->10: input 3x32x32."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, has_bias=True)
+        self.relu = nn.ReLU()
+        self.pool = nn.MaxPool2d(2, 2)
+        self.flatten = nn.Flatten()
+        self.fc = nn.Dense(2048, 10)
+
+    def construct(self, x):
+        return self.fc(self.flatten(self.pool(self.relu(self.conv(x)))))
+
+
 class BatchNormNet(nn.Cell):
     """BatchNorm in training mode: micro-batch statistics make accumulation differ from the large batch."""
 
