@@ -90,6 +90,7 @@ class AccumulationModes:
     def __call__(self, *args, **kwargs):
         accumulate = self._decide()
         self._select(accumulate)
+        self._note_mode()
         try:
             out = super().__call__(*args, **kwargs)
         except BaseException:

@@ -109,6 +109,7 @@ class Accumulator(AccumulationWindow, nn.Cell):
                             f"but got {type(grads).__name__}.")
         _check_grads(grads, self.shapes, [tuple(g.shape) if isinstance(g, Tensor) else None for g in grads])
         grads = tuple(grads)
+        self._note_mode()
         if context.get_context("mode") == context.GRAPH_MODE:
             grads = mutable(grads)
             if isinstance(num_items, (int, float)) and not isinstance(num_items, bool):

@@ -6,7 +6,7 @@ each micro-batch's gradient is weighted by what it weighs (``weighting.py``) whi
 divided by the window's total before the optimizer sees it. ``average=False`` reproduces the tutorial's raw sum
 instead.
 """
-from mindspore import jit, nn, ops
+from mindspore import context, jit, mutable, nn, ops
 
 from . import window
 from ._checks import check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer, check_sens
@@ -87,8 +87,10 @@ class TrainForwardBackward(nn.TrainOneStepCell):
         _, self.scale_sense = shared_scale(owner, state, scale_sense)
         self.loss_scaled = scale_sense is not None
         self.hyper_map = ops.HyperMap()
+        self._eager = False  # PYNATIVE: add the micro-batch with one compiled graph
 
     def __call__(self, *args, **kwargs):
+        self._eager = context.get_context("mode") == context.PYNATIVE_MODE
         try:
             return super().__call__(*args, **kwargs)
         except BaseException:
@@ -101,8 +103,15 @@ class TrainForwardBackward(nn.TrainOneStepCell):
         grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, seed))
         grads = self.grad_reducer(grads)
         weight = items if self.average else ops.ones_like(items)
+        if self._eager:  # one compiled graph instead of a few small operators per parameter, launched one by one
+            return self._add_compiled(loss, items, mutable(grads), weight)
+        return self._add(loss, items, grads, weight)
+
+    def _add(self, loss, items, grads, weight):
         return window.add_micro_batch(self.hyper_map, self.grad_sum, grads, weight, loss, items,
                                       (self.item_count, self.micro_steps, self.loss_sum, self.min_items))
+
+    _add_compiled = jit(_add)  # the gradients go in as a mutable tuple: as constants, each call would recompile
 
 
 class TrainOptim(nn.Cell):
