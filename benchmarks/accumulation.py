@@ -11,7 +11,8 @@ with plain training fed the same way:
 
 - tensors (the batches already in memory, a Python loop):
   plain-b (nn.TrainOneStepCell, batch b), three-cells (TrainForwardBackward x N, TrainOptim, TrainClear),
-  plain-Nb (nn.TrainOneStepCell, batch N*b);
+  plain-Nb (nn.TrainOneStepCell, batch N*b), functional (the MindSpore 2.x loop: value_and_grad and
+  ms_accum.Accumulator inside a mindspore.jit step);
 - a MindSpore dataset with callbacks (a TimeMonitor):
   plain-b-data (mindspore.train.Model over nn.TrainOneStepCell), driver (GradientAccumulation.train_process),
   model-accu (TrainAccuStepsCell through Model_ACCU.train, no sink on CPU);
@@ -43,6 +44,7 @@ CONFIGS = {
     "plain-b": ("nn.TrainOneStepCell, batch b", "plain-b"),
     "three-cells": ("TrainForwardBackward x N, TrainOptim, TrainClear", "plain-b"),
     "plain-Nb": ("nn.TrainOneStepCell, batch N*b", "plain-b"),
+    "functional": ("value_and_grad + ms_accum.Accumulator, one ms.jit step per micro-batch", "plain-b"),
     "plain-b-data": ("Model.train over nn.TrainOneStepCell, batch b, dataset", "plain-b-data"),
     "driver": ("GradientAccumulation.train_process, dataset", "plain-b-data"),
     "model-accu": ("Model_ACCU.train over TrainAccuStepsCell, dataset", "plain-b-data"),
@@ -78,6 +80,15 @@ def mindspore_tensors(config, images, labels, batch, steps):
     size = batch * steps if config == "plain-Nb" else batch
     batches = [(Tensor(images[i:i + size]), Tensor(labels[i:i + size])) for i in range(0, len(images), size)]
     per_update = 1 if config == "plain-Nb" else steps
+    if config == "functional":
+        step = functional_step(*lenet_parts(), steps)
+
+        def update(k):
+            for images_k, labels_k in window_of(batches, k, per_update):
+                out = step(images_k, labels_k)
+            out[0].asnumpy()
+            return batch * steps
+        return update
     if config == "three-cells":
         cells = three_cells(*lenet_parts())
 
@@ -91,6 +102,21 @@ def mindspore_tensors(config, images, labels, batch, steps):
         plain_updates(step, window_of(batches, k, per_update))
         return batch * steps
     return update
+
+
+def functional_step(net, loss, optimizer, steps):
+    """The jit-compiled step of a value_and_grad loop with ms_accum.Accumulator."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    accumulator = ms_accum.Accumulator(optimizer, steps)
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, optimizer.parameters)
+
+    @ms.jit
+    def step(images, labels):
+        loss_value, grads = grad_fn(images, labels)
+        return loss_value, accumulator(grads, images.shape[0])
+    return step
 
 
 def mindspore_dataset(config, images, labels, batch, steps, seconds):

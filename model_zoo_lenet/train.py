@@ -36,6 +36,7 @@ from src.cpu_speed import set_cpu_threads, set_mode, tuned
 from src.dataset import create_dataset
 from src.functional_train import train_functional
 from src.lenet import LeNet5
+from src.lr_schedule import warmup_cosine
 from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
 from ms_accum.state import is_state_file
 
@@ -76,7 +77,11 @@ def parse_args(argv):
     parser.add_argument("--accumulation_steps", type=positive_int, default=4,
                         help="micro-batches per optimizer step (default: %(default)s)")
     parser.add_argument("--lr", type=positive_float, default=0.05,
-                        help="learning rate of each (large-batch) update (default: %(default)s)")
+                        help="peak learning rate of the (large-batch) updates (default: %(default)s)")
+    parser.add_argument("--lr_schedule", choices=["cosine", "constant"], default="cosine",
+                        help="'cosine': linear warm-up over --warmup_epochs, then cosine decay to 0, one step per "
+                             "update; 'constant': --lr throughout (default: %(default)s)")
+    parser.add_argument("--warmup_epochs", type=int, default=1, help="(default: %(default)s)")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--clip_norm", type=positive_float, default=None,
                         help="clip each update's gradient to this global norm (default: no clipping)")
@@ -185,20 +190,29 @@ def main(argv=None):
     steps = dataset.get_dataset_size()
     net = LeNet5()
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    optimizer = nn.Momentum(net.trainable_params(), learning_rate=args.lr, momentum=args.momentum)
     n = args.accumulation_steps
     sink_size = steps // n * n if args.dataset_sink_mode else -1
+    if trainer_kind == "driver":
+        updates_per_epoch = max(1, ms_accum.updates_per_epoch(steps, n, args.partial_window))
+    else:
+        updates_per_epoch = sink_size // n if args.dataset_sink_mode else math.ceil(steps / n)
+    if args.warmup_epochs < 0 or args.warmup_epochs >= args.epoch_size and args.lr_schedule == "cosine":
+        raise ValueError(f"'--warmup_epochs' must be in [0, --epoch_size {args.epoch_size}), but got "
+                         f"{args.warmup_epochs}.")
+    total_updates = math.ceil(steps * args.epoch_size / n) if args.partial_window == "carry" else \
+        updates_per_epoch * args.epoch_size
+    learning_rate = args.lr if args.lr_schedule == "constant" else \
+        warmup_cosine(args.lr, total_updates, updates_per_epoch * args.warmup_epochs)
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=learning_rate, momentum=args.momentum)
     if trainer_kind == "driver":
         trainer = ms_accum.GradientAccumulation(net, loss, optimizer, average=not args.raw_sum,
                                                 clip_norm=args.clip_norm)
         state_cell = trainer.train_state
-        updates_per_epoch = max(1, ms_accum.updates_per_epoch(steps, n, args.partial_window))
     elif trainer_kind == "functional":
         state_cell = ms_accum.TrainState(nn.WithLossCell(net, loss), optimizer)
     else:
         state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=n,
                                                  clip_norm=args.clip_norm)
-        updates_per_epoch = sink_size // n if args.dataset_sink_mode else math.ceil(steps / n)
     resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
     if trainer_kind == "functional" and args.telemetry_csv:
         raise ValueError("'--telemetry_csv' is an option of '--trainer driver' and '--trainer model_accu'; the "
