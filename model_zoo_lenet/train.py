@@ -38,6 +38,7 @@ from src.functional_train import train_functional
 from src.lenet import LeNet5
 from src.lr_schedule import warmup_cosine
 from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
+from ms_accum.checkpoint import load_into
 from ms_accum.state import is_state_file
 
 STATE_FILE = "train_state.ckpt"
@@ -81,7 +82,8 @@ def parse_args(argv):
     parser.add_argument("--lr_schedule", choices=["cosine", "constant"], default="cosine",
                         help="'cosine': linear warm-up over --warmup_epochs, then cosine decay to 0, one step per "
                              "update; 'constant': --lr throughout (default: %(default)s)")
-    parser.add_argument("--warmup_epochs", type=int, default=1, help="(default: %(default)s)")
+    parser.add_argument("--warmup_epochs", type=int, default=1,
+                        help="epochs of linear warm-up, at most all updates but the last (default: %(default)s)")
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--clip_norm", type=positive_float, default=None,
                         help="clip each update's gradient to this global norm (default: no clipping)")
@@ -139,6 +141,18 @@ class EpochSummary(Callback):
               f"samples/s), about {left:.0f} s left", flush=True)
 
 
+def check_same_schedule(optimizer, state_path):
+    """An exact resume continues the same run: its learning-rate schedule must be this run's."""
+    saved = ms_accum.read_checkpoint(state_path).get(SCHEDULE)
+    mine = optimizer.learning_rate
+    mine = getattr(mine, "learning_rate", mine)  # a list or Tensor rate is wrapped in _IteratorLearningRate
+    if saved is not None and tuple(saved.shape) != tuple(mine.shape):
+        raise ValueError(f"'--resume' {state_path!r} continues the exact run it was written by, whose learning-rate "
+                         f"schedule has shape {tuple(saved.shape)}, but this run's has {tuple(mine.shape)}: keep "
+                         f"--epoch_size, --lr_schedule and --warmup_epochs as they were, or resume from an epoch "
+                         f"checkpoint to train longer.")
+
+
 def resume_target(path, rank, world):
     """
     What '--resume PATH' names for this rank: (checkpoint file, whether it is an exact state file).
@@ -157,9 +171,15 @@ def resume_target(path, rank, world):
     return path, is_state_file(ms_accum.read_checkpoint(path))
 
 
+SCHEDULE = "learning_rate"  # the optimizer's learning-rate table: configuration, rebuilt from the flags
+
+
 def resume_from(cell, ckpt_path):
-    """Load network and optimizer state into `cell`; return the number of epochs the checkpoint had done."""
-    params = ms_accum.load_network_checkpoint(cell, ckpt_path, optional=ms_accum.is_accumulation_buffer)
+    """Load network and optimizer state into `cell`, but not the learning-rate schedule (this run's flags decide
+    it); return the number of epochs the checkpoint had done."""
+    params = ms_accum.read_checkpoint(ckpt_path)
+    params.pop(SCHEDULE, None)
+    load_into(cell, params, ckpt_path, optional=lambda name: ms_accum.is_accumulation_buffer(name) or name == SCHEDULE)
     if "epoch_num" not in params:
         raise ValueError(f"'--resume' must name a checkpoint written by train.py (it records epoch_num), but "
                          f"{ckpt_path!r} does not record it.")
@@ -196,9 +216,8 @@ def main(argv=None):
         updates_per_epoch = max(1, ms_accum.updates_per_epoch(steps, n, args.partial_window))
     else:
         updates_per_epoch = sink_size // n if args.dataset_sink_mode else math.ceil(steps / n)
-    if args.warmup_epochs < 0 or args.warmup_epochs >= args.epoch_size and args.lr_schedule == "cosine":
-        raise ValueError(f"'--warmup_epochs' must be in [0, --epoch_size {args.epoch_size}), but got "
-                         f"{args.warmup_epochs}.")
+    if args.warmup_epochs < 0:
+        raise ValueError(f"'--warmup_epochs' must be an int >= 0, but got {args.warmup_epochs}.")
     total_updates = math.ceil(steps * args.epoch_size / n) if args.partial_window == "carry" else \
         updates_per_epoch * args.epoch_size
     learning_rate = args.lr if args.lr_schedule == "constant" else \
@@ -214,6 +233,8 @@ def main(argv=None):
         state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=n,
                                                  clip_norm=args.clip_norm)
     resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
+    if exact:
+        check_same_schedule(optimizer, resume)
     if trainer_kind == "functional" and args.telemetry_csv:
         raise ValueError("'--telemetry_csv' is an option of '--trainer driver' and '--trainer model_accu'; the "
                          "functional loop prints its own progress.")

@@ -8,6 +8,7 @@ from mindspore import Tensor, nn
 import ms_accum
 from helpers import (assert_params_close, build, functional_reference, micro_batches, numpy_dataset, params_of)
 
+pytestmark = pytest.mark.slow  # every path in both modes: about a minute
 N = 4
 
 

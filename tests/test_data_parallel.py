@@ -207,7 +207,7 @@ def test_data_parallel_train_py_killed_on_one_rank_resumes_exactly(tmp_path):
 
 def test_lenet_data_parallel_checkpoint_evaluates_and_resumes_on_one_device(tmp_path):
     common = ("--data_path", SAMPLE, "--num_samples", 1024, "--batch_size", 32, "--accumulation_steps", 4,
-              "--lr", 0.05, "--log_every", 0)
+              "--lr", 0.05, "--lr_schedule", "constant", "--log_every", 0)
     logs = msrun(tmp_path, os.path.join(ZOO, "train.py"), "--parallel_mode", "data_parallel", "--epoch_size", 1,
                  "--ckpt_path", tmp_path / "dp", *common)
     assert "effective batch 256" in logs

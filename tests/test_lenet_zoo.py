@@ -86,7 +86,7 @@ def trained(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("lenet")
     _, out, _ = run_script("train.py", "--device_target", "CPU", "--data_path", SAMPLE, "--ckpt_path", run_dir,
                            "--epoch_size", 10, "--batch_size", 32, "--accumulation_steps", 4, "--lr", 0.1,
-                           "--log_every", 10)
+                           "--lr_schedule", "constant", "--log_every", 10)
     return run_dir, out
 
 
@@ -194,6 +194,15 @@ class TestCommandLineErrors:
     def test_functional_trainer_refuses_what_it_does_not_do(self):
         assert_one_line_error(run_script("train.py", "--trainer", "functional", "--dataset_sink_mode", check=False),
                               "'--trainer functional' runs on one device without sink mode")
+
+    def test_exact_resume_refuses_another_learning_rate_schedule(self, tmp_path):
+        common = ("--data_path", SAMPLE, "--num_samples", 256, "--batch_size", 32, "--accumulation_steps", 2,
+                  "--log_every", 0, "--save_state_every", 1, "--ckpt_path", tmp_path)
+        run_script("train.py", "--epoch_size", 2, *common)
+        assert_one_line_error(run_script("train.py", "--epoch_size", 3, "--resume", tmp_path, *common, check=False),
+                              "continues the exact run it was written by, whose learning-rate schedule has shape "
+                              "(8,), but this run's has (12,)")
+        run_script("train.py", "--epoch_size", 2, "--resume", tmp_path / "checkpoint_lenet-1_4.ckpt", *common)
 
     def test_missing_data_path(self, tmp_path):
         assert_one_line_error(run_script("train.py", "--data_path", tmp_path / "none", check=False),

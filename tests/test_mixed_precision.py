@@ -9,6 +9,7 @@ from mindspore import Tensor, amp, nn
 import ms_accum
 from helpers import SmallConvNet, assert_params_close, micro_batches, numpy_dataset, params_of
 
+pytestmark = pytest.mark.slow  # every path in both modes: about a minute
 N = 3
 # Measured on CPU (2026-11-22), every path and level in both modes: up to 2.5e-4 from the same network's large
 # batch (float16 sums over micro-batches instead of the large batch) and up to 2.0e-4 from float32.
