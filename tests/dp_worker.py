@@ -3,7 +3,8 @@
 Each rank trains a copy of SmallConvNet with an accumulation cell on its own micro-batches (the union over ranks
 is what single-process training sees) and saves its parameters, counters and per-window outputs to
 OUT/rank_<r>.npz. Arguments: OUT MODE(graph|pynative) CELL(plain|dynamic|tokens|clip) WINDOWS STEPS [OVERFLOW_RANK
-OVERFLOW_WINDOW OVERFLOW_STEP]. CELL 'tokens' trains the token tagger with a (loss, num_items) loss on micro-batches
+OVERFLOW_WINDOW OVERFLOW_STEP]. CELL 'model_accu' is 'plain' trained by Model_ACCU on a dataset of the rank's
+micro-batches; 'tokens' trains the token tagger with a (loss, num_items) loss on micro-batches
 holding different numbers of real tokens on each rank, with the cell choosing its mode itself; 'clip' is 'plain'
 with clip_norm=CLIP_NORM.
 """
@@ -23,7 +24,7 @@ from mindspore import Tensor, nn  # noqa: E402
 from mindspore.communication import get_group_size, get_rank, init, release  # noqa: E402
 
 import ms_accum  # noqa: E402
-from helpers import build, build_tagger, micro_batches, token_batches  # noqa: E402
+from helpers import build, build_tagger, micro_batches, numpy_dataset, token_batches  # noqa: E402
 
 RANKS_DATA_SEED = 7
 TOKEN_COUNTS = (15, 4, 9, 11, 2, 17, 6, 13, 1, 18, 8, 3)  # real tokens of 18 slots, cycled over the stream
@@ -34,6 +35,12 @@ def rank_batches(rank, world, windows, steps, size=4):
     """Rank r's micro-batches: a slice of one global stream, so the union is known to every process."""
     everything = micro_batches([size * world] * (windows * steps), seed=RANKS_DATA_SEED)
     return [(x[rank * size:(rank + 1) * size], y[rank * size:(rank + 1) * size]) for x, y in everything]
+
+
+def union_windows(windows, steps, world=2):
+    """What single-process training sees: window w = every rank's micro-batches of window w."""
+    per_rank = [rank_batches(r, world, windows, steps) for r in range(world)]
+    return [[per_rank[r][w * steps + s] for r in range(world) for s in range(steps)] for w in range(windows)]
 
 
 def rank_token_batches(rank, world, windows, steps):
@@ -69,13 +76,17 @@ def main():
     else:
         net, loss, opt = build("momentum")
         loss_net = nn.WithLossCell(net, loss)
-    if cell_kind in ("plain", "tokens", "clip"):
+    if cell_kind in ("plain", "tokens", "clip", "model_accu"):
         cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=steps,
                                            clip_norm=CLIP_NORM if cell_kind == "clip" else None)
     else:
         cell = ms_accum.TrainAccuStepsWithLossScaleCell(
             loss_net, opt, nn.DynamicLossScaleUpdateCell(2.0 ** 10, 2, 1000), accumulation_steps=steps)
-    if cell_kind == "tokens":
+    if cell_kind == "model_accu":
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(rank_batches(rank, world, windows, steps)),
+                                        dataset_sink_mode=False)
+        outputs = []
+    elif cell_kind == "tokens":
         outputs = train_tokens(cell, rank_token_batches(rank, world, windows, steps))
     else:
         outputs = train_windows(cell, rank_batches(rank, world, windows, steps), windows, steps, overflow, rank)

@@ -233,3 +233,23 @@ def functional_reference(optimizer, windows, clip_norm=None, seed=0, make=None):
             grads = ops.clip_by_global_norm(grads, clip_norm)
         opt(grads)
     return params_of(net), norms
+
+
+def msrun_env():
+    """The environment of an msrun launch: the venv's bin first on PATH (msrun starts workers with the `python`
+    found there) and the repository importable."""
+    bin_dir = os.path.dirname(sys.executable)
+    return dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
+
+
+def train_py_worker(launcher, rank=None):
+    """The train.py worker process an msrun launcher started (for `rank`, when it started several), or None."""
+    import psutil  # pylint: disable=import-outside-toplevel  (a MindSpore dependency)
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+        try:
+            if "train.py" in " ".join(child.cmdline()) and \
+                    (rank is None or child.environ().get("RANK_ID") == str(rank)):
+                return child
+        except psutil.NoSuchProcess:
+            continue
+    return None

@@ -15,9 +15,10 @@ import mindspore as ms
 from mindspore import nn
 
 import ms_accum
-from conftest import ROOT, ZOO
-from dp_worker import CLIP_NORM, rank_batches, rank_token_batches
-from helpers import ACCURACY, SAMPLE, functional_reference, params_of, reference_train, run_script, token_reference
+from conftest import ZOO
+from dp_worker import CLIP_NORM, rank_token_batches, union_windows
+from helpers import (ACCURACY, SAMPLE, functional_reference, msrun_env, params_of, reference_train, run_script,
+                     token_reference, train_py_worker)
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
@@ -35,11 +36,10 @@ def free_port():
 def msrun(out_dir, script, *args, timeout=300):
     """Launch `script` on 2 local CPU workers with msrun (127.0.0.1); fail with the workers' logs on error."""
     bin_dir = os.path.dirname(sys.executable)
-    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
     cmd = [os.path.join(bin_dir, "msrun"), f"--worker_num={WORLD}", f"--local_worker_num={WORLD}",
            "--master_addr=127.0.0.1", f"--master_port={free_port()}", "--join=True",
            f"--log_dir={out_dir / 'logs'}", script, *map(str, args)]
-    proc = subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    proc = subprocess.Popen(cmd, cwd=HERE, env=msrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:
         output, _ = proc.communicate(timeout=timeout)
@@ -57,12 +57,6 @@ def run_workers(out_dir, *worker_args):
     """dp_worker.py on both ranks; return each rank's saved arrays."""
     msrun(out_dir, os.path.join(HERE, "dp_worker.py"), out_dir, *worker_args)
     return [dict(np.load(out_dir / f"rank_{r}.npz")) for r in range(WORLD)]
-
-
-def union_windows(windows, steps):
-    """What single-process training sees: window w = every rank's micro-batches of window w."""
-    per_rank = [rank_batches(r, WORLD, windows, steps) for r in range(WORLD)]
-    return [[per_rank[r][w * steps + s] for r in range(WORLD) for s in range(steps)] for w in range(windows)]
 
 
 def params(rank_arrays):
@@ -148,24 +142,11 @@ def test_the_reduced_window_gradient_is_clipped_once(tmp_path):
 def msrun_train_py(out_dir, *args, timeout=300):
     """train.py on 2 msrun CPU workers; return the Popen (its own process group)."""
     bin_dir = os.path.dirname(sys.executable)
-    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
     cmd = [os.path.join(bin_dir, "msrun"), f"--worker_num={WORLD}", f"--local_worker_num={WORLD}",
            "--master_addr=127.0.0.1", f"--master_port={free_port()}", "--join=True",
            f"--log_dir={out_dir / 'logs'}", os.path.join(ZOO, "train.py"), *map(str, args)]
-    return subprocess.Popen(cmd, cwd=HERE, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    return subprocess.Popen(cmd, cwd=HERE, env=msrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
-
-
-def worker_of_rank(launcher, rank):
-    """The train.py worker process msrun started for `rank`."""
-    import psutil  # pylint: disable=import-outside-toplevel  (a MindSpore dependency)
-    for child in psutil.Process(launcher.pid).children(recursive=True):
-        try:
-            if "train.py" in " ".join(child.cmdline()) and child.environ().get("RANK_ID") == str(rank):
-                return child
-        except psutil.NoSuchProcess:
-            continue
-    return None
 
 
 def test_data_parallel_train_py_killed_on_one_rank_resumes_exactly(tmp_path):
@@ -183,7 +164,7 @@ def test_data_parallel_train_py_killed_on_one_rank_resumes_exactly(tmp_path):
     while not (cut / "rank_1" / "train_state.prev.ckpt").exists() and time.time() < deadline \
             and victim.poll() is None:
         time.sleep(0.05)
-    worker = worker_of_rank(victim, 1)
+    worker = train_py_worker(victim, 1)
     assert worker is not None and victim.poll() is None, "the job ended before a worker could be killed"
     worker.send_signal(signal.SIGKILL)
     try:

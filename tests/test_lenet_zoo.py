@@ -204,6 +204,11 @@ class TestCommandLineErrors:
                               "(8,), but this run's has (12,)")
         run_script("train.py", "--epoch_size", 2, "--resume", tmp_path / "checkpoint_lenet-1_4.ckpt", *common)
 
+    def test_data_parallel_without_msrun_says_how_to_launch(self):
+        assert_one_line_error(run_script("train.py", "--parallel_mode", "data_parallel", "--data_path", SAMPLE,
+                                         check=False),
+                              "'--parallel_mode' data_parallel needs a distributed launch (msrun; see README.md)")
+
     def test_missing_data_path(self, tmp_path):
         assert_one_line_error(run_script("train.py", "--data_path", tmp_path / "none", check=False),
                               "'data_path' must be a directory", "does not exist")
