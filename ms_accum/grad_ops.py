@@ -52,10 +52,22 @@ def _accumulate_weighted_rows(weight, buffer, grad):
     return ops.scatter_add(buffer, grad.indices, ops.cast(grad.values, dtype) * ops.cast(weight, dtype))
 
 
+def element_sum(values):
+    """The sum of every element of `values`: over each row of a 2-D view first, then over the rows. MindSpore
+    2.10's CPU ReduceSum over every axis of a multi-dimensional tensor runs about ten times slower than over one
+    axis (15.5 against 1.6 ms for 2048 x 2048 float32 on one core, the same result to 1e-8; measured with
+    benchmarks/data_parallel.py's model), and the gradient norm sums every parameter once per window."""
+    if values.ndim > 1:
+        values = ops.reduce_sum(values.reshape(values.shape[0], -1), 1)
+    return ops.reduce_sum(values)
+
+
 @nonfinite.register("Tensor")
 def _nonfinite_dense(grad):
-    """1.0 if any element of grad is inf or nan, else 0.0 (IsFinite runs on CPU, GPU and Ascend)."""
-    return ops.cast(ops.logical_not(ops.isfinite(grad).all()), mstype.float32)
+    """1.0 if any element of grad is inf or nan, else 0.0. grad - grad is 0 for every finite element and nan for
+    inf or nan, so its sum is finite exactly when grad is (large finite values cannot overflow it); IsFinite runs
+    on CPU, GPU and Ascend, and this is 6 times faster on CPU than reducing IsFinite's boolean tensor with all()."""
+    return ops.cast(ops.logical_not(ops.isfinite(element_sum(grad - grad))), mstype.float32)
 
 
 squared_sum = ops.MultitypeFuncGraph("squared_sum")
@@ -65,7 +77,7 @@ squared_sum = ops.MultitypeFuncGraph("squared_sum")
 def _squared_sum_dense(grad):
     """sum(grad ** 2) in float32."""
     grad = ops.cast(grad, mstype.float32)
-    return ops.reduce_sum(grad * grad)
+    return element_sum(grad * grad)
 
 
 def sum_over(hyper_map, func, tensors):
