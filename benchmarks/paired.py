@@ -6,9 +6,10 @@
 On a shared machine the speed of a process drifts by tens of percent over a minute, more than the few percent
 that separate accumulation from plain training. Here both run in one process on the same batches: a block of
 plain `TrainOneStepCell` updates (N steps of b each), then a block of three-cell updates (`TrainForwardBackward`
-x N, `TrainOptim`, `TrainClear`), and so on; each pair of neighbouring blocks gives one ratio, and the median
-ratio is printed with its spread. Each block reads the loss from the device once per update, as a training loop
-that reports it does.
+x N, `TrainOptim`, `TrainClear`), then a block of the N forward-backward micro-steps alone (the limit: what the
+three cells would reach if the update and the clear cost nothing), and so on; each pair of neighbouring plain and
+three-cell blocks gives one ratio, and the median ratio is printed with its spread and the median limit. Each
+block reads the loss from the device once per update, as a training loop that reports it does.
 """
 import argparse
 import os
@@ -52,12 +53,23 @@ def main():
             update()
         return args.updates * n * args.batch / (time.perf_counter() - start)
 
+    def micro_steps_only():
+        """The limit: the window's N forward-backward micro-steps with no update and no clear (the buffers just
+        keep growing), reading the loss back once, as the other blocks do."""
+        forward_backward = cells[0]
+        for batch in window_of(batches, done[0], n):
+            out = forward_backward(*batch)
+        out.asnumpy()
+        done[0] += 1
+
     block(plain_update)  # warm-up: compilation
     block(accumulated)
-    ratios, plain_speeds, accumulated_speeds = [], [], []
+    block(micro_steps_only)
+    ratios, plain_speeds, accumulated_speeds, limits = [], [], [], []
     for _ in range(args.pairs):
         plain_speeds.append(block(plain_update))
         accumulated_speeds.append(block(accumulated))
+        limits.append(block(micro_steps_only) / plain_speeds[-1])
         ratios.append(accumulated_speeds[-1] / plain_speeds[-1])
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
     print(f"LeNet5, {args.mode.upper()}_MODE CPU, micro-batch {args.batch} x {args.steps}, {args.pairs} block pairs "
@@ -66,6 +78,8 @@ def main():
           f"{statistics.median(accumulated_speeds):.0f} samples/s")
     print(f"three cells / plain, per block pair: median {statistics.median(ratios):.3f}, quartiles "
           f"{quartiles[0]:.3f} to {quartiles[2]:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+    print(f"limit, the N forward-backward micro-steps alone (no TrainOptim, no TrainClear) / plain: median "
+          f"{statistics.median(limits):.3f}")
 
 
 if __name__ == "__main__":

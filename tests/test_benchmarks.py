@@ -1,0 +1,37 @@
+"""The data-parallel benchmark runs end to end (tiny sizes) and refuses bad arguments; its figures are in
+docs/performance.md."""
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from helpers import msrun_env
+
+SCRIPT = os.path.join(ROOT, "benchmarks", "data_parallel.py")
+
+
+def run(*args):
+    return subprocess.run([sys.executable, SCRIPT, *map(str, args)], cwd=ROOT, env=msrun_env(), capture_output=True,
+                          text=True, timeout=600, check=False)
+
+
+@pytest.mark.slow
+def test_data_parallel_benchmark_prints_its_table(tmp_path):
+    done = run("--steps", 2, "--micro_batches", 4, "--hidden", 64, "--out", tmp_path)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = re.findall(r"^\| (plain `TrainOneStepCell`|ms_accum N = 2) \| (\d+) \| (\d+) \| ([0-9.]+) \| "
+                      r"([0-9.]+) of ([0-9.]+) \(\d+%\) \|$", done.stdout, re.M)
+    assert [r[0] for r in rows] == ["plain `TrainOneStepCell`", "ms_accum N = 2"], done.stdout[-3000:]
+    for _, alone, pair, efficiency, comm, window in rows:
+        assert int(alone) > 0 and int(pair) > 0 and float(comm) > 0 and float(window) > 0
+        assert abs(float(efficiency) - int(pair) / (2 * int(alone))) < 0.01
+
+
+@pytest.mark.parametrize("args, message", [(("--steps", "0,4"), "argument --steps: must be comma-separated ints >= 1"),
+                                           (("--micro_batches", "0"), "--micro_batches must be >= 1")])
+def test_data_parallel_benchmark_refuses_bad_arguments(args, message):
+    done = run(*args)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
