@@ -34,8 +34,8 @@ import sys
 import tempfile
 import time
 
-from lenet_cells import (accumulated_update, lenet_parts, plain_step, plain_updates, start_mindspore, three_cells,
-                         timed, window_of)
+from lenet_cells import (accumulated_update, dataset_trainer, lenet_parts, plain_step, plain_updates,
+                         start_mindspore, three_cells, timed, window_of)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
@@ -121,29 +121,11 @@ def functional_step(net, loss, optimizer, steps):
 
 def mindspore_dataset(config, images, labels, batch, steps, seconds):
     """Samples per second of the dataset-fed MindSpore configurations, whole epochs, after a warm-up epoch."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
     import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
-    from mindspore import nn  # pylint: disable=import-outside-toplevel
-    import ms_accum  # pylint: disable=import-outside-toplevel
-    net, loss, opt = lenet_parts()
     big = batch * steps
     data = ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False).batch(batch)
     warm = ds.NumpySlicesDataset({"x": images[:2 * big], "y": labels[:2 * big]}, shuffle=False).batch(batch)
-    callbacks = [ms.train.TimeMonitor()]
-    if config == "driver":
-        trainer = ms_accum.GradientAccumulation(net, loss, opt)
-
-        def run(dataset, epochs):
-            trainer.train_process(epochs, dataset, steps, ckpt_path=None, log_every=0, callbacks=callbacks)
-    else:
-        if config == "model-accu":
-            model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt,
-                                                                    accumulation_steps=steps))
-        else:
-            model = ms.train.Model(plain_step(net, loss, opt))
-
-        def run(dataset, epochs):
-            model.train(epochs, dataset, callbacks=callbacks, dataset_sink_mode=False)
+    run = dataset_trainer(config, steps)
     run(warm, 1)
     start = time.perf_counter()
     run(data, 1)  # also sizes the measured run

@@ -297,7 +297,8 @@ def print_table(args, rows):
     plain training, which reduces every micro-batch) against the window's time on 2 workers."""
     params = rows[0][3]["parameters"]
     print(f"\nwide MLP 1024-{args.hidden}-{args.hidden}-10 ({params / 1e6:.1f} M parameters, "
-          f"{params * 4 / 2 ** 20:.0f} MiB of float32 gradient), micro-batch {args.batch} per worker (MindSpore in GRAPH_MODE)\n")
+          f"{params * 4 / 2 ** 20:.0f} MiB of float32 gradient), micro-batch {args.batch} per worker "
+          f"(MindSpore in GRAPH_MODE)\n")
     print("| configuration | 1 worker samples/s | 2 workers samples/s | scaling efficiency | "
           "communication per window: ms of ms (share) |")
     print("|---|---|---|---|---|")

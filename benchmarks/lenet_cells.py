@@ -48,6 +48,34 @@ def plain_and_three_cells():
     return (plain_step(*lenet_parts()),) + three_cells(*lenet_parts())
 
 
+def dataset_trainer(config, steps):
+    """run(dataset, epochs) for the dataset-fed configurations, each on a fresh LeNet, with a TimeMonitor callback:
+    'plain-b-data' (`Model.train` over `TrainOneStepCell`), 'driver' (`GradientAccumulation.train_process`) or
+    'model-accu' (`Model_ACCU.train` over `TrainAccuStepsCell`), the last two with N = `steps`."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    net, loss, opt = lenet_parts()
+    callbacks = [ms.train.TimeMonitor()]
+    if config == "driver":
+        trainer = ms_accum.GradientAccumulation(net, loss, opt)
+
+        def run(dataset, epochs):
+            trainer.train_process(epochs, dataset, steps, ckpt_path=None, log_every=0, callbacks=callbacks)
+        return run
+    if config == "model-accu":
+        model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt,
+                                                                accumulation_steps=steps))
+    elif config == "plain-b-data":
+        model = ms.train.Model(plain_step(net, loss, opt))
+    else:
+        raise ValueError(f"'config' must be 'plain-b-data', 'driver' or 'model-accu', but got {config!r}.")
+
+    def run(dataset, epochs):
+        model.train(epochs, dataset, callbacks=callbacks, dataset_sink_mode=False)
+    return run
+
+
 def window_of(batches, k, n):
     """The k-th run of `n` consecutive items of `batches`, cycling through them."""
     return [batches[(k * n + s) % len(batches)] for s in range(n)]

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/paired.py                      # GRAPH_MODE, b = 32, N = 4, 20 block pairs
     .venv/bin/python benchmarks/paired.py --mode pynative
+    .venv/bin/python benchmarks/paired.py --path model-accu --updates 30   # or --path driver: fed by a dataset
 
 On a shared machine the speed of a process drifts by tens of percent over a minute, more than the few percent
 that separate accumulation from plain training. Here both run in one process on the same batches: a block of
@@ -9,19 +10,26 @@ plain `TrainOneStepCell` updates (N steps of b each), then a block of three-cell
 x N, `TrainOptim`, `TrainClear`), then a block of the N forward-backward micro-steps alone (the limit: what the
 three cells would reach if the update and the clear cost nothing), and so on; each pair of neighbouring plain and
 three-cell blocks gives one ratio, and the median ratio is printed with its spread and the median limit. Each
-block reads the loss from the device once per update, as a training loop that reports it does.
+block reads the loss from the device once per update, as a training loop that reports it does. With `--path
+driver` or `--path model-accu` a block is one epoch over a dataset of --updates windows, trained by `Model.train`
+over `TrainOneStepCell` or by the driver or `Model_ACCU` (no limit block: the data feed is part of each step).
 """
 import argparse
 import os
 import statistics
 import time
 
-from lenet_cells import ROOT, accumulated_update, plain_and_three_cells, plain_updates, start_mindspore, window_of
+from lenet_cells import (ROOT, accumulated_update, dataset_trainer, plain_and_three_cells, plain_updates,
+                         start_mindspore, window_of)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
+    parser.add_argument("--path", choices=["three-cells", "driver", "model-accu"], default="three-cells",
+                        help="the ms_accum path against plain training fed the same way: three-cells against "
+                             "TrainOneStepCell on batches in memory (default), driver or model-accu against "
+                             "Model.train over the same dataset")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--pairs", type=int, default=20, help="block pairs (default: %(default)s)")
@@ -30,56 +38,82 @@ def main():
     if min(args.batch, args.steps, args.pairs, args.updates) < 1:
         parser.error("--batch, --steps, --pairs and --updates must be >= 1.")
     start_mindspore(args.mode)
-    from mindspore import Tensor  # pylint: disable=import-outside-toplevel
     from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
     data = create_dataset(os.path.join(ROOT, "model_zoo_lenet", "data", "fashion_mnist_sample"), args.batch,
                           "train", shuffle=False)
-    batches = [tuple(Tensor(a) for a in pair) for pair in data.create_tuple_iterator(num_epochs=1,
-                                                                                     output_numpy=True)]
-    plain, *cells = plain_and_three_cells()
-    n, done = args.steps, [0]  # done: updates so far, both kinds
-
-    def plain_update():
-        plain_updates(plain, window_of(batches, done[0], n))
-        done[0] += 1
-
-    def accumulated():
-        accumulated_update(cells, window_of(batches, done[0], n))
-        done[0] += 1
+    pairs = list(data.create_tuple_iterator(num_epochs=1, output_numpy=True))
+    if args.path == "three-cells":
+        blocks = in_memory_blocks(args, pairs)
+    else:
+        blocks = dataset_blocks(args, pairs)
+    plain, accumulated, limit = blocks
+    block_samples = args.updates * args.steps * args.batch
 
     def block(update):
         start = time.perf_counter()
-        for _ in range(args.updates):
-            update()
-        return args.updates * n * args.batch / (time.perf_counter() - start)
+        update()
+        return block_samples / (time.perf_counter() - start)
 
-    def micro_steps_only():
-        """The limit: the window's N forward-backward micro-steps with no update and no clear (the buffers just
-        keep growing), reading the loss back once, as the other blocks do."""
-        forward_backward = cells[0]
-        for batch in window_of(batches, done[0], n):
-            out = forward_backward(*batch)
-        out.asnumpy()
-        done[0] += 1
-
-    block(plain_update)  # warm-up: compilation
+    block(plain)  # warm-up: compilation
     block(accumulated)
-    block(micro_steps_only)
+    if limit:
+        block(limit)
     ratios, plain_speeds, accumulated_speeds, limits = [], [], [], []
     for _ in range(args.pairs):
-        plain_speeds.append(block(plain_update))
+        plain_speeds.append(block(plain))
         accumulated_speeds.append(block(accumulated))
-        limits.append(block(micro_steps_only) / plain_speeds[-1])
+        if limit:
+            limits.append(block(limit) / plain_speeds[-1])
         ratios.append(accumulated_speeds[-1] / plain_speeds[-1])
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
     print(f"LeNet5, {args.mode.upper()}_MODE CPU, micro-batch {args.batch} x {args.steps}, {args.pairs} block pairs "
-          f"of {args.updates} updates")
-    print(f"plain TrainOneStepCell: median {statistics.median(plain_speeds):.0f} samples/s; three cells: median "
+          f"of {args.updates} updates, path {args.path}")
+    print(f"plain: median {statistics.median(plain_speeds):.0f} samples/s; {args.path}: median "
           f"{statistics.median(accumulated_speeds):.0f} samples/s")
-    print(f"three cells / plain, per block pair: median {statistics.median(ratios):.3f}, quartiles "
+    print(f"{args.path} / plain, per block pair: median {statistics.median(ratios):.3f}, quartiles "
           f"{quartiles[0]:.3f} to {quartiles[2]:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
-    print(f"limit, the N forward-backward micro-steps alone (no TrainOptim, no TrainClear) / plain: median "
-          f"{statistics.median(limits):.3f}")
+    if limit:
+        print(f"limit, the N forward-backward micro-steps alone (no TrainOptim, no TrainClear) / plain: median "
+              f"{statistics.median(limits):.3f}")
+
+
+def in_memory_blocks(args, pairs):
+    """(plain block, three-cell block, limit block) on the batches held as Tensors, each of --updates updates."""
+    from mindspore import Tensor  # pylint: disable=import-outside-toplevel
+    batches = [tuple(Tensor(a) for a in pair) for pair in pairs]
+    plain, *cells = plain_and_three_cells()
+    n, done = args.steps, [0]  # done: updates so far, all kinds
+
+    def run(one_update):
+        for _ in range(args.updates):
+            one_update(window_of(batches, done[0], n))
+            done[0] += 1
+
+    def micro_steps_only(window):
+        """The limit: the window's N forward-backward micro-steps with no update and no clear (the buffers just
+        keep growing), reading the loss back once, as the other blocks do."""
+        for batch in window:
+            out = cells[0](*batch)
+        out.asnumpy()
+
+    return (lambda: run(lambda window: plain_updates(plain, window)),
+            lambda: run(lambda window: accumulated_update(cells, window)),
+            lambda: run(micro_steps_only))
+
+
+def dataset_blocks(args, pairs):
+    """(plain block, accumulation block, None): one epoch of a dataset of --updates windows per block, through
+    Model.train over TrainOneStepCell and through the driver or Model_ACCU."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
+    images, labels = np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
+    need = args.updates * args.steps * args.batch
+    reps = -(-need // len(images))
+    images, labels = np.tile(images, (reps, 1, 1, 1))[:need], np.tile(labels, reps)[:need]
+    datasets = [ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False).batch(args.batch)
+                for _ in range(2)]  # one each: Model.train refuses a dataset another Model trained on
+    plain, accumulated = dataset_trainer("plain-b-data", args.steps), dataset_trainer(args.path, args.steps)
+    return lambda: plain(datasets[0], 1), lambda: accumulated(datasets[1], 1), None
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def test_overflow_in_any_micro_batch_skips_the_whole_window(kind, exec_mode):
     assert_params_close(params_of(net), reference_train("momentum", [batches[N:]]), context="window after overflow")
 
 
-def test_driver_skips_overflowing_windows_and_counts_them(tmp_path):
+def test_driver_skips_overflowing_windows_and_counts_them(tmp_path, exec_mode):
     batches = poisoned(micro_batches((4,) * 6, seed=7), 4)  # the second window overflows
     net, loss, opt = build("momentum")
     telemetry = ms_accum.WindowTelemetry()
