@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up (if needed) and run the test suite. Extra arguments go to pytest:
-#   bash scripts/run_tests.sh                 # everything (about 5 minutes on 2 cores)
-#   bash scripts/run_tests.sh -m "not slow"   # the quick subset
+#   bash scripts/run_tests.sh                 # everything (about 16 minutes on 2 cores)
+#   bash scripts/run_tests.sh -m "not slow"   # the quick subset (about 5 minutes)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
