@@ -100,7 +100,7 @@ class GradientAccumulation:
     Examples:
         >>> import numpy as np
         >>> import mindspore.dataset as ds
-        >>> from mindspore import context, nn, ops
+        >>> from mindspore import nn
         >>> import ms_accum
         >>> net = nn.Dense(4, 2)
         >>> data = ds.NumpySlicesDataset({"x": np.ones((64, 4), np.float32), "y": np.zeros((64, 2), np.float32)},
