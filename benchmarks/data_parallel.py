@@ -205,6 +205,8 @@ def torch_worker(rank, world, port, args, steps, result_path):
 def run_torch(args, steps, world, result_path):
     import torch.multiprocessing as tmp  # pylint: disable=import-outside-toplevel
     port = free_port()
+    if os.path.exists(result_path):
+        os.remove(result_path)  # an earlier run's figures must not stand in for this one's
     tmp.spawn(torch_worker, args=(world, port, args, steps, result_path), nprocs=world, join=True)
     with open(result_path, encoding="utf-8") as f:
         return json.load(f)
@@ -231,6 +233,8 @@ def run_mindspore(args, steps, world, out_dir):
         cmd = [os.path.join(bin_dir, "msrun"), f"--worker_num={world}", f"--local_worker_num={world}",
                "--master_addr=127.0.0.1", f"--master_port={free_port()}", "--join=True",
                f"--log_dir={os.path.join(out_dir, tag + '_logs')}", *worker]
+    if os.path.exists(result):
+        os.remove(result)  # an earlier run's figures must not stand in for this one's
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)
     if done.returncode != 0 or not os.path.exists(result):
         raise RuntimeError(f"{tag} failed ({done.returncode}):\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
