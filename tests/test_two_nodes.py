@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(_REASON is not None, reason=_
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN_ARGS = ("--parallel_mode", "data_parallel", "--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 16,
               "--accumulation_steps", 4, "--epoch_size", 4, "--log_every", 0, "--save_state_every", 1)
-FINAL = "checkpoint_lenet-4_10.ckpt"  # 640 samples / 2 ranks / 16 per micro-batch = 20 micro-batches = 5 windows
+FINAL = "checkpoint_lenet-4_10.ckpt"  # 640 samples per rank / 16 = 40 micro-batches = 10 windows per epoch
 
 
 @pytest.fixture(scope="module")
