@@ -3,7 +3,7 @@ import math
 from dataclasses import dataclass
 from functools import partial
 
-from mindspore import context, nn, ops
+from mindspore import nn, ops
 from mindspore.train.callback import RunContext
 from mindspore.train.callback._callback import CallbackManager, InternalCallbackParam
 
@@ -45,10 +45,10 @@ class _ExactState(nn.Cell):
 
 
 class _WindowEnd(nn.Cell):
-    """GRAPH_MODE: the window's last micro-batch, the update and the clear as one graph, one launch and one Python
+    """The window's last micro-batch, the update and the clear. In GRAPH_MODE one graph, one launch and one Python
     call per window instead of three (the driver trained LeNet at 0.91 of plain training with three, measured with
-    benchmarks/paired.py --path driver). MindSpore orders the three cells' reads and writes of the shared buffers
-    as written; the outputs are TrainOptim's."""
+    benchmarks/paired.py --path driver); in PYNATIVE_MODE the three cells run in turn as before. MindSpore orders
+    the three cells' reads and writes of the shared buffers as written; the outputs are TrainOptim's."""
 
     def __init__(self, forward_backward, optim, clear):
         super().__init__(auto_prefix=False)
@@ -360,11 +360,9 @@ class _Run:
         cb_params.window_micro_steps = self.pending
         owner, optim = self.owner, self.owner.optim
         # the window's mean loss, or (mean loss, overflow, loss scale) with loss scaling
-        if data is not None and context.get_context("mode") == context.GRAPH_MODE:
+        if data is not None:
             outputs = owner.window_end(*data)
         else:
-            if data is not None:
-                owner.forward_backward(*data)
             outputs = optim()
             owner.clear()
         cb_params.window_record = partial(window_record, cb_params, outputs, self.pending,
