@@ -235,6 +235,15 @@ def functional_reference(optimizer, windows, clip_norm=None, seed=0, make=None):
     return params_of(net), norms
 
 
+def msrun_argv(node, master, port, script, *args, log_dir, workers_per_node=1, nodes=2):
+    """The msrun command line of `node` (0 runs the scheduler, at `master`:`port`) for a job of `nodes` x
+    `workers_per_node`; the venv's msrun."""
+    msrun = os.path.join(os.path.dirname(sys.executable), "msrun")
+    return [msrun, f"--worker_num={nodes * workers_per_node}", f"--local_worker_num={workers_per_node}",
+            f"--node_rank={node}", f"--master_addr={master}", f"--master_port={port}", "--join=True",
+            f"--log_dir={log_dir}", script, *map(str, args)]
+
+
 def msrun_env():
     """The environment of an msrun launch: the venv's bin first on PATH (msrun starts workers with the `python`
     found there) and the repository importable."""

@@ -5,7 +5,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -17,8 +16,8 @@ from mindspore import nn
 import ms_accum
 from conftest import ZOO
 from dp_worker import CLIP_NORM, rank_token_batches, union_windows
-from helpers import (ACCURACY, SAMPLE, functional_reference, msrun_env, params_of, reference_train, run_script,
-                     token_reference, train_py_worker)
+from helpers import (ACCURACY, SAMPLE, functional_reference, msrun_argv, msrun_env, params_of, reference_train,
+                     run_script, token_reference, train_py_worker)
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
@@ -33,14 +32,17 @@ def free_port():
         return s.getsockname()[1]
 
 
+def launch(out_dir, script, *args):
+    """`script` on 2 local CPU workers under msrun (127.0.0.1), in its own process group; the Popen."""
+    cmd = msrun_argv(0, "127.0.0.1", free_port(), script, *args, log_dir=out_dir / "logs", workers_per_node=WORLD,
+                     nodes=1)
+    return subprocess.Popen(cmd, cwd=HERE, env=msrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+
 def msrun(out_dir, script, *args, timeout=300):
-    """Launch `script` on 2 local CPU workers with msrun (127.0.0.1); fail with the workers' logs on error."""
-    bin_dir = os.path.dirname(sys.executable)
-    cmd = [os.path.join(bin_dir, "msrun"), f"--worker_num={WORLD}", f"--local_worker_num={WORLD}",
-           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "--join=True",
-           f"--log_dir={out_dir / 'logs'}", script, *map(str, args)]
-    proc = subprocess.Popen(cmd, cwd=HERE, env=msrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    """Run `script` on 2 local CPU workers with msrun; fail with the workers' logs on error."""
+    proc = launch(out_dir, script, *args)
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -139,14 +141,9 @@ def test_the_reduced_window_gradient_is_clipped_once(tmp_path):
         assert err <= 1e-5, f"{name}: relative difference {err:.3g} to the clipped large batch on the union"
 
 
-def msrun_train_py(out_dir, *args, timeout=300):
+def msrun_train_py(out_dir, *args):
     """train.py on 2 msrun CPU workers; return the Popen (its own process group)."""
-    bin_dir = os.path.dirname(sys.executable)
-    cmd = [os.path.join(bin_dir, "msrun"), f"--worker_num={WORLD}", f"--local_worker_num={WORLD}",
-           "--master_addr=127.0.0.1", f"--master_port={free_port()}", "--join=True",
-           f"--log_dir={out_dir / 'logs'}", os.path.join(ZOO, "train.py"), *map(str, args)]
-    return subprocess.Popen(cmd, cwd=HERE, env=msrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return launch(out_dir, os.path.join(ZOO, "train.py"), *args)
 
 
 def test_data_parallel_train_py_killed_on_one_rank_resumes_exactly(tmp_path):

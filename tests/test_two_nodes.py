@@ -16,9 +16,9 @@ import mindspore as ms
 
 from conftest import ROOT, ZOO
 from dp_worker import union_windows
-from helpers import SAMPLE, msrun_env, reference_train, train_py_worker
+from helpers import SAMPLE, msrun_argv, msrun_env, reference_train, train_py_worker
 from src.lenet import LeNet5
-from two_hosts import TwoHosts, msrun_argv, stop, unavailable_reason
+from two_hosts import MASTER_PORT, TwoHosts, stop, unavailable_reason
 
 _REASON = unavailable_reason()
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(_REASON is not None, reason=_REASON or "")]
@@ -36,7 +36,8 @@ def hosts():
 
 def start_job(hosts, log_dir, script, *args):
     """Both nodes' launchers (node 1 first); node 0 runs the scheduler at its own address."""
-    return [hosts.launch(node, msrun_argv(node, hosts.addresses[0], script, *args, log_dir=log_dir / f"node{node}"),
+    return [hosts.launch(node, msrun_argv(node, hosts.addresses[0], MASTER_PORT, script, *args,
+                                          log_dir=log_dir / f"node{node}"),
                          env=msrun_env(), cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             for node in (1, 0)][::-1]
 

@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 SUBNET = "10.231.0"  # private; lives only inside the two namespaces, so it cannot clash with the host's networks
-MASTER_PORT = 8240
+MASTER_PORT = 8240  # free in a fresh namespace
 
 
 def _ip(*args, check=True):
@@ -88,14 +88,6 @@ class TwoHosts:
     def launch(self, node, argv, env=None, **popen_kwargs):
         return subprocess.Popen(["ip", "netns", "exec", self.namespaces[node], *argv], env=env,
                                 start_new_session=True, **popen_kwargs)
-
-
-def msrun_argv(node, master, script, *args, log_dir, workers_per_node=1, nodes=2, port=MASTER_PORT):
-    """The msrun command line of `node` (0 runs the scheduler) for a job of `nodes` x `workers_per_node`."""
-    msrun = os.path.join(os.path.dirname(sys.executable), "msrun")
-    return [msrun, f"--worker_num={nodes * workers_per_node}", f"--local_worker_num={workers_per_node}",
-            f"--node_rank={node}", f"--master_addr={master}", f"--master_port={port}", "--join=True",
-            f"--log_dir={log_dir}", script, *map(str, args)]
 
 
 def stop(process):
