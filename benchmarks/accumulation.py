@@ -35,7 +35,7 @@ import tempfile
 import time
 
 from lenet_cells import (accumulated_update, dataset_trainer, lenet_parts, plain_step, plain_updates,
-                         start_mindspore, three_cells, timed, window_of)
+                         sample_arrays, start_mindspore, three_cells, timed, window_of)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
@@ -65,13 +65,8 @@ def rss_mib():
 def prepare(path, batch, steps):
     """Write the benchmark's images and labels (8 large batches, from the bundled sample) to `path` (.npz)."""
     import numpy as np  # pylint: disable=import-outside-toplevel
-    from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
-    sample = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), 1000, "train", shuffle=False)
-    pairs = list(sample.create_tuple_iterator(num_epochs=1, output_numpy=True))
-    images, labels = np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
-    need = 8 * batch * steps
-    reps = -(-need // len(images))
-    np.savez(path, images=np.tile(images, (reps, 1, 1, 1))[:need], labels=np.tile(labels, reps)[:need])
+    images, labels = sample_arrays(8 * batch * steps)
+    np.savez(path, images=images, labels=labels)
 
 
 def mindspore_tensors(config, images, labels, batch, steps):

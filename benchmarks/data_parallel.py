@@ -33,10 +33,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SAMPLE = os.path.join(ROOT, "model_zoo_lenet", "data", "fashion_mnist_sample")
-sys.path.insert(0, os.path.join(ROOT, "model_zoo_lenet"))
-sys.path.insert(0, ROOT)
+from lenet_cells import ROOT, sample_arrays  # also puts the repository and model_zoo_lenet on sys.path
 
 
 def updates_to_time(args, steps):
@@ -50,14 +47,11 @@ def pin_to_one_core(rank):
     os.sched_setaffinity(0, {cores[rank % len(cores)]})
 
 
-def sample_arrays():
-    """The bundled sample's training images, as train.py prepares them (32 x 32, normalised), flattened to
-    float32 (count, 1024), and their int32 labels."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
-    pairs = list(create_dataset(SAMPLE, 500, "train", shuffle=False).create_tuple_iterator(output_numpy=True))
-    images = np.concatenate([x for x, _ in pairs]).reshape(-1, 1024).astype(np.float32)
-    return images, np.concatenate([y for _, y in pairs]).astype(np.int32)
+def flat_sample():
+    """The bundled sample's training images as train.py prepares them, flattened to float32 (count, 1024), and
+    their int32 labels."""
+    images, labels = sample_arrays()
+    return images.reshape(len(images), -1), labels
 
 
 # ----------------------------------------------------------------------------------------------------- MindSpore
@@ -85,7 +79,7 @@ def mindspore_worker(args):
         ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True,
                                      device_num=world)
     ms.set_seed(0)
-    images, labels = sample_arrays()
+    images, labels = flat_sample()
     net = nn.SequentialCell(nn.Dense(images.shape[1], args.hidden), nn.ReLU(), nn.Dense(args.hidden, args.hidden),
                             nn.ReLU(), nn.Dense(args.hidden, 10))
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
@@ -160,7 +154,7 @@ def torch_worker(rank, world, port, args, steps, result_path):
     from contextlib import nullcontext  # pylint: disable=import-outside-toplevel
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    images, labels = sample_arrays()
+    images, labels = flat_sample()
     images, labels = images[rank::world], labels[rank::world].astype(np.int64)
     model = torch.nn.Sequential(torch.nn.Linear(images.shape[1], args.hidden), torch.nn.ReLU(),
                                 torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),

@@ -19,6 +19,21 @@ def start_mindspore(mode):
     set_mode(mode)
 
 
+def sample_arrays(count=None):
+    """The bundled Fashion-MNIST sample's training images as train.py prepares them (float32 N x 1 x 32 x 32,
+    normalised) and their int32 labels, in file order; repeated to `count` samples when given."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
+    sample = create_dataset(os.path.join(ROOT, "model_zoo_lenet", "data", "fashion_mnist_sample"), 1000, "train",
+                            shuffle=False)
+    pairs = list(sample.create_tuple_iterator(num_epochs=1, output_numpy=True))
+    images, labels = np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
+    if count is not None:
+        reps = -(-count // len(images))
+        images, labels = np.tile(images, (reps, 1, 1, 1))[:count], np.tile(labels, reps)[:count]
+    return images, labels
+
+
 def lenet_parts():
     """A fresh (LeNet5, loss, optimizer)."""
     from mindspore import nn  # pylint: disable=import-outside-toplevel

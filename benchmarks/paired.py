@@ -15,12 +15,11 @@ driver` or `--path model-accu` a block is one epoch over a dataset of --updates 
 over `TrainOneStepCell` or by the driver or `Model_ACCU` (no limit block: the data feed is part of each step).
 """
 import argparse
-import os
 import statistics
 import time
 
-from lenet_cells import (ROOT, accumulated_update, dataset_trainer, plain_and_three_cells, plain_updates,
-                         start_mindspore, window_of)
+from lenet_cells import (accumulated_update, dataset_trainer, plain_and_three_cells, plain_updates,
+                         sample_arrays, start_mindspore, window_of)
 
 
 def main():
@@ -38,14 +37,7 @@ def main():
     if min(args.batch, args.steps, args.pairs, args.updates) < 1:
         parser.error("--batch, --steps, --pairs and --updates must be >= 1.")
     start_mindspore(args.mode)
-    from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
-    data = create_dataset(os.path.join(ROOT, "model_zoo_lenet", "data", "fashion_mnist_sample"), args.batch,
-                          "train", shuffle=False)
-    pairs = list(data.create_tuple_iterator(num_epochs=1, output_numpy=True))
-    if args.path == "three-cells":
-        blocks = in_memory_blocks(args, pairs)
-    else:
-        blocks = dataset_blocks(args, pairs)
+    blocks = in_memory_blocks(args) if args.path == "three-cells" else dataset_blocks(args)
     plain, accumulated, limit = blocks
     block_samples = args.updates * args.steps * args.batch
 
@@ -77,10 +69,12 @@ def main():
               f"{statistics.median(limits):.3f}")
 
 
-def in_memory_blocks(args, pairs):
+def in_memory_blocks(args):
     """(plain block, three-cell block, limit block) on the batches held as Tensors, each of --updates updates."""
     from mindspore import Tensor  # pylint: disable=import-outside-toplevel
-    batches = [tuple(Tensor(a) for a in pair) for pair in pairs]
+    images, labels = sample_arrays()
+    batches = [(Tensor(images[i:i + args.batch]), Tensor(labels[i:i + args.batch]))
+               for i in range(0, len(images) - args.batch + 1, args.batch)]
     plain, *cells = plain_and_three_cells()
     n, done = args.steps, [0]  # done: updates so far, all kinds
 
@@ -101,15 +95,11 @@ def in_memory_blocks(args, pairs):
             lambda: run(micro_steps_only))
 
 
-def dataset_blocks(args, pairs):
+def dataset_blocks(args):
     """(plain block, accumulation block, None): one epoch of a dataset of --updates windows per block, through
     Model.train over TrainOneStepCell and through the driver or Model_ACCU."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
     import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
-    images, labels = np.concatenate([x for x, _ in pairs]), np.concatenate([y for _, y in pairs])
-    need = args.updates * args.steps * args.batch
-    reps = -(-need // len(images))
-    images, labels = np.tile(images, (reps, 1, 1, 1))[:need], np.tile(labels, reps)[:need]
+    images, labels = sample_arrays(args.updates * args.steps * args.batch)
     datasets = [ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False).batch(args.batch)
                 for _ in range(2)]  # one each: Model.train refuses a dataset another Model trained on
     plain, accumulated = dataset_trainer("plain-b-data", args.steps), dataset_trainer(args.path, args.steps)
