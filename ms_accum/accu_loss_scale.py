@@ -6,7 +6,7 @@ from . import window
 from .accu_steps import AccumulationModes, check_cell_arguments
 from .accu_window import WINDOW_PREFIX, AccumulationWindow, float32_buffers
 from .loss_scale import check_scale_sense
-from .weighting import LossAndItems, loss_sens
+from .weighting import LossAndItems, loss_sens, micro_batch_forward
 
 
 class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepWithLossScaleCell):
@@ -93,10 +93,10 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.
         return ops.cast(window.buffers_overflow(self.window_map, self.accu_grads), mstype.float32)
 
     def construct(self, *inputs):
-        loss, items = self.network(*inputs)
+        loss, items = micro_batch_forward(self.network, inputs, self._eager)
         scaling_sens = self.scale_sense
         status, scaling_sens = self.start_overflow_check(loss, scaling_sens)
-        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, scaling_sens))
+        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, scaling_sens, self._eager))
         loss = self._add_micro_batch(loss, items, grads)
         flag = self._local_overflow(status, grads)
         loss = ops.depend(loss, ops.assign(self.accu_overflow, ops.maximum(self.accu_overflow, flag)))

@@ -10,7 +10,7 @@ from mindspore import nn, ops
 
 from ._checks import check_cell, check_optimizer, check_sens
 from .accu_window import AccumulationWindow
-from .weighting import LossAndItems, forget_failed_forward, loss_sens
+from .weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
 ACCUMULATE_PHASE = "train_accumulate"
 UPDATE_PHASE = "train_update"
@@ -169,8 +169,8 @@ class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepC
         self._init_modes()
 
     def construct(self, *inputs):
-        loss, items = self.network(*inputs)
-        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, self.sens))
+        loss, items = micro_batch_forward(self.network, inputs, self._eager)
+        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, self.sens, self._eager))
         loss = self._add_micro_batch(loss, items, grads)
         if self._accumulate_now:
             return loss

@@ -11,7 +11,7 @@ from mindspore import context, jit, mutable, nn, ops
 from . import window
 from ._checks import check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer, check_sens
 from .loss_scale import shared_scale, update_scale
-from .weighting import LossAndItems, forget_failed_forward, loss_sens
+from .weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
 
 class TrainForwardBackward(nn.TrainOneStepCell):
@@ -98,9 +98,9 @@ class TrainForwardBackward(nn.TrainOneStepCell):
             raise
 
     def construct(self, *inputs):
-        loss, items = self.network(*inputs)
+        loss, items = micro_batch_forward(self.network, inputs, self._eager)
         seed = self.scale_sense * self.sens if self.loss_scaled else self.sens
-        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, seed))
+        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, seed, self._eager))
         grads = self.grad_reducer(grads)
         weight = items if self.average else ops.ones_like(items)
         if self._eager:  # one compiled graph instead of a few small operators per parameter, launched one by one

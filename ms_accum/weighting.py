@@ -85,7 +85,8 @@ class LossAndItems(nn.Cell):
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
 
     Outputs:
-        Tuple of 2 Tensors, the scalar loss and the float32 scalar item count.
+        Tuple of 2 Tensors, the scalar loss and the float32 scalar item count; the loss alone while
+        ``loss_only`` is set (:func:`micro_batch_forward` in PYNATIVE_MODE), the items then waiting in ``items``.
 
     Raises:
         ValueError: At the first call, if the loss is not a scalar, `num_items` is not a scalar, or (without
@@ -97,6 +98,8 @@ class LossAndItems(nn.Cell):
         self.owner = owner
         self.network = network
         self._get_attr_from_cell(network)  # keep the network's amp level and jit config visible to wrappers
+        self.loss_only = False  # set by micro_batch_forward for one PYNATIVE call: return the loss alone
+        self.items = None  # in that call, the micro-batch's items (a number or a Tensor) wait here
 
     def construct(self, *inputs):
         out = self.network(*inputs)
@@ -104,20 +107,52 @@ class LossAndItems(nn.Cell):
             if len(out) != 2:
                 raise ValueError(f"For '{self.owner}', the loss network must return a loss or '(loss, num_items)', "
                                  f"but it returned {len(out)} outputs.")
-            loss, items = out[0], _as_items(self.owner, out[1])
+            loss, items = out[0], out[1]
         else:
-            loss, items = out, ops.scalar_to_tensor(sample_count(self.owner, inputs), mstype.float32)
+            loss, items = out, sample_count(self.owner, inputs)
         check_scalar_loss(self.owner, loss)
-        return loss, ops.stop_gradient(items)
+        if self.loss_only:
+            self.items = items
+            return loss
+        return loss, ops.stop_gradient(_as_items(self.owner, items))
 
 
-def loss_sens(loss, items, sens):
-    """The gradient seed of a LossAndItems output: `sens` (a number or a scalar Tensor, such as a loss scale) for
-    the loss, nothing for the item count."""
+def micro_batch_forward(network, inputs, eager):
+    """
+    (loss, items) of one micro-batch through `network`, a LossAndItems, recorded for its backward.
+
+    `eager` (PYNATIVE_MODE, from the calling cell) records the loss alone as the network's output, as
+    :class:`mindspore.nn.TrainOneStepCell` does: a second output, its zero seed and the item count's operators,
+    launched one by one, cost more than a tenth of a LeNet micro-step there. Pass the same `eager` to
+    :func:`loss_sens`.
+    """
+    if eager:
+        return _forward_loss_only(network, inputs)
+    return network(*inputs)
+
+
+def _forward_loss_only(network, inputs):
+    """micro_batch_forward in PYNATIVE_MODE (plain Python, never compiled)."""
+    network.loss_only = True
+    try:
+        loss = network(*inputs)
+    finally:
+        network.loss_only = False
+    items, network.items = network.items, None
+    if isinstance(items, (int, float)) and not isinstance(items, bool):  # the sample count, say
+        return loss, Tensor(items, mstype.float32)
+    return loss, _as_items(network.owner, items)
+
+
+def loss_sens(loss, items, sens, eager=False):
+    """The gradient seed of a LossAndItems output recorded by :func:`micro_batch_forward` with the same `eager`:
+    `sens` (a number or a scalar Tensor, such as a loss scale) for the loss, nothing for the item count."""
     if isinstance(sens, Tensor):
         seed = ops.ones_like(loss) * ops.cast(ops.reshape(sens, ()), ops.dtype(loss))
     else:
         seed = ops.fill(loss.dtype, loss.shape, sens)
+    if eager:
+        return seed
     return seed, ops.zeros_like(items)
 
 
