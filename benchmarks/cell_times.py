@@ -7,7 +7,8 @@ All four cells live in one process and take turns in rounds (a slow spell of a s
 each round times --calls calls of one cell after a short warm-up, waiting for the device at the end, and the
 median over rounds is printed. Plain `TrainOneStepCell` and `TrainForwardBackward` run on one batch each call;
 `TrainOptim` and `TrainClear` run once per update, so an update of N micro-batches costs about
-N * forward-backward + optim + clear against N * plain.
+N * forward-backward + optim + clear against N * plain. With --sync every call waits for its result, as a loop
+that reads each loss does: then a call also pays its launch and the readback, which a row of calls overlaps.
 """
 import argparse
 import statistics
@@ -22,6 +23,7 @@ def main():
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=100)
+    parser.add_argument("--sync", action="store_true", help="wait for each call's result before the next call")
     args = parser.parse_args()
     if min(args.batch, args.rounds, args.calls) < 1:
         parser.error("--batch, --rounds and --calls must be >= 1.")
@@ -45,10 +47,12 @@ def main():
             start = time.perf_counter()
             for _ in range(args.calls):
                 out = call()
+                if args.sync:
+                    out.asnumpy()
             out.asnumpy()
             times[name].append((time.perf_counter() - start) * 1e3 / args.calls)
     print(f"LeNet5, batch {args.batch}, {args.mode.upper()}_MODE CPU, median of {args.rounds} rounds of "
-          f"{args.calls} calls")
+          f"{args.calls} calls{', each waited for' if args.sync else ''}")
     print("| cell | ms per call | rounds |")
     print("|---|---|---|")
     for name, values in times.items():

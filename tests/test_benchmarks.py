@@ -1,5 +1,5 @@
-"""The data-parallel benchmark runs end to end (tiny sizes) and refuses bad arguments; its figures are in
-docs/performance.md."""
+"""The data-parallel benchmark and the per-cell timer run end to end (tiny sizes) and refuse bad arguments; their
+figures are in docs/performance.md."""
 import os
 import re
 import subprocess
@@ -13,8 +13,8 @@ from helpers import msrun_env
 SCRIPT = os.path.join(ROOT, "benchmarks", "data_parallel.py")
 
 
-def run(*args):
-    return subprocess.run([sys.executable, SCRIPT, *map(str, args)], cwd=ROOT, env=msrun_env(), capture_output=True,
+def run(*args, script=SCRIPT):
+    return subprocess.run([sys.executable, script, *map(str, args)], cwd=ROOT, env=msrun_env(), capture_output=True,
                           text=True, timeout=600, check=False)
 
 
@@ -35,3 +35,16 @@ def test_data_parallel_benchmark_prints_its_table(tmp_path):
 def test_data_parallel_benchmark_refuses_bad_arguments(args, message):
     done = run(*args)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_cell_times_waits_for_each_call_when_asked(mode):
+    done = run("--mode", mode, "--rounds", 1, "--calls", 2, "--sync",
+               script=os.path.join(ROOT, "benchmarks", "cell_times.py"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "calls, each waited for" in done.stdout, done.stdout
+    rows = re.findall(r"^\| (TrainOneStepCell \(plain step\)|TrainForwardBackward|TrainOptim|TrainClear) \| "
+                      r"([0-9.]+) \|", done.stdout, re.M)
+    assert [r[0] for r in rows] == ["TrainOneStepCell (plain step)", "TrainForwardBackward", "TrainOptim",
+                                    "TrainClear"], done.stdout
+    assert all(float(ms) > 0 for _, ms in rows)
