@@ -123,7 +123,7 @@ def micro_batch_forward(network, inputs, eager):
 
     `eager` (PYNATIVE_MODE, from the calling cell) records the loss alone as the network's output, as
     :class:`mindspore.nn.TrainOneStepCell` does: a second output, its zero seed and the item count's operators,
-    launched one by one, cost more than a tenth of a LeNet micro-step there. Pass the same `eager` to
+    launched one by one, cost about 5% of a LeNet micro-step there. Pass the same `eager` to
     :func:`loss_sens`.
     """
     if eager:
