@@ -17,7 +17,8 @@ class Accumulator(AccumulationWindow, nn.Cell):
     After ``loss, grads = grad_fn(*micro_batch)``, where `grads` is the gradient of the micro-batch's **mean**
     loss (do not divide the loss by `accumulate_step`, as the tutorial does: the accumulator averages),
     ``accumulator(grads, num_items)`` adds the micro-batch's gradient weighted by `num_items` (its samples, or
-    the tokens its loss averaged over; omitted, every micro-batch weighs the same). Every `accumulate_step`-th
+    the tokens its loss averaged over; omitted, every micro-batch weighs the same: give it for every micro-batch of
+    a window or for none, since a window that mixes the two is refused). Every `accumulate_step`-th
     call steps the optimizer once with the window's weighted mean gradient (so a learning-rate schedule advances
     once per window), clipped by its global norm when `clip_norm` is given, and clears the buffers;
     :meth:`flush` applies a partial window (at the end of an epoch, say). In data parallel the gradients and item
@@ -41,7 +42,7 @@ class Accumulator(AccumulationWindow, nn.Cell):
     Inputs:
         - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter.
         - **num_items** (Union[Tensor, int, float], optional) - What the micro-batch weighs, > 0. Default:
-          ``None`` (1 for every micro-batch).
+          ``None`` (1 for every micro-batch; then for every micro-batch of the window).
 
     Outputs:
         Tensor, bool scalar: whether this call ended a window (its update was applied, or skipped for an
@@ -52,12 +53,14 @@ class Accumulator(AccumulationWindow, nn.Cell):
             number, or `loss_scaler` is not a :class:`mindspore.amp.LossScaler`.
         ValueError: If `accumulate_step` is < 1 or `clip_norm` is not a finite number > 0; when called, if `grads`
             does not hold one gradient per optimizer parameter, each of its shape; when a window ends, if a
-            micro-batch of it had `num_items` <= 0 (the optimizer is not stepped).
+            micro-batch of it had `num_items` <= 0, or some of its micro-batches had `num_items` and others not
+            (the optimizer is not stepped).
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
 
     Examples:
+        >>> import numpy as np
         >>> import mindspore as ms
         >>> from mindspore import nn
         >>> import ms_accum
@@ -65,11 +68,18 @@ class Accumulator(AccumulationWindow, nn.Cell):
         >>> loss_fn = nn.MSELoss()
         >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
         >>> accumulator = ms_accum.Accumulator(optimizer, accumulate_step=4)
-        >>> grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, optimizer.parameters)
+        >>> def forward(x, y):
+        ...     return loss_fn(net(x), y)
+        >>> grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
         >>> @ms.jit
         ... def train_step(x, y):
         ...     loss, grads = grad_fn(x, y)
         ...     return loss, accumulator(grads, x.shape[0])
+        >>> x, y = ms.Tensor(np.ones((8, 4), np.float32)), ms.Tensor(np.zeros((8, 2), np.float32))
+        >>> for _ in range(4):
+        ...     loss, updated = train_step(x, y)
+        >>> bool(updated)
+        True
     """
 
     def __init__(self, optimizer, accumulate_step, clip_norm=None, loss_scaler=None):
@@ -89,6 +99,7 @@ class Accumulator(AccumulationWindow, nn.Cell):
         self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)
         self.last_overflow = Parameter(Tensor(False, mstype.bool_), name=f"{WINDOW_PREFIX}.last_overflow",
                                        requires_grad=False)
+        self.unweighted = Parameter(Tensor(0, mstype.int32), name=f"{WINDOW_PREFIX}.unweighted", requires_grad=False)
 
     @property
     def inner_grads(self):
@@ -119,6 +130,8 @@ class Accumulator(AccumulationWindow, nn.Cell):
     def construct(self, grads, num_items=None):
         _check_grads(grads, self.shapes, _shapes_of(grads))
         items = as_weight("Accumulator", num_items)
+        if num_items is None:  # decided when the call is compiled: no runtime branch
+            items = ops.depend(items, ops.assign_add(self.unweighted, ops.ones_like(self.unweighted)))
         added = self._add_micro_batch(None, items, grads)
         done = ops.depend(self.accu_micro_steps, added) >= self.accumulation_steps
         if done:
@@ -139,6 +152,17 @@ class Accumulator(AccumulationWindow, nn.Cell):
 
     def _apply(self):
         """The window's update (or, on overflow, none), the loss scaler adjusted once, the buffers cleared."""
+        unweighted = self.unweighted + 0
+        if ops.logical_and(unweighted > 0, unweighted < self.accu_micro_steps):
+            raise ValueError(f"For 'Accumulator', 'num_items' must be given for every micro-batch of a window or for "
+                             f"none, but {unweighted} of this window's {self.accu_micro_steps + 0} micro-batches had "
+                             f"none: each would weigh 1 beside the others' item counts. Pass num_items on every "
+                             f"call (for example the micro-batch's sample count, x.shape[0]). The window was not "
+                             f"applied; to go on, save the network and build a new Accumulator.")
+        result = ops.depend(self._apply_window(), ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
+        return result
+
+    def _apply_window(self):
         if self.loss_scaler is None:
             grads, result = self._window_gradients()
             result = ops.depend(result, self.optimizer(grads))

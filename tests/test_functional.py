@@ -179,3 +179,49 @@ def test_no_items_names_the_accumulator():
                                          r"for every micro-batch, but a micro-batch of this window had 0.*build a "
                                          r"new Accumulator"):
         ms_accum.Accumulator(opt, 1)(grad_fn(Tensor(x), Tensor(y))[1], 0)
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("ends_with", ["update", "flush"])
+def test_a_window_mixing_given_and_omitted_items_is_refused(style, ends_with):
+    """Omitted num_items weigh 1 each: beside item counts that is a silently wrong mean, so the window is refused
+    before the update, whichever call (the window's last, or flush) would apply it."""
+    net, loss, opt = build("sgd")
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+    accumulator = ms_accum.Accumulator(opt, 3)
+
+    def weighed(x, y):
+        return accumulator(grad_fn(x, y)[1], x.shape[0])
+
+    def unweighed(x, y):
+        return accumulator(grad_fn(x, y)[1])
+
+    if style == "jit":
+        weighed, unweighed = ms.jit(weighed), ms.jit(unweighed)
+    (x, y), (x2, y2), (x3, y3) = micro_batches((8, 4, 2), seed=16)
+    before = params_of(net)
+    weighed(Tensor(x), Tensor(y))
+    unweighed(Tensor(x2), Tensor(y2))
+    message = (r"For 'Accumulator', 'num_items' must be given for every micro-batch of a window or for none, but 1 "
+               r"of this window's 2 micro-batches had none.*The window was not applied")
+    with pytest.raises(ValueError, match=message.replace(" 2 ", " 3 ") if ends_with == "update" else message):
+        if ends_with == "update":
+            weighed(Tensor(x3), Tensor(y3))
+        else:
+            accumulator.flush()
+    assert_params_close(params_of(net), before, context="nothing applied")
+    assert opt.global_step.asnumpy()[0] == 0
+
+
+def test_omitting_items_in_every_window_is_not_mixing():
+    """A window of omitted items after a window of given ones (and the reverse) is not a mixed window."""
+    net, loss, opt = build("sgd")
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+    accumulator = ms_accum.Accumulator(opt, 2)
+    batches = micro_batches((4, 4, 4, 4, 4, 4), seed=17)
+    for index, (x, y) in enumerate(batches):
+        grads = grad_fn(Tensor(x), Tensor(y))[1]
+        accumulator(grads, 4) if index // 2 != 1 else accumulator(grads)  # pylint: disable=expression-not-assigned
+    expected, _ = functional_reference("sgd", [batches[:2], batches[2:4], batches[4:]])
+    assert_params_close(params_of(net), expected, context="given, omitted, given")
+    assert opt.global_step.asnumpy()[0] == 3
