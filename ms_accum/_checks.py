@@ -39,6 +39,19 @@ def check_optimizer(owner, optimizer):
     return optimizer
 
 
+def check_optimizer_trains(owner, optimizer, network, arg_name="network"):
+    """Raise if none of the optimizer's parameters is a parameter of `network`: every gradient would be zero and
+    nothing would train (an optimizer built on another network, say)."""
+    own = {id(p) for p in network.get_parameters()}
+    if not any(id(p) in own for p in optimizer.parameters):
+        names = [p.name for p in optimizer.parameters]
+        raise ValueError(f"For '{owner}', the optimizer's parameters must be parameters of '{arg_name}', but none of "
+                         f"its {len(names)} ({names[:3]}{' ...' if len(names) > 3 else ''}) is: every gradient "
+                         f"would be zero and nothing would train. Build the optimizer on the network you train, "
+                         f"for example nn.Momentum(net.trainable_params(), 0.01, 0.9).")
+    return optimizer
+
+
 def check_choice(owner, arg_name, value, choices):
     """Return `value` if it is one of `choices`, else raise ValueError."""
     if value not in choices:

@@ -52,8 +52,9 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `accumulation_steps` is not an
             integer, or `scale_sense` is neither a Cell nor a Tensor.
-        ValueError: If `accumulation_steps` is < 1, `clip_norm` is not a finite number > 0, or `scale_sense` is a
-            Tensor of shape other than () or (1,);
+        ValueError: If none of the optimizer's parameters is a parameter of `network`, `accumulation_steps` is
+            < 1, `clip_norm` is not a finite number > 0, or `scale_sense` is a Tensor of shape other than () or
+            (1,);
             when called, as listed for :class:`TrainAccuStepsCell`.
 
     Supported Platforms:

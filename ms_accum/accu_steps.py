@@ -8,7 +8,7 @@ every ``accumulation_steps``-th call), the matching phase is selected right befo
 """
 from mindspore import nn, ops
 
-from ._checks import check_cell, check_optimizer, check_sens
+from ._checks import check_cell, check_optimizer, check_optimizer_trains, check_sens
 from .accu_window import AccumulationWindow
 from .weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
@@ -19,7 +19,7 @@ UPDATE_PHASE = "train_update"
 def check_cell_arguments(owner, network, optimizer):
     """The checks both parallel cells make before MindSpore's own constructor sees the arguments."""
     check_cell(owner, "network", network)
-    check_optimizer(owner, optimizer)
+    check_optimizer_trains(owner, check_optimizer(owner, optimizer), network)
 
 
 class AccumulationModes:
@@ -141,8 +141,8 @@ class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepC
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, or `accumulation_steps` is not an
             integer.
-        ValueError: If `accumulation_steps` is < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or
-            not finite; when called, as listed for :class:`TrainForwardBackward` and :class:`TrainOptim`.
+        ValueError: If none of the optimizer's parameters is a parameter of `network`, `accumulation_steps` is
+            < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or not finite; when called, as listed for :class:`TrainForwardBackward` and :class:`TrainOptim`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``

@@ -8,7 +8,7 @@ from mindspore.train.callback import RunContext
 from mindspore.train.callback._callback import CallbackManager, InternalCallbackParam
 
 from ._checks import (check_bool, check_cell, check_choice, check_clip_norm, check_lr_schedule, check_optimizer,
-                      check_positive_int, check_resume_or_initial_epoch, check_state_saving)
+                      check_optimizer_trains, check_positive_int, check_resume_or_initial_epoch, check_state_saving)
 from .checkpoint import save_checkpoint_atomic
 from .loss_scale import check_scale_sense
 from .accu_window import float32_buffers
@@ -92,7 +92,8 @@ class GradientAccumulation:
     Raises:
         TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
             a bool, or `scale_sense` is neither a Tensor nor a loss-scale cell.
-        ValueError: If `sens` is zero or not finite, or `clip_norm` is not a finite number > 0.
+        ValueError: If none of the optimizer's parameters is a parameter of `network`, `sens` is zero or not
+            finite, or `clip_norm` is not a finite number > 0.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -116,7 +117,7 @@ class GradientAccumulation:
         check_cell(owner, "network", network)
         if loss_fn is not None:
             check_cell(owner, "loss_fn", loss_fn)
-        check_optimizer(owner, optimizer)
+        check_optimizer_trains(owner, check_optimizer(owner, optimizer), network)
         check_bool(owner, "average", average)
         check_clip_norm(owner, clip_norm)
         if scale_sense is not None:

@@ -9,7 +9,8 @@ instead.
 from mindspore import context, jit, mutable, nn, ops
 
 from . import window
-from ._checks import check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer, check_sens
+from ._checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
+                      check_optimizer_trains, check_sens)
 from .loss_scale import shared_scale, update_scale
 from .weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
@@ -54,8 +55,8 @@ class TrainForwardBackward(nn.TrainOneStepCell):
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `grad_sum` is not a
             ParameterTuple, `average` is not a bool, or `scale_sense` is neither a Tensor nor a loss-scale cell.
-        ValueError: If `grad_sum` does not match the optimizer's parameters or holds the network's or optimizer's
-            own Parameters, `sens` is zero or not finite, `average` or `scale_sense` differs from another cell
+        ValueError: If none of the optimizer's parameters is a parameter of `network`, `grad_sum` does not match
+            the optimizer's parameters or holds the network's or optimizer's own Parameters, `sens` is zero or not finite, `average` or `scale_sense` differs from another cell
             built on the same `grad_sum`, or `scale_sense` is a Tensor of shape other than () or (1,); at the
             first call, if the loss is not a scalar or (without `num_items`) the inputs' leading dimensions
             disagree.
@@ -76,7 +77,7 @@ class TrainForwardBackward(nn.TrainOneStepCell):
     def __init__(self, network, optimizer, grad_sum, sens=1.0, average=True, scale_sense=None):
         owner = "TrainForwardBackward"
         check_cell(owner, "network", network)
-        check_optimizer(owner, optimizer)
+        check_optimizer_trains(owner, check_optimizer(owner, optimizer), network)
         super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
         self.grad_sum = check_grad_sum(owner, grad_sum, optimizer, network)
         self.average = check_bool(owner, "average", average)

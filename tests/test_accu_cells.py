@@ -207,3 +207,7 @@ class TestBadInput:
         with pytest.raises(TypeError, match=rf"For '{cls}', 'network' must be a mindspore.nn.Cell, but got "
                                             rf"function"):
             getattr(ms_accum, cls)(lambda x: x, opt, *args)
+        other, _, _ = build()
+        with pytest.raises(ValueError, match=rf"For '{cls}', the optimizer's parameters must be parameters of "
+                                             rf"'network', but none of its \d+ .* is: every gradient would be zero"):
+            getattr(ms_accum, cls)(nn.WithLossCell(other, loss), opt, *args)

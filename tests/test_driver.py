@@ -221,6 +221,10 @@ class TestBadInput:
         with pytest.raises(TypeError, match=r"For 'GradientAccumulation', 'loss_fn' must be a mindspore.nn.Cell, "
                                             r"but got str"):
             ms_accum.GradientAccumulation(net, "cross_entropy", opt)
+        other, _, _ = build()
+        with pytest.raises(ValueError, match=r"For 'GradientAccumulation', the optimizer's parameters must be "
+                                             r"parameters of 'network', but none of its"):
+            ms_accum.GradientAccumulation(other, loss, opt)
 
     def test_epoch(self):
         trainer, _, _ = _trainer()

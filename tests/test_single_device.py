@@ -231,3 +231,7 @@ class TestBadInput:
         with pytest.raises(TypeError, match=r"For 'TrainForwardBackward', 'network' must be a mindspore.nn.Cell, "
                                             r"but got NoneType"):
             ms_accum.TrainForwardBackward(None, opt, grad_sum)
+        with pytest.raises(ValueError, match=r"For 'TrainForwardBackward', the optimizer's parameters must be "
+                                             r"parameters of 'network', but none of its 1 \(\['w'\]\) is: every "
+                                             r"gradient would be zero and nothing would train"):
+            ms_accum.TrainForwardBackward(LinearLoss(), opt, grad_sum)
