@@ -69,8 +69,12 @@ class WindowState:
         if name not in self.options:
             self.options[name] = value
         elif self.options[name] is not value:  # bools and None are singletons; objects must be the same
+            bound = self.options[name]
+            got = _describe(value)
+            if type(value) is type(bound) and value is not None and not isinstance(value, bool):
+                got = f"another {type(value).__name__} object, not the same one"
             raise ValueError(f"For '{owner}', '{name}' must match the other cells built on this grad_sum "
-                             f"({_describe(self.options[name])}), but got {_describe(value)}. {hint}")
+                             f"({_describe(bound)}), but got {got}. {hint}")
 
 
 def _describe(value):

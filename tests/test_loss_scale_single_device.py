@@ -91,6 +91,9 @@ def test_cells_on_one_grad_sum_must_share_the_scale():
                                          r"grad_sum \(a DynamicLossScaleUpdateCell object\), but got None. Pass the "
                                          r"same 'scale_sense' object"):
         ms_accum.TrainOptim(opt, grad_sum)
+    with pytest.raises(ValueError, match=r"\(a DynamicLossScaleUpdateCell object\), but got another "
+                                         r"DynamicLossScaleUpdateCell object, not the same one. Pass the same"):
+        ms_accum.TrainOptim(opt, grad_sum, scale_sense=SCALES["dynamic"]())
 
 
 @pytest.mark.parametrize("bad, error, message", [
