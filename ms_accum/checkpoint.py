@@ -38,7 +38,21 @@ def is_accumulation_buffer(name):
 
 
 class CheckpointError(ValueError):
-    """A checkpoint file is missing, unreadable, or does not fit the network it is loaded into."""
+    """
+    A checkpoint file is missing, unreadable, or does not fit the network it is loaded into. A ValueError, so
+    code that catches MindSpore's own checkpoint errors catches it too.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import ms_accum
+        >>> try:
+        ...     ms_accum.read_checkpoint("/tmp/no_such_file.ckpt")
+        ... except ms_accum.CheckpointError as err:
+        ...     print(err)
+        'ckpt_path' must be an existing checkpoint file, but '/tmp/no_such_file.ckpt' does not exist.
+    """
 
 
 def save_checkpoint_atomic(save_obj, ckpt_path, choice_func=None, append_dict=None, keep_previous=None):
@@ -126,8 +140,11 @@ def read_checkpoint(ckpt_path):
         ``Ascend`` ``GPU`` ``CPU``
 
     Examples:
-        >>> from ms_accum import read_checkpoint
-        >>> params = read_checkpoint("/tmp/dense.ckpt")
+        >>> from mindspore import nn
+        >>> from ms_accum import read_checkpoint, save_checkpoint_atomic
+        >>> path = save_checkpoint_atomic(nn.Dense(2, 2), "/tmp/dense.ckpt")
+        >>> sorted(read_checkpoint(path))
+        ['bias', 'weight']
     """
     if not os.path.exists(ckpt_path):
         raise CheckpointError(f"'ckpt_path' must be an existing checkpoint file, but {ckpt_path!r} does not exist.")
@@ -171,8 +188,9 @@ def load_network_checkpoint(network, ckpt_path, optional=None):
 
     Examples:
         >>> from mindspore import nn
-        >>> from ms_accum import load_network_checkpoint
-        >>> params = load_network_checkpoint(nn.Dense(2, 2), "/tmp/dense.ckpt")
+        >>> from ms_accum import load_network_checkpoint, save_checkpoint_atomic
+        >>> path = save_checkpoint_atomic(nn.Dense(2, 2), "/tmp/dense.ckpt")
+        >>> params = load_network_checkpoint(nn.Dense(2, 2), path)
     """
     params = read_checkpoint(ckpt_path)
     load_into(network, params, ckpt_path, optional)

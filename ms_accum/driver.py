@@ -20,8 +20,37 @@ PARTIAL_WINDOW_POLICIES = ("flush", "drop", "carry")
 
 
 class TrainState(nn.Cell):
-    """What a checkpoint holds: the loss network, the optimizer and the loss scale with its update cell's counters
-    (when there is one), not the transient gradient buffers."""
+    r"""
+    What a checkpoint holds: the loss network, the optimizer and the loss scale with its update cell's counters
+    (when there is one), not the transient gradient buffers. :class:`GradientAccumulation` saves its
+    ``train_state`` at each epoch's end.
+
+    Args:
+        loss_network (Cell): The loss network.
+        optimizer (Cell): Its optimizer (its moments and global step are saved with it).
+        scale_sense (Parameter, optional): The loss scale. Default: ``None``.
+        loss_scale_manager (Cell, optional): The loss-scale update cell, whose counters are saved. Default:
+            ``None``.
+
+    Inputs:
+        - **\*inputs** (Tuple(Tensor)) - What the loss network takes.
+
+    Outputs:
+        The loss network's output.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> state = ms_accum.TrainState(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+        >>> path = ms_accum.save_checkpoint_atomic(state, "/tmp/train_state.ckpt")
+        >>> sorted(ms_accum.read_checkpoint(path))[:3]
+        ['bias', 'global_step', 'learning_rate']
+    """
 
     def __init__(self, loss_network, optimizer, scale_sense=None, loss_scale_manager=None):
         super().__init__(auto_prefix=False)

@@ -44,11 +44,23 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
     Returns:
         str, the absolute path written.
 
+    Raises:
+        ValueError: If `state_path` does not end with ``.ckpt``.
+        OSError: If the file cannot be written; the previous generations are left as they were.
+
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
 
     Examples:
-        >>> # ms_accum.save_training_state(trainer.forward_backward, "runs/state.ckpt", 37, 9)
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+        >>> cell = ms_accum.TrainForwardBackward(nn.WithLossCell(net, nn.MSELoss()), optimizer, grad_sum)
+        >>> path = ms_accum.save_training_state(cell, "/tmp/saved_state.ckpt", micro_steps_done=37, updates_done=9)
+        >>> ms_accum.load_training_state(cell, path, total_micro_steps=100)
+        (37, 9)
     """
     return save_checkpoint_atomic(cell, state_path, keep_previous=previous_generation(state_path),
                                   append_dict={MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done,
@@ -132,7 +144,16 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1):
         ``Ascend`` ``GPU`` ``CPU``
 
     Examples:
-        >>> # micro_done, updates_done = ms_accum.load_training_state(cell, "runs/state.ckpt", 10 * 1875)
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+        >>> cell = ms_accum.TrainForwardBackward(nn.WithLossCell(net, nn.MSELoss()), optimizer, grad_sum)
+        >>> path = ms_accum.save_training_state(cell, "/tmp/loaded_state.ckpt", micro_steps_done=12, updates_done=3)
+        >>> micro_done, updates_done = ms_accum.load_training_state(cell, path, total_micro_steps=10 * 4)
+        >>> micro_done, updates_done
+        (12, 3)
     """
     generations = {}
     for path in (state_path, previous_generation(state_path)):

@@ -18,7 +18,32 @@ from mindspore.train import Callback
 
 @dataclass
 class WindowRecord:
-    """The figures of one update (one accumulation window)."""
+    """
+    The figures of one update (one accumulation window), as :class:`WindowTelemetry` keeps them in ``records``.
+
+    Args:
+        epoch (int): The epoch, from 1.
+        update (int): The update within the run, from 1.
+        micro_batches (int): Micro-batches in the window.
+        items (float): Samples (or items) in the window, over all devices.
+        loss (float): The window's mean loss over its items.
+        grad_norm (float): The global norm of the applied gradient, before clipping.
+        clipped (bool): Whether the gradient was clipped.
+        loss_scale (float): The loss scale the window ran with (1.0 without loss scaling).
+        overflow (bool): Whether the window overflowed and was skipped.
+        learning_rate (float): The learning rate of the update.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import ms_accum
+        >>> record = ms_accum.WindowRecord(epoch=1, update=1, micro_batches=4, items=128.0, loss=0.52,
+        ...                                grad_norm=1.3, clipped=False, loss_scale=1.0, overflow=False,
+        ...                                learning_rate=0.01)
+        >>> record.items / record.micro_batches
+        32.0
+    """
 
     epoch: int
     update: int
