@@ -42,7 +42,7 @@ class Accumulator(AccumulationWindow, nn.Cell):
     Inputs:
         - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter.
         - **num_items** (Union[Tensor, int, float], optional) - What the micro-batch weighs, > 0. Default:
-          ``None`` (1 for every micro-batch; then for every micro-batch of the window).
+          ``None`` (weight 1; then omit it for every micro-batch of the window).
 
     Outputs:
         Tensor, bool scalar: whether this call ended a window (its update was applied, or skipped for an
@@ -159,10 +159,10 @@ class Accumulator(AccumulationWindow, nn.Cell):
                              f"none: each would weigh 1 beside the others' item counts. Pass num_items on every "
                              f"call (for example the micro-batch's sample count, x.shape[0]). The window was not "
                              f"applied; to go on, save the network and build a new Accumulator.")
-        result = ops.depend(self._apply_window(), ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
-        return result
+        return ops.depend(self._apply_window(), ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
 
     def _apply_window(self):
+        """_apply once the window's weighting is known to be consistent."""
         if self.loss_scaler is None:
             grads, result = self._window_gradients()
             result = ops.depend(result, self.optimizer(grads))
