@@ -7,6 +7,7 @@ without a second pass. `adjust_batchnorm_momentum` restores the decay per window
 """
 from mindspore import ops
 from mindspore.nn.layer.normalization import _BatchNorm
+from mindspore.ops.operations import _inner_ops as inner
 
 from ._checks import check_positive_int
 
@@ -25,7 +26,8 @@ def adjust_batchnorm_momentum(network, accumulation_steps):
     (it never compounds), and N = 1 restores it.
 
     Args:
-        network (Cell): The network; its ``nn.BatchNorm1d/2d/3d`` layers (any ``_BatchNorm``) are changed in place.
+        network (Cell): The network; its ``nn.BatchNorm1d/2d/3d`` and ``nn.SyncBatchNorm`` layers (any
+            ``_BatchNorm``) are changed in place; a synchronised layer stays synchronised.
         accumulation_steps (int): Micro-batches per update, >= 1.
 
     Returns:
@@ -33,7 +35,8 @@ def adjust_batchnorm_momentum(network, accumulation_steps):
         momentum (in the convention of ``nn.BatchNorm2d(momentum=...)``: the weight of the old moving statistics).
 
     Raises:
-        TypeError: If `accumulation_steps` is not an int.
+        TypeError: If `accumulation_steps` is not an int, or a BatchNorm layer trains with a primitive other than
+            ``ops.BatchNorm`` or SyncBatchNorm (nothing is changed in that layer).
         ValueError: If `accumulation_steps` is < 1.
 
     Supported Platforms:
@@ -55,8 +58,21 @@ def adjust_batchnorm_momentum(network, accumulation_steps):
             setattr(cell, _ORIGINAL, 1.0 - cell.momentum)  # the cell stores 1 - momentum, the new statistics' weight
         old = getattr(cell, _ORIGINAL)
         new = old ** (1.0 / accumulation_steps)
+        cell.bn_train = _training_op(name, cell, 1.0 - new)
         cell.momentum = 1.0 - new
-        cell.bn_train = ops.BatchNorm(is_training=True, epsilon=cell.eps, momentum=cell.momentum,
-                                      data_format=cell.format)
         changed.append((name, old, new))
     return changed
+
+
+def _training_op(name, cell, momentum):
+    """The layer's training BatchNorm primitive rebuilt with `momentum`, of the same kind: a synchronised one
+    (nn.SyncBatchNorm across devices) keeps its group, so its statistics stay shared."""
+    current = cell.bn_train
+    if isinstance(current, inner.SyncBatchNorm):
+        return inner.SyncBatchNorm(epsilon=cell.eps, momentum=momentum, group=current.group,
+                                   device_num=current.device_num)
+    if isinstance(current, ops.BatchNorm):
+        return ops.BatchNorm(is_training=True, epsilon=cell.eps, momentum=momentum, data_format=cell.format)
+    raise TypeError(f"For 'adjust_batchnorm_momentum', BatchNorm layer '{name}' ({type(cell).__name__}) trains with "
+                    f"{type(current).__name__}, which ms_accum cannot rebuild with a new momentum; expected "
+                    f"ops.BatchNorm or SyncBatchNorm. Set that layer's momentum to m ** (1 / N) yourself.")

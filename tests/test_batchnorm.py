@@ -66,3 +66,27 @@ def test_adjusting_twice_does_not_compound():
     ms_accum.adjust_batchnorm_momentum(net, 1)
     assert 1.0 - net.bn.momentum == pytest.approx(0.9), "N = 1 must restore the original momentum"
     assert np.isclose(moving_mean_after_window(adjust=True), 0.1 * np.array([1, 2, 3]), rtol=1e-5).all()
+
+
+def test_a_synchronised_batchnorm_stays_synchronised():
+    """nn.SyncBatchNorm across devices trains with a SyncBatchNorm primitive on its group; the adjusted layer
+    must keep it (a plain BatchNorm would silently stop sharing the statistics). The group is set up by hand here:
+    one CPU process has no devices to synchronise."""
+    from mindspore.ops.operations import _inner_ops as inner  # pylint: disable=import-outside-toplevel
+    net = nn.SequentialCell([nn.Dense(4, 4), nn.SyncBatchNorm(4, momentum=0.9)])
+    net[1].bn_train = inner.SyncBatchNorm(epsilon=net[1].eps, momentum=net[1].momentum, group="sync_bn_test",
+                                          device_num=4)
+    ms_accum.adjust_batchnorm_momentum(net, 4)
+    rebuilt = net[1].bn_train
+    assert isinstance(rebuilt, inner.SyncBatchNorm)
+    assert (rebuilt.group, rebuilt.device_num) == ("sync_bn_test", 4)
+    assert rebuilt.momentum == pytest.approx(1.0 - 0.9 ** 0.25) == net[1].momentum
+
+
+def test_an_unknown_training_primitive_is_refused_unchanged():
+    net = BNLoss()
+    net.bn.bn_train = ops.LayerNorm()
+    with pytest.raises(TypeError, match=r"For 'adjust_batchnorm_momentum', BatchNorm layer 'bn' \(BatchNorm1d\) "
+                                        r"trains with LayerNorm, which ms_accum cannot rebuild"):
+        ms_accum.adjust_batchnorm_momentum(net, 4)
+    assert 1.0 - net.bn.momentum == pytest.approx(0.9)
