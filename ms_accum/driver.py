@@ -180,8 +180,9 @@ class GradientAccumulation:
         The network is put in training mode first and left in it.
 
         Callbacks see one step per window (``on_train_step_begin`` before its first micro-batch,
-        ``on_train_step_end`` after its update): ``cur_step_num`` counts updates since the start, ``batch_num``
-        is the number of updates per epoch, ``net_outputs`` is the window's mean loss over its samples or items, and
+        ``on_train_step_end`` after its update): ``cur_step_num`` counts updates since the start (a dropped
+        partial window is not one), ``batch_num`` is the number of updates per epoch (with ``"carry"``, windows
+        that end inside an epoch, rounded down), ``total_updates`` the run's updates, ``net_outputs`` is the window's mean loss over its samples or items, and
         ``train_network`` holds the network and optimizer (what :class:`mindspore.train.ModelCheckpoint` saves,
         without the gradient buffers). ``window_micro_steps`` gives the micro-batches in the update's window, and
         ``window_record()`` its :class:`WindowRecord` (read by :class:`WindowTelemetry`).
@@ -245,7 +246,7 @@ class GradientAccumulation:
         check_state_saving(owner, state_path, save_state_every)
         check_resume_or_initial_epoch(owner, resume_from, initial_epoch)
         plan = _Plan(epoch, steps_per_epoch, mini_steps, partial_window, callbacks, log_every,
-                     initial_epoch * steps_per_epoch, 0, state_path, save_state_every)
+                     initial_epoch * steps_per_epoch, 0, state_path, save_state_every, updates)
         if resume_from is not None:
             plan.start_micro, plan.start_updates = load_training_state(self.exact_state, resume_from,
                                                                        epoch * steps_per_epoch)
@@ -296,6 +297,7 @@ class _Plan:
     start_updates: int
     state_path: str
     save_state_every: int
+    total_updates: int
 
 
 class _Run:
@@ -321,6 +323,7 @@ class _Run:
         cb_params.optimizer = owner.optimizer
         cb_params.epoch_num = self.epoch
         cb_params.batch_num = max(1, updates_per_epoch(steps, plan.mini_steps, plan.partial_window))
+        cb_params.total_updates = plan.total_updates
         cb_params.cur_epoch_num = plan.start_micro // steps
         cb_params.cur_step_num = plan.start_updates or cb_params.cur_epoch_num * cb_params.batch_num
         cb_params.dataset_sink_mode = False
@@ -376,6 +379,7 @@ class _Run:
         elif self.partial_window == "drop":
             self.owner.clear()
             self.pending = 0
+            self.cb_params.cur_step_num -= 1  # the window begun is not an update: the next one takes its number
 
     def _begin_window(self, callbacks):
         """A window opens: callbacks see the start of one step."""

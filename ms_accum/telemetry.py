@@ -152,7 +152,7 @@ class WindowTelemetry(Callback):
             self._writer.writerow(list(asdict(record).values()) + [self.skipped, round(elapsed, 3)])
             self._file.flush()
         if self.print_every and record.update % self.print_every == 0:
-            total = int(cb_params.epoch_num) * int(cb_params.batch_num)
+            total = getattr(cb_params, "total_updates", 0) or int(cb_params.epoch_num) * int(cb_params.batch_num)
             done = record.update - self._first_update
             left = elapsed / max(done, 1) * max(total - record.update, 0)
             clipped = " (clipped)" if record.clipped else ""
