@@ -11,6 +11,7 @@ verdict. Exit code 0: equivalent within --rtol; 1: not; 2: bad arguments.
 """
 import argparse
 import importlib
+import math
 import sys
 
 import numpy as np
@@ -32,24 +33,51 @@ def _load(spec):
         raise ValueError(f"'--network' {spec!r} could not be loaded: {err}. Is its directory on PYTHONPATH?") from err
 
 
+def _positive(kind):
+    """An argparse type: a `kind` (int or float) that is finite and > 0."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"must be {'an int' if kind is int else 'a number'} > 0, but got "
+                                             f"{text!r}")
+        return value
+    return parse
+
+
+def _shape(text):
+    """An argparse type: comma-separated ints >= 1."""
+    try:
+        shape = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"must be one sample's shape as comma-separated ints >= 1, for example "
+                                         f"1,32,32, but got {text!r}")
+    return shape
+
+
 def main(argv=None):
     """Command-line entry point; returns the exit code."""
     parser = argparse.ArgumentParser(prog="python -m ms_accum.check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--network", required=True, help="factory of the network, 'package.module:callable'")
-    parser.add_argument("--input-shape", required=True, help="one sample's shape, for example 1,32,32")
-    parser.add_argument("--num-classes", type=int, required=True, help="labels are drawn from 0..num_classes-1")
-    parser.add_argument("--batch-size", type=int, default=32, help="the large batch (default: %(default)s)")
-    parser.add_argument("--accumulation-steps", type=int, default=4)
+    parser.add_argument("--input-shape", type=_shape, required=True, help="one sample's shape, for example 1,32,32")
+    parser.add_argument("--num-classes", type=_positive(int), required=True,
+                        help="labels are drawn from 0..num_classes-1")
+    parser.add_argument("--batch-size", type=_positive(int), default=32, help="the large batch (default: %(default)s)")
+    parser.add_argument("--accumulation-steps", type=_positive(int), default=4)
     parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default="momentum")
-    parser.add_argument("--lr", type=float, default=0.01)
+    parser.add_argument("--lr", type=_positive(float), default=0.01)
     parser.add_argument("--cell", choices=list(CELLS), default="three_cells")
     parser.add_argument("--mode", choices=["graph", "pynative"], default="pynative")
-    parser.add_argument("--rtol", type=float, default=1e-5)
+    parser.add_argument("--rtol", type=_positive(float), default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    shape = args.input_shape
     try:
-        shape = tuple(int(d) for d in args.input_shape.split(","))
         factory = _load(args.network)
         ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
         rng = np.random.default_rng(args.seed)

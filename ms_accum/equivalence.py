@@ -9,6 +9,7 @@ decides, in either computation; those elements are counted and reported, not fai
 
 The command-line front end is ``python -m ms_accum.check`` (check.py).
 """
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -94,7 +95,8 @@ class EquivalenceReport:
         width = max([len(row.name) for row in self.rows] + [9])
         lines = [f"{'parameter':<{width}}  {'gradient':>10}  {'parameter':>10}  noise elements (left out)",
                  f"{'':<{width}}  {'rel. diff':>10}  {'rel. diff':>10}"]
-        lines += [f"{row.name:<{width}}  {row.grad_relative:>10.3e}  {row.param_relative:>10.3e}  "
+        lines += [f"{row.name:<{width}}  {row.grad_relative:>10.3e}  "
+                  f"{'-' if row.noise_elements == row.elements else format(row.param_relative, '.3e'):>10}  "
                   f"{row.noise_elements} of {row.elements}" for row in self.rows]
         if self.passed:
             lines.append(f"PASS: largest relative difference {self.max_relative:.3e} <= rtol {self.rtol:g} "
@@ -124,11 +126,12 @@ class _LossOnly(nn.Cell):
         return out
 
 
-def _relative(got, want, scale):
-    """max |got - want| / scale (0 for empty arrays; the difference itself when the scale is 0)."""
+def _relative(got, want, scale, allowance=0.0):
+    """max (|got - want| - allowance, at least 0) / scale (0 for empty arrays; the difference itself when the scale
+    is 0)."""
     if not want.size:
         return 0.0
-    diff = float(np.abs(got - want).max())
+    diff = float(np.maximum(np.abs(got - want) - allowance, 0.0).max())
     return diff / scale if scale > 0 else diff
 
 
@@ -141,9 +144,14 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
 
     - the applied gradient: the gradient the window hands to the optimizer against the large-batch gradient,
       max |difference| / max |large-batch gradient|;
-    - the updated parameter: max |difference| / max |large-batch update|, over the elements whose large-batch
-      gradient is known to better than `rtol`: larger than the applied gradient's largest difference divided by
-      `rtol` (and than 1e-5 of the parameter's largest gradient element). Adaptive optimizers (Adam,
+    - the updated parameter: max |difference| / max |large-batch update|, less one float32 spacing of the
+      parameter (the two steps round independently), over the elements whose large-batch gradient is known to
+      better than `rtol`: larger than the applied gradient's largest difference divided by `rtol` (and than 1e-5
+      of the parameter's largest gradient element).
+
+    Gradient elements below 1e-5 of the model's largest gradient element are float32 rounding noise (the bias of
+    a layer that BatchNorm follows has an exact gradient of 0, say); both figures leave them out and the report
+    counts them. Adaptive optimizers (Adam,
       AdamWeightDecay) normalise each element's step, so an element whose gradient is rounding noise moves by
       about the learning rate, in a direction rounding decides, in either computation; those elements are
       counted in the report and do not fail it.
@@ -174,8 +182,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
 
     Raises:
         TypeError: If `accumulation_steps` is not an int or `average` is not a bool.
-        ValueError: If `accumulation_steps` is < 1 or larger than the batch, `cell` is unknown, or `average` is
-            ``False`` with ``cell="accu_steps"``.
+        ValueError: If `accumulation_steps` is < 1 or larger than the batch, `rtol` is not a finite number > 0,
+            `cell` is unknown, or `average` is ``False`` with ``cell="accu_steps"``.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -192,6 +200,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
     """
     owner = "check_equivalence"
     check_positive_int(owner, "accumulation_steps", accumulation_steps)
+    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not math.isfinite(rtol) or rtol <= 0:
+        raise ValueError(f"For '{owner}', 'rtol' must be a finite number > 0, but got {rtol!r}.")
     check_bool(owner, "average", average)
     if cell not in CELLS:
         raise ValueError(f"For '{owner}', 'cell' must be one of {list(CELLS)}, but got {cell!r}.")
@@ -219,15 +229,22 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
     applied, accumulated = _accumulate(copy, micro, cell, average)
     after = {p.name: p.asnumpy().astype(np.float64) for p in accumulated}
     report = EquivalenceReport(rtol)
+    # below NOISE times the model's largest gradient element, a gradient element is float32 rounding noise (the
+    # bias of a layer that BatchNorm follows, say: its exact gradient is 0)
+    model_floor = NOISE * max((float(np.abs(g).max()) for g in reference_grads if g.size), default=0.0)
     for param, grad_ref, grad_got in zip(reference_opt.parameters, reference_grads, applied):
-        grad_scale = float(np.abs(grad_ref).max()) if grad_ref.size else 0.0
-        grad_relative = _relative(grad_got, grad_ref, grad_scale)
-        floor = max(NOISE * grad_scale, grad_relative * grad_scale / rtol)
+        known = np.abs(grad_ref) > model_floor
+        grad_scale = float(np.abs(grad_ref[known]).max()) if known.any() else 0.0
+        grad_relative = _relative(grad_got[known], grad_ref[known], grad_scale)
+        floor = max(NOISE * grad_scale, grad_relative * grad_scale / rtol, model_floor)
         signal = np.abs(grad_ref) > floor
         want = param.asnumpy().astype(np.float64)[signal]
         update_scale = float(np.abs(want - before[param.name][signal]).max()) if want.size else 0.0
+        # the two steps round their results to float32 independently: one float32 spacing of each parameter apart
+        # is rounding, which dominates when the update is small beside the parameter (a small learning rate)
+        spacing = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
         report.rows.append(ParameterCheck(param.name, grad_relative,
-                                          _relative(after[param.name][signal], want, update_scale),
+                                          _relative(after[param.name][signal], want, update_scale, spacing),
                                           int(grad_ref.size - signal.sum()), int(grad_ref.size)))
     return report
 

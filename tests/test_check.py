@@ -70,6 +70,44 @@ def test_the_tutorials_raw_sum_fails():
     assert {name for name, _ in report.failing} == {"conv.weight", "conv.bias", "fc.weight", "fc.bias"}
 
 
+class BiasBeforeBatchNorm(nn.Cell):
+    """Dense with a bias, then BatchNorm: BatchNorm removes any constant shift, so the bias's exact gradient is 0
+    and what float32 computes for it is rounding noise."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(6, 5)
+        self.bn = nn.BatchNorm1d(5)
+        self.head = nn.Dense(5, 4)
+
+    def construct(self, x):
+        return self.head(self.bn(self.fc(x)))
+
+
+def test_a_gradient_that_is_rounding_noise_is_left_out_not_failed():
+    rng = np.random.default_rng(3)
+    micro = rng.normal(size=(4, 6)).astype(np.float32)  # four micro-batches of equal statistics
+    x, y = np.tile(micro, (4, 1)), rng.integers(0, 4, size=16).astype(np.int32)
+    report = ms_accum.check_equivalence(BiasBeforeBatchNorm, LOSS, OPTIMIZERS["sgd"], (x, y), 4)
+    assert report.passed, str(report)
+    bias = next(row for row in report.rows if row.name == "fc.bias")
+    assert bias.noise_elements == bias.elements == 5 and bias.grad_relative == 0.0
+    assert "fc.bias" in str(report) and "5 of 5" in str(report)
+
+
+@pytest.mark.parametrize("lr", [0.1, 1e-3, 1e-5])
+def test_small_learning_rates_pass_despite_float32_rounding_of_the_parameters(lr):
+    rng = np.random.default_rng(4)
+    x, y = rng.normal(size=(32, 192)).astype(np.float32), rng.integers(0, 5, size=32).astype(np.int32)
+    report = ms_accum.check_equivalence(lambda: nn.Dense(192, 5), LOSS, lambda p: nn.SGD(p, lr), (x, y), 4)
+    assert report.passed, str(report)
+
+
+def test_rtol_is_checked():
+    with pytest.raises(ValueError, match=r"For 'check_equivalence', 'rtol' must be a finite number > 0, but got -1"):
+        ms_accum.check_equivalence(SmallConvNet, LOSS, OPTIMIZERS["sgd"], batch(), 4, rtol=-1)
+
+
 def test_accumulation_steps_larger_than_the_batch():
     with pytest.raises(ValueError, match="'accumulation_steps' must be <= the batch size 12, but got 13"):
         ms_accum.check_equivalence(SmallConvNet, LOSS, lambda p: nn.SGD(p, 0.1), batch(), 13)
@@ -95,3 +133,16 @@ def test_command_passes_and_fails_with_exit_codes():
     assert differs.returncode == 1 and "\nFAIL:" in differs.stdout, differs.stdout + differs.stderr
     bad = run_check("--network", "helpers:NoSuchNet", "--input-shape", "1,6,6", "--num-classes", "4")
     assert bad.returncode == 2 and "'--network' 'helpers:NoSuchNet' could not be loaded" in bad.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--input-shape", "3x8x8"), "argument --input-shape: must be one sample's shape as comma-separated ints >= 1"),
+    (("--num-classes", "0"), "argument --num-classes: must be an int > 0, but got '0'"),
+    (("--rtol", "-1"), "argument --rtol: must be a number > 0, but got '-1'"),
+    (("--lr", "nan"), "argument --lr: must be a number > 0, but got 'nan'"),
+])
+def test_command_refuses_bad_arguments_naming_the_flag(args, message):
+    defaults = {"--network": "helpers:SmallConvNet", "--input-shape": "1,6,6", "--num-classes": "4"}
+    defaults.update(dict(zip(args[::2], args[1::2])))
+    done = run_check(*[item for pair in defaults.items() for item in pair])
+    assert done.returncode == 2 and message in done.stderr, done.stderr
