@@ -168,7 +168,7 @@ def resume_target(path, rank, world):
                              f" (written every --save_state_every micro-batches), but there is none; pass an "
                              f"epoch checkpoint file to resume at an epoch.")
         return state, True
-    return path, is_state_file(ms_accum.read_checkpoint(path))
+    return path, is_state_file(ms_accum.read_checkpoint(path, arg_name="--resume"))
 
 
 SCHEDULE = "learning_rate"  # the optimizer's learning-rate table: configuration, rebuilt from the flags
@@ -177,9 +177,10 @@ SCHEDULE = "learning_rate"  # the optimizer's learning-rate table: configuration
 def resume_from(cell, ckpt_path):
     """Load network and optimizer state into `cell`, but not the learning-rate schedule (this run's flags decide
     it); return the number of epochs the checkpoint had done."""
-    params = ms_accum.read_checkpoint(ckpt_path)
+    params = ms_accum.read_checkpoint(ckpt_path, arg_name="--resume")
     params.pop(SCHEDULE, None)
-    load_into(cell, params, ckpt_path, optional=lambda name: ms_accum.is_accumulation_buffer(name) or name == SCHEDULE)
+    load_into(cell, params, ckpt_path, optional=lambda name: ms_accum.is_accumulation_buffer(name) or name == SCHEDULE,
+              arg_name="--resume", what="a checkpoint of this LeNet training run")
     if "epoch_num" not in params:
         raise ValueError(f"'--resume' must name a checkpoint written by train.py (it records epoch_num), but "
                          f"{ckpt_path!r} does not record it.")

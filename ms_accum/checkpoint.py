@@ -122,12 +122,14 @@ def _keep(path, keep_path):
             os.remove(tmp)
 
 
-def read_checkpoint(ckpt_path):
+def read_checkpoint(ckpt_path, arg_name="ckpt_path"):
     """
     Read a checkpoint file into a name-to-Parameter dict, with one clear error for every way it can fail.
 
     Args:
         ckpt_path (str): The checkpoint file.
+        arg_name (str): The argument named in errors, where the path came from (``"resume_from"``, a
+            command-line flag). Default: ``"ckpt_path"``.
 
     Returns:
         dict[str, Parameter], the checkpoint's contents.
@@ -147,16 +149,16 @@ def read_checkpoint(ckpt_path):
         ['bias', 'weight']
     """
     if not os.path.exists(ckpt_path):
-        raise CheckpointError(f"'ckpt_path' must be an existing checkpoint file, but {ckpt_path!r} does not exist.")
+        raise CheckpointError(f"'{arg_name}' must be an existing checkpoint file, but {ckpt_path!r} does not exist.")
     if not os.path.isfile(ckpt_path):
-        raise CheckpointError(f"'ckpt_path' must be a checkpoint file, but {ckpt_path!r} is not a file.")
+        raise CheckpointError(f"'{arg_name}' must be a checkpoint file, but {ckpt_path!r} is not a file.")
     try:
         params = ms.load_checkpoint(ckpt_path)
     except (ValueError, RuntimeError, OSError, TypeError) as err:
-        raise CheckpointError(f"'ckpt_path' must be a complete MindSpore checkpoint, but {ckpt_path!r} could not "
+        raise CheckpointError(f"'{arg_name}' must be a complete MindSpore checkpoint, but {ckpt_path!r} could not "
                               f"be read (truncated or not a checkpoint): {str(err).splitlines()[0]}") from err
     if not params:
-        raise CheckpointError(f"'ckpt_path' must be a MindSpore checkpoint holding parameters, but {ckpt_path!r} "
+        raise CheckpointError(f"'{arg_name}' must be a MindSpore checkpoint holding parameters, but {ckpt_path!r} "
                               f"holds none.")
     return params
 
@@ -197,9 +199,10 @@ def load_network_checkpoint(network, ckpt_path, optional=None):
     return params
 
 
-def load_into(network, params, ckpt_path, optional=None):
+def load_into(network, params, ckpt_path, optional=None, arg_name="ckpt_path", what=None):
     """Load checkpoint contents already read from `ckpt_path` into `network`, with the checks of
-    :func:`load_network_checkpoint`."""
+    :func:`load_network_checkpoint`; errors name `arg_name` and call what was expected `what` (by default a
+    checkpoint of the network's class)."""
     missing, mismatched = [], []
     for param in network.get_parameters():
         found = params.get(param.name)
@@ -212,6 +215,6 @@ def load_into(network, params, ckpt_path, optional=None):
         detail = (f"missing {missing[:5]}" if missing else "") + \
                  ("; " if missing and mismatched else "") + \
                  (f"shape mismatch {mismatched[:5]}" if mismatched else "")
-        raise CheckpointError(f"'ckpt_path' must be a checkpoint of {type(network).__name__}, but {ckpt_path!r} "
-                              f"belongs to another network: {detail}.")
+        raise CheckpointError(f"'{arg_name}' must be {what or 'a checkpoint of ' + type(network).__name__}, but "
+                              f"{ckpt_path!r} belongs to another network: {detail}.")
     ms.load_param_into_net(network, params)

@@ -69,7 +69,7 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
 
 def _generation(path, rank, world):
     """(micro-batches done, contents) of one state file, checked against this process's rank and world."""
-    params = read_checkpoint(path)
+    params = read_checkpoint(path, arg_name="resume_from")
     if not is_state_file(params):
         raise CheckpointError(f"'resume_from' must be a training state file (written with 'state_path'), but "
                               f"{path!r} does not record the position in the data.")
@@ -165,7 +165,7 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1):
     if not 0 <= position < total_micro_steps:
         raise CheckpointError(f"'resume_from' {path!r} was written after {position} micro-batches, but this run "
                               f"has only {total_micro_steps}: raise 'epoch' to continue it.")
-    load_into(cell, params, path)
+    load_into(cell, params, path, arg_name="resume_from", what="a training state of this model")
     return position, int(params[UPDATES_DONE].asnumpy())
 
 

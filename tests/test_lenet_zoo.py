@@ -232,6 +232,8 @@ class TestCommandLineErrors:
     def test_missing_checkpoint(self, tmp_path):
         assert_one_line_error(run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "no.ckpt",
                                          check=False), "does not exist")
+        assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, "--resume", tmp_path / "no.ckpt",
+                                         check=False), "'--resume' must be an existing checkpoint file")
 
     def test_truncated_checkpoint(self, trained, tmp_path):
         run_dir, _ = trained

@@ -89,6 +89,21 @@ def test_resume_refuses_a_network_only_checkpoint(tmp_path):
         make_trainer(seed=1)[0].train_process(2, data(), N, ckpt_path=None, resume_from=path)
 
 
+def test_resume_errors_name_resume_from(tmp_path):
+    trainer, _ = make_trainer(seed=1)
+    with pytest.raises(ms_accum.CheckpointError, match=r"'resume_from' must be an existing checkpoint file, but "
+                                                       r"'.*missing.ckpt' does not exist"):
+        trainer.train_process(1, data(), N, ckpt_path=None, resume_from=str(tmp_path / "missing.ckpt"))
+    other = nn.Dense(2, 2)
+    grad_sum = nn.SGD(other.trainable_params(), 0.1).parameters.clone(prefix="grad_sum", init="zeros")
+    cell = ms_accum.TrainForwardBackward(nn.WithLossCell(other, nn.MSELoss()), nn.SGD(other.trainable_params(), 0.1),
+                                         grad_sum)
+    state = ms_accum.save_training_state(cell, str(tmp_path / "other_state.ckpt"), 3, 1)
+    with pytest.raises(ms_accum.CheckpointError, match=r"'resume_from' must be a training state of this model, but "
+                                                       r"'.*other_state.ckpt' belongs to another network"):
+        trainer.train_process(1, data(), N, ckpt_path=None, resume_from=state)
+
+
 @pytest.mark.slow
 def test_train_py_killed_at_random_resumes_exactly(tmp_path):
     """A real SIGKILL, possibly in the middle of a state write, then --resume with the state file."""
