@@ -217,8 +217,12 @@ def main(argv=None):
         updates_per_epoch = max(1, ms_accum.updates_per_epoch(steps, n, args.partial_window))
     else:
         updates_per_epoch = sink_size // n if args.dataset_sink_mode else math.ceil(steps / n)
-    if args.warmup_epochs < 0:
-        raise ValueError(f"'--warmup_epochs' must be an int >= 0, but got {args.warmup_epochs}.")
+    if not 0 <= args.warmup_epochs <= args.epoch_size:
+        raise ValueError(f"'--warmup_epochs' must be an int in [0, --epoch_size {args.epoch_size}], but got "
+                         f"{args.warmup_epochs}.")
+    if not 0.0 <= args.momentum < 1.0:
+        raise ValueError(f"'--momentum' must be in [0, 1), the weight of the previous velocity, but got "
+                         f"{args.momentum}.")
     total_updates = math.ceil(steps * args.epoch_size / n) if args.partial_window == "carry" else \
         updates_per_epoch * args.epoch_size
     learning_rate = args.lr if args.lr_schedule == "constant" else \

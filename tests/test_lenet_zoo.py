@@ -191,6 +191,14 @@ class TestCommandLineErrors:
         assert_one_line_error(run_script("train.py", "--clip_norm", value, check=False),
                               "argument --clip_norm: must be a finite number > 0", repr(value))
 
+    @pytest.mark.parametrize("flags, message", [
+        (("--momentum", "1.5"), "'--momentum' must be in [0, 1), the weight of the previous velocity, but got 1.5"),
+        (("--warmup_epochs", "5", "--epoch_size", "1"), "'--warmup_epochs' must be an int in [0, --epoch_size 1], "
+                                                        "but got 5"),
+    ])
+    def test_out_of_range_training_flags(self, flags, message):
+        assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, *flags, check=False), message)
+
     def test_functional_trainer_refuses_what_it_does_not_do(self):
         assert_one_line_error(run_script("train.py", "--trainer", "functional", "--dataset_sink_mode", check=False),
                               "'--trainer functional' runs on one device without sink mode")
