@@ -142,7 +142,8 @@ class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepC
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, or `accumulation_steps` is not an
             integer.
         ValueError: If none of the optimizer's parameters is a parameter of `network`, `accumulation_steps` is
-            < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or not finite; when called, as listed for :class:`TrainForwardBackward` and :class:`TrainOptim`.
+            < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or not finite; when called, as listed
+            for :class:`TrainForwardBackward` and :class:`TrainOptim`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``

@@ -182,10 +182,11 @@ class GradientAccumulation:
         Callbacks see one step per window (``on_train_step_begin`` before its first micro-batch,
         ``on_train_step_end`` after its update): ``cur_step_num`` counts updates since the start (a dropped
         partial window is not one), ``batch_num`` is the number of updates per epoch (with ``"carry"``, windows
-        that end inside an epoch, rounded down), ``total_updates`` the run's updates, ``net_outputs`` is the window's mean loss over its samples or items, and
-        ``train_network`` holds the network and optimizer (what :class:`mindspore.train.ModelCheckpoint` saves,
-        without the gradient buffers). ``window_micro_steps`` gives the micro-batches in the update's window, and
-        ``window_record()`` its :class:`WindowRecord` (read by :class:`WindowTelemetry`).
+        that end inside an epoch, rounded down), ``total_updates`` the run's updates, ``net_outputs`` is the
+        window's mean loss over its samples or items, and ``train_network`` holds the network and optimizer
+        (what :class:`mindspore.train.ModelCheckpoint` saves, without the gradient buffers).
+        ``window_micro_steps`` gives the micro-batches in the update's window, and ``window_record()`` its
+        :class:`WindowRecord` (read by :class:`WindowTelemetry`).
 
         Args:
             epoch (int): Number of passes over `train_dataset`, >= 1.

@@ -147,14 +147,14 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
     - the updated parameter: max |difference| / max |large-batch update|, less one float32 spacing of the
       parameter (the two steps round independently), over the elements whose large-batch gradient is known to
       better than `rtol`: larger than the applied gradient's largest difference divided by `rtol` (and than 1e-5
-      of the parameter's largest gradient element).
+      of the parameter's largest gradient element). Adaptive optimizers (Adam, AdamWeightDecay) normalise each
+      element's step, so an element whose gradient is rounding noise moves by about the learning rate, in a
+      direction rounding decides, in either computation; those elements are counted in the report and do not
+      fail it.
 
     Gradient elements below 1e-5 of the model's largest gradient element are float32 rounding noise (the bias of
     a layer that BatchNorm follows has an exact gradient of 0, say); both figures leave them out and the report
-    counts them. Adaptive optimizers (Adam,
-      AdamWeightDecay) normalise each element's step, so an element whose gradient is rounding noise moves by
-      about the learning rate, in a direction rounding decides, in either computation; those elements are
-      counted in the report and do not fail it.
+    counts them.
 
     Both copies run in training mode, as in training: BatchNorm normalises with batch statistics, so a network
     with BatchNorm fails the check (by design: accumulation cannot reproduce large-batch statistics). Dropout

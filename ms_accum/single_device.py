@@ -56,10 +56,10 @@ class TrainForwardBackward(nn.TrainOneStepCell):
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `grad_sum` is not a
             ParameterTuple, `average` is not a bool, or `scale_sense` is neither a Tensor nor a loss-scale cell.
         ValueError: If none of the optimizer's parameters is a parameter of `network`, `grad_sum` does not match
-            the optimizer's parameters or holds the network's or optimizer's own Parameters, `sens` is zero or not finite, `average` or `scale_sense` differs from another cell
-            built on the same `grad_sum`, or `scale_sense` is a Tensor of shape other than () or (1,); at the
-            first call, if the loss is not a scalar or (without `num_items`) the inputs' leading dimensions
-            disagree.
+            the optimizer's parameters or holds the network's or optimizer's own Parameters, `sens` is zero or not
+            finite, `average` or `scale_sense` differs from another cell built on the same `grad_sum`, or
+            `scale_sense` is a Tensor of shape other than () or (1,); at the first call, if the loss is not a
+            scalar or (without `num_items`) the inputs' leading dimensions disagree.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
