@@ -38,32 +38,11 @@ from src.functional_train import train_functional
 from src.lenet import LeNet5
 from src.lr_schedule import warmup_cosine
 from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
+from ms_accum._argtypes import positive_float, positive_int
 from ms_accum.checkpoint import load_into
 from ms_accum.state import is_state_file
 
 STATE_FILE = "train_state.ckpt"
-
-
-def positive_int(text):
-    """argparse type: an int >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"must be an int >= 1, but got {text!r}")
-    return value
-
-
-def positive_float(text):
-    """argparse type: a float > 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, but got {text!r}")
-    return value
 
 
 def parse_args(argv):

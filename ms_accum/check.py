@@ -11,7 +11,6 @@ verdict. Exit code 0: equivalent within --rtol; 1: not; 2: bad arguments.
 """
 import argparse
 import importlib
-import math
 import sys
 
 import numpy as np
@@ -19,6 +18,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import nn
 
+from ._argtypes import positive_float, positive_int
 from .equivalence import CELLS, check_equivalence
 
 
@@ -33,22 +33,8 @@ def _load(spec):
         raise ValueError(f"'--network' {spec!r} could not be loaded: {err}. Is its directory on PYTHONPATH?") from err
 
 
-def _positive(kind):
-    """An argparse type: a `kind` (int or float) that is finite and > 0."""
-    def parse(text):
-        try:
-            value = kind(text)
-        except ValueError:
-            value = None
-        if value is None or not math.isfinite(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"must be {'an int' if kind is int else 'a number'} > 0, but got "
-                                             f"{text!r}")
-        return value
-    return parse
-
-
 def _shape(text):
-    """An argparse type: comma-separated ints >= 1."""
+    """argparse type: one sample's shape, comma-separated ints >= 1."""
     try:
         shape = tuple(int(d) for d in text.split(","))
     except ValueError:
@@ -65,15 +51,15 @@ def main(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--network", required=True, help="factory of the network, 'package.module:callable'")
     parser.add_argument("--input-shape", type=_shape, required=True, help="one sample's shape, for example 1,32,32")
-    parser.add_argument("--num-classes", type=_positive(int), required=True,
+    parser.add_argument("--num-classes", type=positive_int, required=True,
                         help="labels are drawn from 0..num_classes-1")
-    parser.add_argument("--batch-size", type=_positive(int), default=32, help="the large batch (default: %(default)s)")
-    parser.add_argument("--accumulation-steps", type=_positive(int), default=4)
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="the large batch (default: %(default)s)")
+    parser.add_argument("--accumulation-steps", type=positive_int, default=4)
     parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default="momentum")
-    parser.add_argument("--lr", type=_positive(float), default=0.01)
+    parser.add_argument("--lr", type=positive_float, default=0.01)
     parser.add_argument("--cell", choices=list(CELLS), default="three_cells")
     parser.add_argument("--mode", choices=["graph", "pynative"], default="pynative")
-    parser.add_argument("--rtol", type=_positive(float), default=1e-5)
+    parser.add_argument("--rtol", type=positive_float, default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     shape = args.input_shape

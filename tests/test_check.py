@@ -137,9 +137,9 @@ def test_command_passes_and_fails_with_exit_codes():
 
 @pytest.mark.parametrize("args, message", [
     (("--input-shape", "3x8x8"), "argument --input-shape: must be one sample's shape as comma-separated ints >= 1"),
-    (("--num-classes", "0"), "argument --num-classes: must be an int > 0, but got '0'"),
-    (("--rtol", "-1"), "argument --rtol: must be a number > 0, but got '-1'"),
-    (("--lr", "nan"), "argument --lr: must be a number > 0, but got 'nan'"),
+    (("--num-classes", "0"), "argument --num-classes: must be an int >= 1, but got '0'"),
+    (("--rtol", "-1"), "argument --rtol: must be a finite number > 0, but got '-1'"),
+    (("--lr", "nan"), "argument --lr: must be a finite number > 0, but got 'nan'"),
 ])
 def test_command_refuses_bad_arguments_naming_the_flag(args, message):
     defaults = {"--network": "helpers:SmallConvNet", "--input-shape": "1,6,6", "--num-classes": "4"}
