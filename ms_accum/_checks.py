@@ -74,17 +74,22 @@ def check_sens(owner, value):
     return float(value)
 
 
+def check_finite_positive(owner, arg_name, value, alternative=""):
+    """Return `value` as a float if it is a finite real number > 0, else raise TypeError or ValueError; the message
+    offers `alternative` too (", or None for ...")."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"For '{owner}', '{arg_name}' must be a finite number > 0{alternative}, but got {value!r} "
+                        f"of type {type(value).__name__}.")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"For '{owner}', '{arg_name}' must be a finite number > 0{alternative}, but got {value!r}.")
+    return float(value)
+
+
 def check_clip_norm(owner, clip_norm):
     """Return `clip_norm` as a float if it is a finite number > 0, or None (no clipping)."""
     if clip_norm is None:
         return None
-    if isinstance(clip_norm, bool) or not isinstance(clip_norm, numbers.Real):
-        raise TypeError(f"For '{owner}', 'clip_norm' must be a finite number > 0, or None for no clipping, but got "
-                        f"{clip_norm!r} of type {type(clip_norm).__name__}.")
-    if not math.isfinite(clip_norm) or clip_norm <= 0:
-        raise ValueError(f"For '{owner}', 'clip_norm' must be a finite number > 0, or None for no clipping, but got "
-                         f"{clip_norm!r}.")
-    return float(clip_norm)
+    return check_finite_positive(owner, "clip_norm", clip_norm, ", or None for no clipping")
 
 
 def check_grad_sum(owner, grad_sum, optimizer=None, network=None, arg_name="grad_sum"):

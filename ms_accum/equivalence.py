@@ -9,7 +9,6 @@ decides, in either computation; those elements are counted and reported, not fai
 
 The command-line front end is ``python -m ms_accum.check`` (check.py).
 """
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +16,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn
 
-from ._checks import check_bool, check_positive_int
+from ._checks import check_bool, check_finite_positive, check_positive_int
 from .accu_steps import TrainAccuStepsCell
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
 
@@ -181,7 +180,7 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
         EquivalenceReport, whose ``passed`` gives the verdict and ``str()`` a table.
 
     Raises:
-        TypeError: If `accumulation_steps` is not an int or `average` is not a bool.
+        TypeError: If `accumulation_steps` is not an int, `rtol` is not a number or `average` is not a bool.
         ValueError: If `accumulation_steps` is < 1 or larger than the batch, `rtol` is not a finite number > 0,
             `cell` is unknown, or `average` is ``False`` with ``cell="accu_steps"``.
 
@@ -200,8 +199,7 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
     """
     owner = "check_equivalence"
     check_positive_int(owner, "accumulation_steps", accumulation_steps)
-    if isinstance(rtol, bool) or not isinstance(rtol, (int, float)) or not math.isfinite(rtol) or rtol <= 0:
-        raise ValueError(f"For '{owner}', 'rtol' must be a finite number > 0, but got {rtol!r}.")
+    check_finite_positive(owner, "rtol", rtol)
     check_bool(owner, "average", average)
     if cell not in CELLS:
         raise ValueError(f"For '{owner}', 'cell' must be one of {list(CELLS)}, but got {cell!r}.")
