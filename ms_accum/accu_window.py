@@ -10,9 +10,9 @@ from mindspore.common.initializer import initializer
 from mindspore.communication.management import GlobalComm
 from mindspore.context import ParallelMode
 from mindspore.nn import DistributedGradReducer, Identity
-from mindspore.parallel._utils import _get_device_num, _get_gradients_mean, _get_parallel_mode
 
 from . import window
+from ._compat import get_device_num, get_gradients_mean, get_parallel_mode
 from ._checks import check_clip_norm, check_positive_int
 
 WINDOW_PREFIX = "accu_window"
@@ -27,12 +27,12 @@ def float32_buffers(weights, prefix):
 def data_parallel_reducer(weights):
     """What :class:`mindspore.nn.TrainOneStepCell` sets up for the parallel context in force: (parallel mode,
     whether gradients are reduced, the device count, the reducer)."""
-    parallel_mode = _get_parallel_mode()
+    parallel_mode = get_parallel_mode()
     reducer_flag = parallel_mode in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL)
     if not reducer_flag:
         return parallel_mode, False, 1, Identity()
-    degree = _get_device_num()
-    return parallel_mode, True, degree, DistributedGradReducer(weights, _get_gradients_mean(), degree)
+    degree = get_device_num()
+    return parallel_mode, True, degree, DistributedGradReducer(weights, get_gradients_mean(), degree)
 
 
 class AccumulationWindow:

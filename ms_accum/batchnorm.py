@@ -6,10 +6,9 @@ Batch statistics of a micro-batch are also noisier than those of the large batch
 without a second pass. `adjust_batchnorm_momentum` restores the decay per window.
 """
 from mindspore import ops
-from mindspore.nn.layer.normalization import _BatchNorm
-from mindspore.ops.operations import _inner_ops as inner
 
 from ._checks import check_positive_int
+from ._compat import BatchNormBase, SyncBatchNormOp
 
 _ORIGINAL = "_ms_accum_original_momentum"
 
@@ -52,7 +51,7 @@ def adjust_batchnorm_momentum(network, accumulation_steps):
     accumulation_steps = check_positive_int("adjust_batchnorm_momentum", "accumulation_steps", accumulation_steps)
     changed = []
     for name, cell in network.cells_and_names():
-        if not isinstance(cell, _BatchNorm):
+        if not isinstance(cell, BatchNormBase):
             continue
         if not hasattr(cell, _ORIGINAL):
             setattr(cell, _ORIGINAL, 1.0 - cell.momentum)  # the cell stores 1 - momentum, the new statistics' weight
@@ -68,9 +67,9 @@ def _training_op(name, cell, momentum):
     """The layer's training BatchNorm primitive rebuilt with `momentum`, of the same kind: a synchronised one
     (nn.SyncBatchNorm across devices) keeps its group, so its statistics stay shared."""
     current = cell.bn_train
-    if isinstance(current, inner.SyncBatchNorm):
-        return inner.SyncBatchNorm(epsilon=cell.eps, momentum=momentum, group=current.group,
-                                   device_num=current.device_num)
+    if isinstance(current, SyncBatchNormOp):
+        return SyncBatchNormOp(epsilon=cell.eps, momentum=momentum, group=current.group,
+                               device_num=current.device_num)
     if isinstance(current, ops.BatchNorm):
         return ops.BatchNorm(is_training=True, epsilon=cell.eps, momentum=momentum, data_format=cell.format)
     raise TypeError(f"For 'adjust_batchnorm_momentum', BatchNorm layer '{name}' ({type(cell).__name__}) trains with "

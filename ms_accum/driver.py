@@ -5,10 +5,10 @@ from functools import partial
 
 from mindspore import nn, ops
 from mindspore.train.callback import RunContext
-from mindspore.train.callback._callback import CallbackManager, InternalCallbackParam
 
 from ._checks import (check_bool, check_cell, check_choice, check_clip_norm, check_lr_schedule, check_optimizer,
                       check_optimizer_trains, check_positive_int, check_resume_or_initial_epoch, check_state_saving)
+from ._compat import CallbackManager, InternalCallbackParam
 from .checkpoint import save_checkpoint_atomic
 from .loss_scale import check_scale_sense
 from .accu_window import float32_buffers

@@ -3,24 +3,26 @@
 In dataset sink mode (GPU, Ascend; GRAPH_MODE) each window runs the accumulation graph sunk for N-1 steps and the
 update graph sunk for 1 step: two compiled phases of one sink network, each registered once with its own loop
 size. Elsewhere (CPU, PYNATIVE, dataset_sink_mode=False) the same alternation runs micro-batch by micro-batch.
-Written against MindSpore 2.10's Model internals (train/model.py `_train`, `_train_dataset_sink_process`;
-train/dataset_helper.py `DatasetHelper`, `connect_network_with_dataset`).
+Written against the Model internals of MindSpore 2.7 to 2.10 (train/model.py `_train`, `_train_process`,
+`_train_dataset_sink_process`; train/dataset_helper.py `DatasetHelper`, `connect_network_with_dataset`); the
+private names and the methods it overrides are checked in ``_compat.py`` when ms_accum is imported.
 """
 import math
 from functools import partial
 
-from mindspore.dataset.engine.datasets import _set_training_dataset
-from mindspore.graph.api import _cell_graph_executor
-from mindspore.train._utils import _get_types_and_shapes
 from mindspore.train.callback import RunContext
 from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
-from mindspore.train.model import Model, _transfer_tensor_to_tuple
+from mindspore.train.model import Model
 
+from ._compat import (check_model_internals, register_sink_loop, reset_op_ids, set_training_dataset,
+                      transfer_tensor_to_tuple)
 from ._checks import check_lr_schedule, check_positive_int, check_resume_or_initial_epoch, check_state_saving
 from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationModes
 from .driver import updates_per_epoch
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
+
+check_model_internals(Model)
 
 
 def _rank_and_world(cell):
@@ -179,7 +181,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             self._current_step_num = 0
             list_callback.on_train_epoch_begin(run_context)
             for index, next_element in enumerate(dataset_helper, start=micro_done % steps):
-                next_element = _transfer_tensor_to_tuple(next_element)
+                next_element = transfer_tensor_to_tuple(next_element)
                 position = index % n
                 update = position == n - 1 or index == steps - 1
                 if position == 0:
@@ -198,6 +200,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 writer.after(micro_done, cb_params.cur_step_num, at_update_boundary=update)
                 if update and run_context.get_stop_requested():
                     break
+            reset_op_ids()
             self._eval_during_train(valid_infos, cb_params, list_callback)
             train_dataset.reset()
             self._flush_from_cache(cb_params)
@@ -259,6 +262,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 if run_context.get_stop_requested():
                     break
             helper.continue_send()
+            reset_op_ids()
             self._eval_during_train(valid_infos, cb_params, list_callback)
             list_callback.on_train_epoch_end(run_context)
             cb_params.pop("metrics", None)
@@ -293,7 +297,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         dataset.__loop_size__ = 1
         helper = DatasetHelper(dataset, True, sink_size, dataset_sink_num)
         if self._need_reset_data:
-            _set_training_dataset(helper)
+            set_training_dataset(helper)
         return helper
 
     def _connect(self, helper):
@@ -303,8 +307,5 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     @staticmethod
     def _register_loop_size(dataset, loop, phase):
         """Tell the backend how many steps `phase` sinks; read when that phase is first compiled."""
-        types, shapes = _get_types_and_shapes(dataset)
-        _cell_graph_executor.init_dataset(dataset.__transfer_dataset__.queue_name, loop, dataset.get_batch_size(),
-                                          types, shapes, dataset.input_indexs, phase=phase + "_dataset",
-                                          need_run=False)
+        register_sink_loop(dataset, loop, phase)
 

@@ -14,7 +14,8 @@ items.
 """
 from mindspore import Tensor, context, nn, ops
 from mindspore import dtype as mstype
-from mindspore.graph.api import _pynative_executor
+
+from ._compat import forget_pynative_recording
 
 
 def _leading_dims(inputs):
@@ -160,9 +161,7 @@ def forget_failed_forward(loss_and_items):
     """
     After a PYNATIVE call failed inside the recorded forward of `loss_and_items` (an error raised there), reset
     the gradient recording that MindSpore 2.10 leaves open; otherwise every later micro-batch's backward reruns
-    its forward (BatchNorm would update its moving statistics twice).
+    its forward (BatchNorm would update its moving statistics twice); 2.7 does the same.
     """
     if context.get_context("mode") == context.PYNATIVE_MODE:
-        loss_and_items.is_top_cell = False
-        _pynative_executor.set_grad_flag(False)
-        _pynative_executor.clear_res()
+        forget_pynative_recording(loss_and_items)

@@ -5,6 +5,7 @@ import pytest
 from mindspore import Tensor, nn, ops
 
 import ms_accum
+from ms_accum._compat import SyncBatchNormOp
 
 
 class BNLoss(nn.Cell):
@@ -72,13 +73,12 @@ def test_a_synchronised_batchnorm_stays_synchronised():
     """nn.SyncBatchNorm across devices trains with a SyncBatchNorm primitive on its group; the adjusted layer
     must keep it (a plain BatchNorm would silently stop sharing the statistics). The group is set up by hand here:
     one CPU process has no devices to synchronise."""
-    from mindspore.ops.operations import _inner_ops as inner  # pylint: disable=import-outside-toplevel
     net = nn.SequentialCell([nn.Dense(4, 4), nn.SyncBatchNorm(4, momentum=0.9)])
-    net[1].bn_train = inner.SyncBatchNorm(epsilon=net[1].eps, momentum=net[1].momentum, group="sync_bn_test",
-                                          device_num=4)
+    net[1].bn_train = SyncBatchNormOp(epsilon=net[1].eps, momentum=net[1].momentum, group="sync_bn_test",
+                                      device_num=4)
     ms_accum.adjust_batchnorm_momentum(net, 4)
     rebuilt = net[1].bn_train
-    assert isinstance(rebuilt, inner.SyncBatchNorm)
+    assert isinstance(rebuilt, SyncBatchNormOp)
     assert (rebuilt.group, rebuilt.device_num) == ("sync_bn_test", 4)
     assert rebuilt.momentum == pytest.approx(1.0 - 0.9 ** 0.25) == net[1].momentum
 

@@ -1,0 +1,182 @@
+"""The supported MindSpore range: declared once, checked at import, and every private MindSpore name in one module."""
+import ast
+import importlib
+import importlib.metadata
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+import mindspore as ms
+from mindspore import nn
+from mindspore.train import Model
+
+import ms_accum
+from ms_accum import _compat
+from helpers import numpy_dataset
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RELEASE_TEXT = "MindSpore 2.7.0 to 2.10.x"
+
+
+@pytest.mark.parametrize("version, release", [("2.7.0", (2, 7, 0)), ("2.10.0", (2, 10, 0)), ("2.7.0rc1", (2, 7, 0)),
+                                              ("2.9", (2, 9, 0)), ("2.8.0.dev20250101", (2, 8, 0))])
+def test_supported_releases_import_quietly(version, release):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _compat.check_release(version) == release
+
+
+@pytest.mark.parametrize("version", ["2.6.0", "2.5.0", "1.10.1", "2.6.0rc1"])
+def test_an_older_release_is_refused_with_the_supported_range(version):
+    with pytest.raises(ImportError, match=rf"ms_accum supports {RELEASE_TEXT}, but MindSpore {version} is installed\. "
+                                          r"Install a supported release: pip install 'mindspore>=2\.7\.0,<2\.11'"):
+        _compat.check_release(version)
+
+
+@pytest.mark.parametrize("version", ["2.11.0", "3.0.0"])
+def test_a_newer_release_warns_with_the_supported_range(version):
+    with pytest.warns(RuntimeWarning, match=rf"ms_accum supports {RELEASE_TEXT} and was not tested on MindSpore "
+                                            rf"{version}"):
+        _compat.check_release(version)
+
+
+def test_an_unreadable_version_is_refused():
+    with pytest.raises(ImportError, match=r"could not read the installed MindSpore's version 'unknown'"):
+        _compat.check_release("unknown")
+
+
+def test_import_on_an_older_release_names_the_supported_range():
+    """The whole import path, in a fresh process whose MindSpore reports 2.6.0."""
+    code = "import mindspore; mindspore.__version__ = '2.6.0'\ntry:\n    import ms_accum\nexcept ImportError as e:\n" \
+           "    print('REFUSED', e)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True,
+                         cwd=ROOT).stdout
+    assert f"REFUSED ms_accum supports {RELEASE_TEXT}, but MindSpore 2.6.0 is installed." in out
+
+
+def test_the_declared_dependency_is_the_checked_range_and_admits_this_mindspore():
+    requirements = [Requirement(r) for r in importlib.metadata.requires("ms_accum")]
+    mindspore = [r for r in requirements if r.name == "mindspore" and r.marker is None]
+    assert len(mindspore) == 1, requirements
+    spec = mindspore[0].specifier
+    lowest, beyond = ".".join(map(str, _compat.LOWEST)), ".".join(map(str, _compat.BEYOND[:2]))
+    assert str(spec) in (f">={lowest},<{beyond}", f"<{beyond},>={lowest}")
+    assert Version(ms.__version__) in spec
+    assert Version(lowest) in spec and Version(f"{beyond}.0") not in spec
+
+
+def test_pip_check_finds_no_conflict_with_the_installed_mindspore():
+    """What `pip install --no-deps -e .` followed by `pip check` must show in any supported release."""
+    proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120)
+    conflicts = [line for line in proc.stdout.splitlines() if "ms-accum" in line.lower() or "ms_accum" in line]
+    assert not conflicts, proc.stdout
+
+
+def test_a_missing_name_names_every_place_looked_and_the_range():
+    with pytest.raises(ImportError, match=rf"ms_accum supports {RELEASE_TEXT}: MindSpore .* has no widget \(looked "
+                                          r"for mindspore\.no_such_module:x, mindspore:_no_such_name\)"):
+        _compat._first("widget", "mindspore.no_such_module:x",  # pylint: disable=protected-access
+                       "mindspore:_no_such_name")
+
+
+def test_the_executors_come_from_the_release_s_own_module():
+    module = "mindspore.graph.api" if _compat.RELEASE >= (2, 9, 0) else "mindspore.common.api"
+    api = importlib.import_module(module)
+    assert _compat.cell_graph_executor is api._cell_graph_executor  # pylint: disable=protected-access
+    assert _compat.pynative_executor is api._pynative_executor  # pylint: disable=protected-access
+
+
+class _ModelWithout(Model):
+    """A Model whose release lost a method Model_ACCU overrides."""
+    _flush_from_cache = None
+
+
+class _ModelChanged(Model):
+    """A Model whose release added a parameter to a method Model_ACCU overrides."""
+
+    def _train_process(self, epoch, train_dataset, list_callback=None, cb_params=None, initial_epoch=0,
+                       valid_infos=None, initial_step=0):  # pylint: disable=arguments-differ
+        raise AssertionError("never called")
+
+
+def test_model_internals_of_this_release_are_the_ones_model_accu_was_written_for():
+    _compat.check_model_internals(Model)
+
+
+def test_a_missing_model_method_is_refused_at_import():
+    with pytest.raises(ImportError, match=r"Model_ACCU overrides or calls mindspore\.train\.Model\._flush_from_cache"
+                                          r"\(cb_params\), but MindSpore .* has no such method"):
+        _compat.check_model_internals(_ModelWithout)
+
+
+def test_a_changed_model_method_is_refused_at_import():
+    with pytest.raises(ImportError, match=r"Model\._train_process\(epoch, train_dataset, list_callback, cb_params, "
+                                          r"initial_epoch, valid_infos\), but MindSpore .* has \['epoch', .*"
+                                          r"'initial_step'\]"):
+        _compat.check_model_internals(_ModelChanged)
+
+
+def _private_mindspore_imports(path):
+    """(line, text) of every import of a private MindSpore module or name in the file at `path`."""
+    found = []
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mindspore":
+            private_module = any(part.startswith("_") for part in node.module.split("."))
+            names = [alias.name for alias in node.names if alias.name.startswith("_")]
+            if private_module or names:
+                found.append((node.lineno, f"from {node.module} import {', '.join(a.name for a in node.names)}"))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "mindspore" and any(p.startswith("_") for p in alias.name.split(".")):
+                    found.append((node.lineno, f"import {alias.name}"))
+    return found
+
+
+def _python_files(*folders):
+    for folder in folders:
+        for base, _, files in os.walk(os.path.join(ROOT, folder)):
+            for name in files:
+                if name.endswith(".py"):
+                    yield os.path.join(base, name)
+
+
+def test_no_module_but_compat_imports_a_private_mindspore_name():
+    offenders = {}
+    for path in _python_files("ms_accum", "model_zoo_lenet", "benchmarks", "tests"):
+        if os.path.basename(path) == "_compat.py":
+            continue
+        found = _private_mindspore_imports(path)
+        if found:
+            offenders[os.path.relpath(path, ROOT)] = found
+    assert not offenders, f"import these through ms_accum/_compat.py: {offenders}"
+
+
+def test_the_private_import_scan_finds_what_it_looks_for(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("from mindspore.train._utils import x\nfrom mindspore.graph.api import _pynative_executor\n"
+                      "import mindspore._c_expression\nfrom mindspore import nn\n")
+    assert [line for line, _ in _private_mindspore_imports(str(sample))] == [1, 2, 3]
+
+
+def test_model_accu_resets_operator_ids_once_per_epoch_where_the_release_does(monkeypatch):
+    """2.7's Model resets MindRT operator ids at every epoch's end under msrun; Model_ACCU's loop must do the same
+    there (faked here: one CPU process has no distributed MindRT), and nothing where the release does not."""
+    calls = []
+    monkeypatch.setattr(_compat, "_reset_op_id", lambda: calls.append("reset"))
+    monkeypatch.setattr(_compat, "_enable_distributed_mindrt", lambda: True)
+    net = nn.Dense(3, 2)
+    optimizer = nn.SGD(net.trainable_params(), 0.1)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, accumulation_steps=2)
+    data = [(np.ones((4, 3), np.float32), np.zeros((4, 2), np.float32))] * 4
+    ms_accum.Model_ACCU(cell).train(3, numpy_dataset(data))
+    assert calls == ["reset"] * 3
+    monkeypatch.setattr(_compat, "_enable_distributed_mindrt", lambda: False)
+    calls.clear()
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(data))
+    assert not calls
