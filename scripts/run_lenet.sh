@@ -13,8 +13,7 @@ DEBIAN_DIR=/usr/share/datasets/fashion-mnist
 DATA=data/fashion-mnist
 SAMPLE=model_zoo_lenet/data/fashion_mnist_sample
 
-bash scripts/setup.sh
-PY=.venv/bin/python
+PY=$(bash scripts/setup.sh)
 
 if [ ! -f "$DATA/train/train-images-idx3-ubyte" ] || [ ! -f "$DATA/test/t10k-images-idx3-ubyte" ]; then
     if [ ! -d "$DEBIAN_DIR" ]; then

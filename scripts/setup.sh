@@ -1,14 +1,30 @@
 #!/usr/bin/env bash
-# Create .venv (if missing) and install ms_accum with its pinned MindSpore 2.10.0, numpy<2 and pytest.
-# Idempotent: a second run only checks that the install is complete.
+# Create a virtual environment (if missing) with one MindSpore release, numpy<2, ms_accum (editable), pytest,
+# matplotlib and MindCV 0.3.0 (the ecosystem tests' models). Prints the environment's python on standard output
+# (what it did goes to standard error): PY=$(bash scripts/setup.sh).
+#   bash scripts/setup.sh                      # MindSpore 2.10.0 in .venv
+#   MINDSPORE=2.7.0 bash scripts/setup.sh      # MindSpore 2.7.0 in .venv-mindspore-2.7.0 (any release 2.7.0-2.10.x)
+# Idempotent: a second run only checks that the install is complete, of the asked release, and made from the
+# current pyproject.toml (its dependencies may have changed since).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-    "$PYTHON" -m venv .venv
+MINDSPORE=${MINDSPORE:-2.10.0}
+if [ "$MINDSPORE" = "2.10.0" ]; then VENV=${VENV:-.venv}; else VENV=${VENV:-.venv-mindspore-$MINDSPORE}; fi
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
 fi
-if ! .venv/bin/python -c "import mindspore, pytest, ms_accum" >/dev/null 2>&1; then
-    .venv/bin/python -m pip install --quiet --upgrade pip
-    .venv/bin/python -m pip install --quiet -e ".[test]"
+PY=$VENV/bin/python
+CHECK="import mindspore, pytest, matplotlib, mindcv, ms_accum; assert mindspore.__version__ == '$MINDSPORE'"
+STAMP=$VENV/.ms_accum-pyproject.sha256
+if ! "$PY" -c "$CHECK" >/dev/null 2>&1 || ! sha256sum --status -c "$STAMP" 2>/dev/null; then
+    echo "setup: installing MindSpore $MINDSPORE and ms_accum into $VENV (about 1 GB to download)" >&2
+    "$PY" -m pip install --quiet --upgrade pip >&2
+    # MindSpore first and pinned, so that nothing installed after it can replace it.
+    "$PY" -m pip install --quiet "mindspore==$MINDSPORE" "numpy<2" >&2
+    "$PY" -m pip install --quiet -c <(echo "mindspore==$MINDSPORE") -e ".[test,ecosystem]" >&2
+    sha256sum pyproject.toml > "$STAMP"
 fi
-.venv/bin/python -c "import mindspore, numpy; print(f'setup: MindSpore {mindspore.__version__}, numpy {numpy.__version__}')" 2>/dev/null
+"$PY" -c "import mindspore, numpy; print(f'setup: MindSpore {mindspore.__version__}, numpy {numpy.__version__} in $VENV')" \
+    >&2 2>/dev/null
+echo "$PY"

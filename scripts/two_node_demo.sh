@@ -26,8 +26,7 @@ if ! command -v ip >/dev/null 2>&1; then
     exit 2
 fi
 
-bash scripts/setup.sh
-VENV_BIN=$PWD/.venv/bin
+VENV_BIN=$(cd "$(dirname "$(bash scripts/setup.sh)")" && pwd)
 
 run() {
     echo "+ $*"
