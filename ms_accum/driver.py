@@ -3,7 +3,8 @@ import math
 from dataclasses import dataclass
 from functools import partial
 
-from mindspore import nn, ops
+from mindspore import Tensor, context, nn, ops
+from mindspore import dtype as mstype
 from mindspore.train.callback import RunContext
 
 from ._checks import (check_bool, check_cell, check_choice, check_clip_norm, check_lr_schedule, check_optimizer,
@@ -73,22 +74,44 @@ class _ExactState(nn.Cell):
         self.optim = optim
 
 
-class _WindowEnd(nn.Cell):
-    """The window's last micro-batch, the update and the clear. In GRAPH_MODE one graph, one launch and one Python
-    call per window instead of three (the driver trained LeNet at 0.91 of plain training with three, measured with
-    benchmarks/paired.py --path driver); in PYNATIVE_MODE the three cells run in turn as before. MindSpore orders
-    the three cells' reads and writes of the shared buffers as written; the outputs are TrainOptim's."""
+class _MicroStep(nn.Cell):
+    """One micro-batch in GRAPH_MODE: forward and backward into the buffers, then, when `update` (a bool Tensor)
+    is set, the window's optimizer step and the clear. Every call runs the same compiled graph, the update a branch
+    taken at run time, as MindCV's TrainStep does. With a graph for the accumulating calls and another for the
+    window's end, the first update waited for two compilations of the network's backward: 21.6 s against
+    TrainStep's 12.9 s on EdgeNeXt xx_small (benchmarks/peers.py), 16.7 against 16.0 s with this one graph;
+    LeNet trains at 1.14 of plain Model.train with it (benchmarks/paired.py --path driver; three cells per window
+    gave 0.91). MindSpore orders the cells' reads and writes of the shared buffers as written. Outputs:
+    TrainOptim's on an update; on an accumulating call the same structure, from the micro-batch's loss (the driver
+    does not read them)."""
 
     def __init__(self, forward_backward, optim, clear):
         super().__init__(auto_prefix=False)
         self.forward_backward = forward_backward
         self.optim = optim
         self.clear = clear
+        self.loss_scaled = optim.loss_scaled
 
-    def construct(self, *inputs):
+    def __call__(self, *args, **kwargs):
+        # the forward-backward cell's PYNATIVE flag is read when this graph is compiled: set it for this mode
+        eager = context.get_context("mode") == context.PYNATIVE_MODE
+        self.forward_backward._eager = eager  # pylint: disable=protected-access
+        return super().__call__(*args, **kwargs)
+
+    def construct(self, update, *inputs):
         loss = self.forward_backward(*inputs)
-        outputs = ops.depend(self.optim(), loss)
-        return ops.depend(outputs, self.clear())
+        if update:
+            outputs = ops.depend(self.optim(), loss)
+            outputs = ops.depend(outputs, self.clear())
+        else:
+            outputs = self._accumulating_outputs(loss)
+        return outputs
+
+    def _accumulating_outputs(self, loss):
+        loss = ops.reshape(ops.cast(loss, mstype.float32), ())
+        if not self.loss_scaled:
+            return loss
+        return loss, ops.zeros((), mstype.bool_), self.optim.scale_sense * 1.0
 
 
 class GradientAccumulation:
@@ -100,8 +123,9 @@ class GradientAccumulation:
     (``set_train(True)``, as :meth:`mindspore.train.Model.train` does: BatchNorm normalises with batch statistics
     and updates its moving statistics once per micro-batch, Dropout is active). By default each update equals one
     large-batch step on exactly the samples of its window, or on its items when the loss network returns
-    ``(loss, num_items)`` (see :class:`TrainForwardBackward`). In GRAPH_MODE the window's last micro-batch, the
-    optimizer step and the clear run as one compiled graph.
+    ``(loss, num_items)`` (see :class:`TrainForwardBackward`). In GRAPH_MODE every micro-batch runs one compiled
+    graph (its forward-backward, and on the window's last micro-batch the optimizer step and the clear, a branch
+    taken at run time), so training starts after one compilation of the network.
 
     Args:
         network (Cell): The network to train.
@@ -162,7 +186,8 @@ class GradientAccumulation:
         self.train_state = TrainState(self.loss_network, optimizer, self.optim.scale_sense,
                                       self.optim.loss_scale_manager)
         self.exact_state = _ExactState(self.forward_backward, self.optim)
-        self.window_end = _WindowEnd(self.forward_backward, self.optim, self.clear)
+        self.micro_step = _MicroStep(self.forward_backward, self.optim, self.clear)
+        self._accumulate_flag, self._update_flag = Tensor(False), Tensor(True)
 
     def train_process(self, epoch, train_dataset, mini_steps, callbacks=None, partial_window="flush",
                       ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0, state_path=None,
@@ -251,13 +276,29 @@ class GradientAccumulation:
         if resume_from is not None:
             plan.start_micro, plan.start_updates = load_training_state(self.exact_state, resume_from,
                                                                        epoch * steps_per_epoch)
-        self.forward_backward.set_train(True)
-        self.window_end.set_train(True)
+        self.micro_step.set_train(True)
         run = _Run(self, plan)
         run.loop(train_dataset)
         if ckpt_path is not None:
             save_checkpoint_atomic(self.train_state, ckpt_path)
         return [float(loss.asnumpy()) for loss in run.history]
+
+    def _accumulate(self, data):
+        """Add one micro-batch to the open window."""
+        if context.get_context("mode") == context.GRAPH_MODE:
+            return self.micro_step(self._accumulate_flag, *data)
+        return self.forward_backward(*data)
+
+    def _end_window(self, data=None):
+        """Add the window's last micro-batch `data` (None: already added), step the optimizer once from the window
+        and clear it; returns TrainOptim's outputs (the window's mean loss, or (mean loss, overflow, loss scale))."""
+        if data is not None and context.get_context("mode") == context.GRAPH_MODE:
+            return self.micro_step(self._update_flag, *data)
+        if data is not None:
+            self.forward_backward(*data)
+        outputs = self.optim()
+        self.clear()
+        return outputs
 
 
 def updates_per_epoch(steps, mini_steps, partial_window):
@@ -355,7 +396,7 @@ class _Run:
                     if self.pending == self.mini_steps:
                         self._update(callbacks, data)
                     else:
-                        self.owner.forward_backward(*data)
+                        self.owner._accumulate(data)  # pylint: disable=protected-access
                     if self.micro_done % steps:  # the epoch's last micro-batch is saved after the epoch-end policy
                         self._maybe_save_state()
                     if run_context.get_stop_requested():
@@ -393,13 +434,8 @@ class _Run:
         cb_params = self.cb_params
         self.updates_in_epoch += 1
         cb_params.window_micro_steps = self.pending
-        owner, optim = self.owner, self.owner.optim
-        # the window's mean loss, or (mean loss, overflow, loss scale) with loss scaling
-        if data is not None:
-            outputs = owner.window_end(*data)
-        else:
-            outputs = optim()
-            owner.clear()
+        optim = self.owner.optim
+        outputs = self.owner._end_window(data)  # pylint: disable=protected-access
         cb_params.window_record = partial(window_record, cb_params, outputs, self.pending,
                                           (optim.last_items, optim.last_grad_norm, optim.last_clipped),
                                           self.owner.optimizer)

@@ -46,6 +46,19 @@ def test_partial_window_policies(policy, epochs, window_sizes, exec_mode):
     assert all(not p.asnumpy().any() for p in trainer.grad_sum), "buffers not empty after training"
 
 
+
+def test_graph_mode_compiles_the_network_once_for_every_micro_batch():
+    """In GRAPH_MODE every micro-batch, accumulating or ending a window, runs one compiled graph: the network's
+    backward is compiled once, as in MindCV's TrainStep (two graphs made the first update wait twice as long)."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    batches = micro_batches([4] * 8)
+    trainer, net, _ = _trainer()
+    trainer.train_process(2, numpy_dataset(batches), 4, ckpt_path=None, log_every=0)
+    assert len(trainer.micro_step.compile_cache) == 1, trainer.micro_step.compile_cache
+    assert not trainer.forward_backward.compile_cache, "the forward-backward cell was compiled on its own as well"
+    expected = reference_train("momentum", _windows(batches * 2, [4] * 4))
+    assert_params_close(params_of(net), expected, context="one graph")
+
 def test_carry_flushes_a_window_still_open_after_the_last_epoch():
     batches = micro_batches([4] * 3)
     trainer, net, _ = _trainer("sgd")
