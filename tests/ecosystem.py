@@ -1,0 +1,138 @@
+"""Training other people's models through every ms_accum path, against an independent large-batch update.
+
+`make()` builds (network, loss, optimizer) with the same initial weights each time; ``loss=None`` when the network
+is itself the loss network. With ``token_loss=True`` that network returns ``(loss, num_items)``. The reference
+takes, per window, `value_and_grad` of the mean loss over the window's concatenated micro-batches (a token loss:
+over its tokens) and one optimizer step, in PYNATIVE_MODE, without ms_accum.
+"""
+import numpy as np
+
+import mindspore as ms
+import mindspore.dataset as ds
+from mindspore import Tensor, nn
+
+import ms_accum
+
+PATHS = ["driver", "model_accu", "cells", "accumulator"]
+
+# Float32 accumulation sums each window's gradient in another order than the large batch does: measured up to
+# 4.5e-6 of a parameter's largest update on these models (the reference against itself with its micro-batches
+# concatenated in another order: 4.4e-6); the raw sum or a per-sequence weighting of token means is off by 1.2 to 54.
+UPDATE_RTOL = 1e-4
+
+
+def trained_parameters(net):
+    """name -> numpy copy of every trainable parameter (BatchNorm's moving statistics are not trained: accumulation
+    updates them once per micro-batch, the large batch once; see docs/models.md)."""
+    return {p.name: p.asnumpy().copy() for p in net.trainable_params()}
+
+
+def dataset_of(batches):
+    """A dataset yielding exactly `batches` in order, one micro-batch (a tuple of arrays) per row."""
+    return ds.GeneratorDataset(lambda: iter(batches), [f"column{i}" for i in range(len(batches[0]))], shuffle=False)
+
+
+def loss_network(net, loss):
+    return net if loss is None else nn.WithLossCell(net, loss)
+
+
+def train_path(path, make, batches, steps, token_loss=False):
+    """Train on `batches` (tuples of numpy arrays, one per micro-batch) through `path` with `steps` micro-batches per
+    update, in the current execution mode; returns the network's trained parameters."""
+    net, loss, optimizer = make()
+    if path == "driver":
+        ms_accum.GradientAccumulation(net, loss, optimizer).train_process(1, dataset_of(batches), steps,
+                                                                          ckpt_path=None, log_every=0)
+    elif path == "model_accu":
+        cell = ms_accum.TrainAccuStepsCell(loss_network(net, loss), optimizer, accumulation_steps=steps)
+        ms_accum.Model_ACCU(cell).train(1, dataset_of(batches))
+    elif path == "cells":
+        _train_cells(loss_network(net, loss), optimizer, batches, steps)
+    elif path == "accumulator":
+        _train_accumulator(loss_network(net, loss), optimizer, batches, steps, token_loss)
+    else:
+        raise ValueError(f"unknown path {path!r}")
+    return trained_parameters(net)
+
+
+def _train_cells(loss_net, optimizer, batches, steps, average=True):
+    grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(loss_net, optimizer, grad_sum, average=average)
+    optim, clear = ms_accum.TrainOptim(optimizer, grad_sum, average=average), ms_accum.TrainClear(grad_sum)
+    forward_backward.set_train(True)
+    for index, batch in enumerate(batches):
+        forward_backward(*map(Tensor, batch))
+        if (index + 1) % steps == 0:
+            optim()
+            clear()
+
+
+def _train_accumulator(loss_net, optimizer, batches, steps, token_loss):
+    loss_net.set_train(True)
+    grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters, has_aux=token_loss)
+    accumulator = ms_accum.Accumulator(optimizer, steps)
+
+    def step(*batch):
+        if token_loss:
+            (_, items), grads = grad_fn(*batch)
+        else:
+            _, grads = grad_fn(*batch)
+            items = batch[0].shape[0]
+        return accumulator(grads, items)
+
+    if ms.get_context("mode") == ms.GRAPH_MODE:
+        step = ms.jit(step)
+    for batch in batches:
+        step(*map(Tensor, batch))
+
+
+def train_raw_sum(make, batches, steps):
+    """The tutorial's raw sum of micro-batch gradients (average=False): a wrong update the comparison must catch."""
+    net, loss, optimizer = make()
+    _train_cells(loss_network(net, loss), optimizer, batches, steps, average=False)
+    return trained_parameters(net)
+
+
+def large_batch_reference(make, batches, steps, token_loss=False):
+    """Per window of `steps` micro-batches: value_and_grad of the loss on their concatenation, one optimizer step,
+    in PYNATIVE_MODE; returns the network's trained parameters."""
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        net, loss, optimizer = make()
+        loss_net = loss_network(net, loss)
+        loss_net.set_train(True)
+        grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters, has_aux=token_loss)
+        for start in range(0, len(batches), steps):
+            window = batches[start:start + steps]
+            _, grads = grad_fn(*(Tensor(np.concatenate(parts)) for parts in zip(*window)))
+            optimizer(grads)
+        return trained_parameters(net)
+    finally:
+        ms.set_context(mode=mode)
+
+
+def update_errors(got, reference, initial):
+    """Per trained parameter of `reference`: the largest difference between the two updates (parameters after minus
+    `initial`), relative to the reference update's largest element, less two float32 spacings of the parameter
+    (the rounding of storing it). Parameters the reference did not move are left out."""
+    errors = {}
+    for name, want_after in reference.items():
+        start = initial[name]
+        want, have = want_after - start, got[name] - start
+        scale = np.abs(want).max()
+        if scale == 0.0:
+            continue
+        rounding = 2.0 * np.spacing(np.abs(want_after).astype(np.float32)).astype(np.float64)
+        errors[name] = float(np.max(np.maximum(np.abs(have - want) - rounding, 0.0)) / scale)
+    return errors
+
+
+def assert_updates_match(got, reference, initial, context, rtol=UPDATE_RTOL):
+    errors = update_errors(got, reference, initial)
+    assert errors, f"{context}: the reference moved no parameter"
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= rtol, (f"{context}: parameter {worst}'s update differs from the large batch's by "
+                                   f"{errors[worst]:.3g} of its largest element (allowed {rtol}); "
+                                   f"{sum(e > rtol for e in errors.values())} of {len(errors)} parameters over")
+    return errors[worst]

@@ -1,0 +1,80 @@
+"""MindCV's own models, optimizer and loss, built by its factories, through every ms_accum path in both modes.
+
+ResNet18 (BatchNorm) trains on micro-batches that are permutations of one set of images, so that BatchNorm's batch
+statistics in training mode are the same in every micro-batch and in the large batch, for one window: on such data
+(the same images under contradictory labels) a second window is chaotic in the weights, a perturbation of one
+float32 spacing after the first window moving the second window's update by 0.83 of its largest element in the
+reference alone, so no comparison of two windows means anything there. EdgeNeXt xx_small (LayerNorm, attention)
+trains two windows of unequal micro-batches. Random initialisation: nothing is downloaded.
+"""
+import functools
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+
+from ecosystem import PATHS, assert_updates_match, large_batch_reference, train_path, train_raw_sum, update_errors
+from helpers import params_of
+
+pytestmark = pytest.mark.ecosystem
+
+mindcv = pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0 (bash "
+                                               "scripts/setup.sh installs it)")
+
+CLASSES, STEPS = 5, 3
+MODELS = {
+    # name: (image side, micro-batch sizes, whether the micro-batches must share their statistics); STEPS per window
+    "resnet18": (64, (8,) * 3, True),
+    "edgenext_xx_small": (64, (3, 1, 2, 2, 3, 1), False),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def initial_weights(name):
+    ms.set_seed(0)
+    return params_of(mindcv.create_model(name, num_classes=CLASSES))
+
+
+def make(name):
+    """MindCV's factories: the model (with the cached initial weights), its optimizer and its loss."""
+    net = mindcv.create_model(name, num_classes=CLASSES)
+    ms.load_param_into_net(net, {k: ms.Parameter(ms.Tensor(v), name=k) for k, v in initial_weights(name).items()})
+    optimizer = mindcv.create_optimizer(net.trainable_params(), opt="momentum", lr=0.005, momentum=0.9,
+                                        weight_decay=1e-4)
+    return net, mindcv.create_loss(name="CE", label_smoothing=0.1), optimizer
+
+
+@functools.lru_cache(maxsize=None)
+def micro_batches(name):
+    side, sizes, shared_statistics = MODELS[name]
+    rng = np.random.default_rng(7)
+    base = rng.normal(size=(sizes[0], 3, side, side)).astype(np.float32)
+    batches = []
+    for size in sizes:
+        images = base[rng.permutation(size)] if shared_statistics else \
+            rng.normal(size=(size, 3, side, side)).astype(np.float32)
+        batches.append((images, rng.integers(0, CLASSES, size=size).astype(np.int32)))
+    return tuple(batches)
+
+
+@functools.lru_cache(maxsize=None)
+def reference(name):
+    return large_batch_reference(functools.partial(make, name), list(micro_batches(name)), STEPS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("name", list(MODELS))
+def test_mindcv_model_trains_as_the_large_batch(name, path, exec_mode):
+    got = train_path(path, functools.partial(make, name), list(micro_batches(name)), STEPS)
+    assert_updates_match(got, reference(name), initial_weights(name), context=f"{name}, {path}, {exec_mode}")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(MODELS))
+def test_the_comparison_catches_the_raw_sum(name):
+    """The tutorial's raw sum on the same model: the check above must be able to fail."""
+    got = train_raw_sum(functools.partial(make, name), list(micro_batches(name)), STEPS)
+    errors = update_errors(got, reference(name), initial_weights(name))
+    assert max(errors.values()) > 0.5
