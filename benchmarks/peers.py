@@ -1,7 +1,7 @@
 """MindCV's TrainStep, the MindSpore tutorial's Accumulator and ms_accum (driver, Accumulator) on one MindCV model.
 
     .venv/bin/python benchmarks/peers.py              # EdgeNeXt xx_small, 64x64, micro-batch 8, N = 4, GRAPH_MODE
-    .venv/bin/python benchmarks/peers.py --model resnet18 --image-size 32 --mode pynative --starts 1
+    .venv/bin/python benchmarks/peers.py --mode pynative --starts 1 --rounds 4 --windows 2
 
 Every peer trains the same MindCV model (built by `mindcv.create_model` with the same initial weights, MindCV's
 momentum optimizer and label-smoothed cross-entropy) on the same micro-batches, fed by a dataset:
@@ -20,7 +20,9 @@ Three figures per peer:
 - steady speed: in one process, blocks of --windows windows, each peer in turn, --rounds times; each block's time
   against the neighbouring TrainStep block's gives a ratio (speed relative to TrainStep: > 1 is faster), median;
 - distance: the first window's update against the large batch's (value_and_grad of the mean loss on the window's
-  concatenated micro-batches, one step of the same optimizer), largest difference over the largest element.
+  concatenated micro-batches, one step of the same optimizer), largest difference over the largest element. With
+  BatchNorm (resnet18, say) every micro-batch normalises with its own statistics, so no peer equals the large
+  batch there: the figure then measures that, not the accumulation.
 """
 import argparse
 import json

@@ -48,3 +48,29 @@ def test_cell_times_waits_for_each_call_when_asked(mode):
     assert [r[0] for r in rows] == ["TrainOneStepCell (plain step)", "TrainForwardBackward", "TrainOptim",
                                     "TrainClear"], done.stdout
     assert all(float(ms) > 0 for _, ms in rows)
+
+
+PEERS = os.path.join(ROOT, "benchmarks", "peers.py")
+
+
+@pytest.mark.slow
+@pytest.mark.ecosystem
+def test_peers_benchmark_prints_every_peer_with_its_distance():
+    pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
+    done = run("--mode", "pynative", "--model", "edgenext_xx_small", "--micro-batch", 2, "--steps", 2,
+               "--first-windows", 2, "--windows", 1, "--rounds", 1, "--starts", 1, "--peers", "tutorial,driver",
+               script=PEERS)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = re.findall(r"^\| (tutorial|driver) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \([0-9.]+-[0-9.]+\) \| "
+                      r"([0-9.e+-]+) \|$", done.stdout, re.M)
+    assert [r[0] for r in rows] == ["tutorial", "driver"], done.stdout[-3000:]
+    for _, first, windows, speed, distance in rows:
+        assert 0 < float(first) <= float(windows) and float(speed) > 0
+        assert float(distance) < 1e-4, "equal micro-batches: every peer applies the large batch's update"
+
+
+@pytest.mark.parametrize("args, message", [(("--peers", "trainstep"), "--peers: unknown ['trainstep']"),
+                                           (("--first-windows", 1), "--first-windows must be >= 2")])
+def test_peers_benchmark_refuses_bad_arguments(args, message):
+    done = run(*args, script=PEERS)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
