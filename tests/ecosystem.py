@@ -27,6 +27,12 @@ def trained_parameters(net):
     return {p.name: p.asnumpy().copy() for p in net.trainable_params()}
 
 
+def load_weights(net, weights):
+    """Give `net` the parameter values `weights` (name -> numpy array), as each path's fresh network needs."""
+    ms.load_param_into_net(net, {name: ms.Parameter(Tensor(value), name=name) for name, value in weights.items()})
+    return net
+
+
 def dataset_of(batches):
     """A dataset yielding exactly `batches` in order, one micro-batch (a tuple of arrays) per row."""
     return ds.GeneratorDataset(lambda: iter(batches), [f"column{i}" for i in range(len(batches[0]))], shuffle=False)

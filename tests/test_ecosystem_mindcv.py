@@ -14,7 +14,8 @@ import pytest
 
 import mindspore as ms
 
-from ecosystem import PATHS, assert_updates_match, large_batch_reference, train_path, train_raw_sum, update_errors
+from ecosystem import (PATHS, assert_updates_match, large_batch_reference, load_weights, train_path, train_raw_sum,
+                       update_errors)
 from helpers import params_of
 
 pytestmark = pytest.mark.ecosystem
@@ -38,8 +39,7 @@ def initial_weights(name):
 
 def make(name):
     """MindCV's factories: the model (with the cached initial weights), its optimizer and its loss."""
-    net = mindcv.create_model(name, num_classes=CLASSES)
-    ms.load_param_into_net(net, {k: ms.Parameter(ms.Tensor(v), name=k) for k, v in initial_weights(name).items()})
+    net = load_weights(mindcv.create_model(name, num_classes=CLASSES), initial_weights(name))
     optimizer = mindcv.create_optimizer(net.trainable_params(), opt="momentum", lr=0.005, momentum=0.9,
                                         weight_decay=1e-4)
     return net, mindcv.create_loss(name="CE", label_smoothing=0.1), optimizer

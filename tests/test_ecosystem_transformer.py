@@ -14,7 +14,7 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import Normal, initializer
 
-from ecosystem import assert_updates_match, large_batch_reference, train_path, update_errors
+from ecosystem import assert_updates_match, large_batch_reference, load_weights, train_path, update_errors
 from helpers import params_of
 
 pytestmark = pytest.mark.ecosystem
@@ -66,8 +66,7 @@ def initial_weights():
 
 
 def make(optimizer="adamw"):
-    net = CausalLM()
-    ms.load_param_into_net(net, {k: Parameter(Tensor(v), name=k) for k, v in initial_weights().items()})
+    net = load_weights(CausalLM(), initial_weights())
     if optimizer == "adamw":
         # AdamWeightDecay's first step is lr (1 - beta1) g / (sqrt(1 - beta2) |g| + eps), of slope up to
         # lr (1 - beta1) / eps in g: at the default eps 1e-6 float32 rounding of a gradient element near 0 (about
