@@ -33,9 +33,15 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.
         optimizer (Cell): The optimizer.
         scale_sense (Union[Tensor, Cell]): The loss scale, or a cell updating it, as in
             :class:`mindspore.nn.TrainOneStepWithLossScaleCell`.
-        accumulation_steps (int): Micro-batches per update, >= 1. Default: ``1``.
+        accumulation_steps (Union[int, dict, AccumulationSchedule]): Micro-batches per update, or a schedule,
+            as in :class:`TrainAccuStepsCell`. Default: ``1``.
         clip_norm (float, optional): Clip the window's unscaled gradient to this global norm, once per window, as
             in :class:`TrainAccuStepsCell`. Default: ``None`` (no clipping).
+        noise_scale (bool): Measure the gradient noise scale, as in :class:`TrainAccuStepsCell`
+            (an overflowing window gives none): every micro-batch's gradient's squared norm is
+            summed, and each window yields unbiased estimates of |G|^2 and tr(Sigma) over every micro-batch of
+            every device, read through ``noise_records`` and :class:`WindowTelemetry` (see
+            ``docs/noise_scale.md``). Default: ``False``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -70,12 +76,13 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.
         ...                                                 scale_sense=manager, accumulation_steps=4)
     """
 
-    def __init__(self, network, optimizer, scale_sense, accumulation_steps=1, clip_norm=None):
+    def __init__(self, network, optimizer, scale_sense, accumulation_steps=1, clip_norm=None, noise_scale=False):
         owner = "TrainAccuStepsWithLossScaleCell"
         check_cell_arguments(owner, network, optimizer)
         check_scale_sense(owner, scale_sense)
         super().__init__(LossAndItems(owner, network), optimizer, scale_sense)
-        self._init_window(owner, accumulation_steps, float32_buffers(self.weights, "accu_grads"), clip_norm)
+        self._init_window(owner, accumulation_steps, float32_buffers(self.weights, "accu_grads"), clip_norm,
+                          noise_scale=noise_scale)
         self._init_modes()
         self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{WINDOW_PREFIX}.overflow",
                                        requires_grad=False)

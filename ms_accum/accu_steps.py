@@ -32,6 +32,7 @@ class AccumulationModes:
         self._mode = None            # None: automatic; True/False: chosen by the user or Model_ACCU
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
         self._auto_held = None       # micro-batches in the open window as the automatic mode counts them
+        self._auto_windows = None    # windows done as the automatic mode counts them (for a schedule)
 
     @property
     def accumulation(self):
@@ -48,7 +49,7 @@ class AccumulationModes:
             raise TypeError(f"For '{self.owner_name}', 'accumulation' must be a bool, or None to let the cell update "
                             f"every accumulation_steps-th call, but got {value!r} of type {type(value).__name__}.")
         self._mode = value
-        self._auto_held = None
+        self._auto_held = self._auto_windows = None
         self._select(self._decide())
 
     def set_accumulation(self, accumulation):
@@ -81,7 +82,15 @@ class AccumulationModes:
             return self._mode
         if self._auto_held is None:  # unknown after an explicit mode or a resume: ask the device once
             self._auto_held = int(self.accu_micro_steps.asnumpy())
-        return self._auto_held + 1 < self.accumulation_steps
+        return self._auto_held + 1 < self._host_steps()
+
+    def _host_steps(self):
+        """The N of the open window, for the automatic mode."""
+        if self._constant_steps is not None:
+            return self._constant_steps
+        if self._auto_windows is None:
+            self._auto_windows = int(self.accu_windows.asnumpy())
+        return self.accumulation_schedule.steps_at(self._auto_windows)
 
     def _select(self, accumulate):
         self._accumulate_now = accumulate
@@ -94,11 +103,13 @@ class AccumulationModes:
         try:
             out = super().__call__(*args, **kwargs)
         except BaseException:
-            self._auto_held = None
+            self._auto_held = self._auto_windows = None
             forget_failed_forward(self.network)
             raise
         if self._mode is None:
             self._auto_held = self._auto_held + 1 if accumulate else 0
+            if not accumulate and self._auto_windows is not None:
+                self._auto_windows += 1
         return out
 
 
@@ -126,10 +137,17 @@ class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepC
             ``(loss, num_items)``.
         optimizer (Cell): The optimizer.
         sens (numbers.Number): Gradient seed, as in :class:`mindspore.nn.TrainOneStepCell`. Default: ``1.0``.
-        accumulation_steps (int): Micro-batches per update, >= 1. Default: ``1``.
+        accumulation_steps (Union[int, dict, AccumulationSchedule]): Micro-batches per update, >= 1; or a
+            schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`), followed by the automatic mode
+            (windows counted in the ``accu_windows`` Parameter, so it survives a saved state); not by
+            :class:`Model_ACCU`, whose windows are fixed by epochs and sink loops. Default: ``1``.
         clip_norm (float, optional): Clip the window's gradient (averaged, reduced across devices) to this global
             norm, once per window, as ``ops.clip_by_global_norm`` would clip the large batch's gradient; ``None``
             for no clipping. Default: ``None``.
+        noise_scale (bool): Measure the gradient noise scale: every micro-batch's gradient's squared norm is
+            summed, and each window yields unbiased estimates of |G|^2 and tr(Sigma) over every micro-batch of
+            every device, read through ``noise_records`` and :class:`WindowTelemetry` (see
+            ``docs/noise_scale.md``). Default: ``False``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -139,8 +157,8 @@ class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepC
         samples or items on this device.
 
     Raises:
-        TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, or `accumulation_steps` is not an
-            integer.
+        TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `accumulation_steps` is not an
+            integer, or `noise_scale` is not a bool.
         ValueError: If none of the optimizer's parameters is a parameter of `network`, `accumulation_steps` is
             < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or not finite; when called, as listed
             for :class:`TrainForwardBackward` and :class:`TrainOptim`.
@@ -161,12 +179,12 @@ class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepC
         >>> mean_loss = cell(x, y)     # updates: the mean loss over both micro-batches
     """
 
-    def __init__(self, network, optimizer, sens=1.0, accumulation_steps=1, clip_norm=None):
+    def __init__(self, network, optimizer, sens=1.0, accumulation_steps=1, clip_norm=None, noise_scale=False):
         owner = "TrainAccuStepsCell"
         check_cell_arguments(owner, network, optimizer)
         super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
         self._init_window(owner, accumulation_steps, self.weights.clone(prefix="accu_grads", init="zeros"),
-                          clip_norm)
+                          clip_norm, noise_scale=noise_scale)
         self._init_modes()
 
     def construct(self, *inputs):

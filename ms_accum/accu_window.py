@@ -4,7 +4,7 @@ counters, and the once-per-window reduction across devices.
 The rules themselves (weighting, finishing, reset) live in ``window.py``; this mixin binds them to a cell's own
 buffers and to its data-parallel reducer.
 """
-from mindspore import Parameter, ParameterTuple, context, jit, mutable, ops
+from mindspore import Parameter, ParameterTuple, Tensor, context, jit, mutable, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
 from mindspore.communication.management import GlobalComm
@@ -14,6 +14,8 @@ from mindspore.nn import DistributedGradReducer, Identity
 from . import window
 from ._compat import get_device_num, get_gradients_mean, get_parallel_mode
 from ._checks import check_clip_norm, check_positive_int
+from .noise_scale import NoiseMeasure, NoiseState, check_noise_scale, record_window
+from .schedule import AccumulationSchedule
 
 WINDOW_PREFIX = "accu_window"
 
@@ -35,30 +37,56 @@ def data_parallel_reducer(weights):
     return parallel_mode, True, degree, DistributedGradReducer(weights, get_gradients_mean(), degree)
 
 
-class AccumulationWindow:
+class AccumulationWindow(NoiseMeasure):
     """
-    Mixin: the window's buffers and counters and the once-per-window reduction, for the parallel cells and the
-    functional accumulator.
+    Mixin: the window's buffers and counters and the once-per-window reduction (and, if asked, the noise scale's
+    measurement), for the parallel cells and the functional accumulator.
 
     It relies on the attributes that :class:`mindspore.nn.TrainOneStepCell` (or :func:`data_parallel_reducer`)
     sets: `grad_reducer`, `reducer_flag`, `degree`, `parallel_mode`.
     """
 
     def _init_window(self, owner, accumulation_steps, accu_grads, clip_norm=None, steps_name="accumulation_steps",
-                     items_source="returned by the loss network", rebuild="new cells"):
-        self.owner_name = owner
+                     items_source="returned by the loss network", rebuild="new cells", noise_scale=False):
+        self.owner_name, self.steps_name = owner, steps_name
         self.items_source, self.rebuild_hint = items_source, rebuild
-        self.accumulation_steps = check_positive_int(owner, steps_name, accumulation_steps)
+        self.accumulation_steps = accumulation_steps
+        self.accu_windows = Parameter(Tensor(0, mstype.int32), name=f"{WINDOW_PREFIX}.windows", requires_grad=False)
         self.clip_norm = check_clip_norm(owner, clip_norm)
         self.accu_grads = accu_grads
         state = window.WindowState(WINDOW_PREFIX)
         self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
         self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped = state.last
         self.window_map = ops.HyperMap()
+        self._init_noise(NoiseState(WINDOW_PREFIX) if check_noise_scale(owner, noise_scale) else None)
         self._eager = False  # PYNATIVE: add each micro-batch with one compiled graph (see _add_micro_batch)
         self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
         self.device_degree = float(self.degree) if self.reducer_flag else 1.0
         self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
+
+    @property
+    def accumulation_steps(self):
+        """Micro-batches per update: an int, or the :class:`AccumulationSchedule` when N changes between windows
+        (windows are counted from 0 in ``accu_windows``). Set it before the first call."""
+        schedule = self.accumulation_schedule
+        return schedule if schedule.constant is None else schedule.constant
+
+    @accumulation_steps.setter
+    def accumulation_steps(self, value):
+        if not isinstance(value, (dict, AccumulationSchedule)):
+            check_positive_int(self.owner_name, self.steps_name, value)
+        schedule = AccumulationSchedule(value, self.owner_name, self.steps_name)
+        self.accumulation_schedule = schedule
+        self._constant_steps = schedule.constant  # decided when compiled: no table lookup for a fixed N
+        self._stage_firsts = Tensor(schedule.firsts, mstype.int32)
+        self._stage_counts = Tensor(schedule.counts, mstype.int32)
+
+    def _steps_now(self):
+        """In a graph: the N of the open window (the schedule's entry for ``accu_windows``)."""
+        if self._constant_steps is not None:
+            return self._constant_steps
+        stage = ops.reduce_sum(ops.cast(self.accu_windows >= self._stage_firsts, mstype.int32)) - 1
+        return self._stage_counts[stage]
 
     def _window_counters(self):
         return (self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items)
@@ -81,7 +109,7 @@ class AccumulationWindow:
 
     def _add(self, loss, items, grads, weight):
         return window.add_micro_batch(self.window_map, self.accu_grads, grads, weight, loss, items,
-                                      self._window_counters())
+                                      self._window_counters(), self.noise_micro_sq)
 
     _add_compiled = jit(_add)
 
@@ -105,8 +133,20 @@ class AccumulationWindow:
         grads, recorded = window.finish_gradients(
             self.window_map, self.accu_grads, per_device * unscale, self.grad_reducer, self.clip_norm,
             (self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped), total)
+        if self.measure_noise:
+            norm = ops.depend(self.accu_last_grad_norm, recorded) * 1.0
+            recorded = ops.depend(recorded, self._record_noise(norm, total, unscale))
         return grads, ops.depend(window.mean_loss(self._window_counters()), recorded)
 
+    def _record_noise(self, norm, total, unscale):
+        """The window's noise-scale estimates, from every micro-batch of every device (one reduction of two
+        scalars in data parallel)."""
+        sums = ops.stack((self.noise_micro_sq / (unscale * unscale), ops.cast(self.accu_micro_steps, mstype.float32)))
+        if self.reducer_flag:
+            sums = self._window_sum_over_devices(sums)
+        return record_window(self._noise_records(), sums[0], norm, total, sums[1])
+
     def _reset_window(self, result):
-        """Zero the buffers and counters after `result` is computed; returns `result`."""
+        """Zero the buffers and counters after `result` is computed, and count the window; returns `result`."""
+        result = ops.depend(result, ops.assign_add(self.accu_windows, ops.ones_like(self.accu_windows)))
         return window.reset_window(self.window_map, self.accu_grads, self._window_counters(), result)

@@ -3,17 +3,20 @@ import math
 from dataclasses import dataclass
 from functools import partial
 
-from mindspore import Tensor, context, nn, ops
+from mindspore import Parameter, Tensor, context, nn, ops
 from mindspore import dtype as mstype
 from mindspore.train.callback import RunContext
 
 from ._checks import (check_bool, check_cell, check_choice, check_clip_norm, check_lr_schedule, check_optimizer,
                       check_optimizer_trains, check_positive_int, check_resume_or_initial_epoch, check_state_saving)
 from ._compat import CallbackManager, InternalCallbackParam
+from .adaptive import AdaptiveAccumulation
 from .checkpoint import save_checkpoint_atomic
 from .loss_scale import check_scale_sense
 from .accu_window import float32_buffers
 from .single_device import TrainClear, TrainForwardBackward, TrainOptim
+from .noise_scale import check_noise_scale, noise_scale_of
+from .schedule import AccumulationSchedule
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
 
@@ -66,12 +69,14 @@ class TrainState(nn.Cell):
 
 class _ExactState(nn.Cell):
     """What an exact state file holds: everything the three cells hold (network, optimizer, buffers, window
-    counters, loss scale and its update cell)."""
+    counters, loss scale and its update cell, noise-scale estimates) and the N of the open window (an adaptive
+    policy's choice)."""
 
     def __init__(self, forward_backward, optim):
         super().__init__(auto_prefix=False)
         self.forward_backward = forward_backward
         self.optim = optim
+        self.window_steps = Parameter(Tensor(0, mstype.int32), name="ms_accum_window_steps", requires_grad=False)
 
 
 class _MicroStep(nn.Cell):
@@ -116,7 +121,8 @@ class _MicroStep(nn.Cell):
 
 class GradientAccumulation:
     r"""
-    Trains a network with gradient accumulation on one device: `mini_steps` micro-batches per optimizer step.
+    Trains a network with gradient accumulation on one device: `mini_steps` micro-batches per optimizer step, a
+    fixed number, a schedule over the updates, or chosen from the measured noise scale.
 
     Builds the loss network, the ``grad_sum`` buffers and the three cells (:class:`TrainForwardBackward`,
     :class:`TrainOptim`, :class:`TrainClear`) and runs them over a dataset, with the network in training mode
@@ -141,12 +147,15 @@ class GradientAccumulation:
             :class:`mindspore.nn.TrainOneStepWithLossScaleCell`: a window in which any micro-batch overflowed is
             skipped whole and the scale is updated once per window (see :class:`TrainOptim`); telemetry counts
             the skipped windows. Default: ``None``.
+        noise_scale (bool): Measure the gradient noise scale of every window (see :class:`TrainForwardBackward`):
+            :class:`WindowTelemetry` then records each window's unbiased estimates of |G|^2 and tr(Sigma) and the
+            smoothed noise scale B_simple in samples or items (see ``docs/noise_scale.md``). Default: ``False``.
 
     Raises:
         TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
-            a bool, or `scale_sense` is neither a Tensor nor a loss-scale cell.
+            a bool, `noise_scale` is not a bool, or `scale_sense` is neither a Tensor nor a loss-scale cell.
         ValueError: If none of the optimizer's parameters is a parameter of `network`, `sens` is zero or not
-            finite, or `clip_norm` is not a finite number > 0.
+            finite, `clip_norm` is not a finite number > 0, or `noise_scale` is ``True`` with ``average=False``.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -165,7 +174,8 @@ class GradientAccumulation:
         epoch: 1 step: 2 loss is ...
     """
 
-    def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0, clip_norm=None, scale_sense=None):
+    def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0, clip_norm=None, scale_sense=None,
+                 noise_scale=False):
         owner = "GradientAccumulation"
         check_cell(owner, "network", network)
         if loss_fn is not None:
@@ -173,6 +183,7 @@ class GradientAccumulation:
         check_optimizer_trains(owner, check_optimizer(owner, optimizer), network)
         check_bool(owner, "average", average)
         check_clip_norm(owner, clip_norm)
+        check_noise_scale(owner, noise_scale, average)
         if scale_sense is not None:
             check_scale_sense(owner, scale_sense)
         self.network = network
@@ -180,20 +191,27 @@ class GradientAccumulation:
         self.loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
         self.grad_sum = float32_buffers(optimizer.parameters, "grad_sum")
         self.forward_backward = TrainForwardBackward(self.loss_network, optimizer, self.grad_sum, sens, average,
-                                                     scale_sense)
-        self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense)
+                                                     scale_sense, noise_scale)
+        self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense, noise_scale)
         self.clear = TrainClear(self.grad_sum)
         self.train_state = TrainState(self.loss_network, optimizer, self.optim.scale_sense,
                                       self.optim.loss_scale_manager)
         self.exact_state = _ExactState(self.forward_backward, self.optim)
         self.micro_step = _MicroStep(self.forward_backward, self.optim, self.clear)
         self._accumulate_flag, self._update_flag = Tensor(False), Tensor(True)
+        self.window_steps = self.exact_state.window_steps
 
     def train_process(self, epoch, train_dataset, mini_steps, callbacks=None, partial_window="flush",
                       ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0, state_path=None,
                       save_state_every=0, resume_from=None):
         r"""
         Train for `epoch` epochs, one optimizer step every `mini_steps` micro-batches.
+
+        `mini_steps` may change between windows: a schedule ``{first_update: N}`` (``{0: 1, 2: 2, 4: 3}``: updates
+        0 and 1 hold one micro-batch, 2 and 3 two, then three), or an :class:`AdaptiveAccumulation` policy. Each
+        window is still exactly the large-batch step of its own size, and the optimizer's step (hence a
+        learning-rate schedule) still advances once per window; telemetry records each window's N, and an exact
+        state file resumes at the same place in the schedule. In GRAPH_MODE a change of N compiles nothing.
 
         A window that is still open at the end of an epoch is handled by `partial_window`:
 
@@ -217,8 +235,11 @@ class GradientAccumulation:
             epoch (int): Number of passes over `train_dataset`, >= 1.
             train_dataset (Dataset): Batched dataset; each row is one micro-batch, passed to the loss network
                 as its inputs (the network's inputs followed by the label).
-            mini_steps (int): Micro-batches per update, >= 1. Must not exceed the micro-batches in an epoch
-                unless `partial_window` is ``"carry"``.
+            mini_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): Micro-batches per
+                update, >= 1; or a schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`, which also
+                reads one from text); or an :class:`AdaptiveAccumulation` policy (needs the trainer's
+                ``noise_scale=True``). No window may exceed the micro-batches in an epoch unless `partial_window` is
+                ``"carry"``.
             callbacks (Union[Callback, list[Callback]], optional): MindSpore callbacks. Default: ``None``.
             partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``. Default: ``"flush"``.
             ckpt_path (str, optional): Where to save the network and optimizer state at the end (written
@@ -240,17 +261,18 @@ class GradientAccumulation:
             end (and when printed), so the loop does not wait for every update to finish.
 
         Raises:
-            TypeError: If `epoch` or `mini_steps` is not an int.
+            TypeError: If `epoch` is not an int, or `mini_steps` is none of the types above (see
+                :class:`AccumulationSchedule` for a malformed schedule).
             CheckpointError: If `resume_from` is not a state file of this model (see :func:`load_training_state`).
-            ValueError: If `epoch` or `mini_steps` is < 1, `initial_epoch` is not in [0, epoch), `partial_window`
-                is unknown, the dataset is empty, the optimizer's learning-rate list has one entry per micro-batch
-                of the run instead of one per update,
-                or `mini_steps` exceeds the micro-batches in an epoch with `partial_window` other than
-                ``"carry"``.
+            ValueError: If `epoch` or `mini_steps` is < 1 (or a schedule is malformed), `initial_epoch` is not in
+                [0, epoch), `partial_window` is unknown, the dataset is empty, the optimizer's learning-rate list
+                has one entry per micro-batch of the run instead of one per update, `mini_steps` (a schedule's or
+                policy's largest N) exceeds the micro-batches in an epoch with `partial_window` other than
+                ``"carry"``, or `mini_steps` is an :class:`AdaptiveAccumulation` without ``noise_scale=True``.
         """
         owner = "GradientAccumulation.train_process"
         epoch = check_positive_int(owner, "epoch", epoch)
-        mini_steps = check_positive_int(owner, "mini_steps", mini_steps)
+        schedule, policy = self._schedule_of(owner, mini_steps)
         check_choice(owner, "partial_window", partial_window, PARTIAL_WINDOW_POLICIES)
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
             raise ValueError(f"For '{owner}', 'log_every' must be an int >= 0, but got {log_every!r}.")
@@ -262,17 +284,19 @@ class GradientAccumulation:
             raise ValueError(f"For '{owner}', 'train_dataset' must yield at least one batch per epoch, but it is "
                              f"empty. Check the data path, or a batch size larger than the data set with "
                              f"drop_remainder=True.")
-        if mini_steps > steps_per_epoch and partial_window != "carry":
+        largest = policy.max_steps if policy is not None else max(schedule.counts)
+        if largest > steps_per_epoch and partial_window != "carry":
             raise ValueError(f"For '{owner}', 'mini_steps' must be <= the {steps_per_epoch} micro-batches in an "
-                             f"epoch, but got {mini_steps}. Lower it, or pass partial_window='carry' to let "
-                             f"windows span epochs.")
-        updates = math.ceil(steps_per_epoch * epoch / mini_steps) if partial_window == "carry" \
-            else updates_per_epoch(steps_per_epoch, mini_steps, partial_window) * epoch
-        check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, updates)
+                             f"epoch, but got {largest if policy is None else policy}. Lower it, or pass "
+                             f"partial_window='carry' to let windows span epochs.")
+        before, updates = schedule.run_plan(steps_per_epoch, epoch, partial_window)
+        if policy is None:  # an adaptive run's count of updates is not known in advance
+            check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, updates)
         check_state_saving(owner, state_path, save_state_every)
         check_resume_or_initial_epoch(owner, resume_from, initial_epoch)
-        plan = _Plan(epoch, steps_per_epoch, mini_steps, partial_window, callbacks, log_every,
-                     initial_epoch * steps_per_epoch, 0, state_path, save_state_every, updates)
+        plan = _Plan(epoch, steps_per_epoch, schedule, policy, partial_window, callbacks, log_every,
+                     initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates)
+        self.window_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
         if resume_from is not None:
             plan.start_micro, plan.start_updates = load_training_state(self.exact_state, resume_from,
                                                                        epoch * steps_per_epoch)
@@ -282,6 +306,18 @@ class GradientAccumulation:
         if ckpt_path is not None:
             save_checkpoint_atomic(self.train_state, ckpt_path)
         return [float(loss.asnumpy()) for loss in run.history]
+
+    def _schedule_of(self, owner, mini_steps):
+        """(the AccumulationSchedule to plan with, the AdaptiveAccumulation policy or None)."""
+        if isinstance(mini_steps, AdaptiveAccumulation):
+            if not self.optim.measure_noise:
+                raise ValueError(f"For '{owner}', 'mini_steps' as an AdaptiveAccumulation policy needs the noise "
+                                 f"scale, but the trainer was built with noise_scale=False. Build it with "
+                                 f"GradientAccumulation(..., noise_scale=True).")
+            return AccumulationSchedule(mini_steps.initial_steps), mini_steps
+        if not isinstance(mini_steps, (dict, AccumulationSchedule)):
+            check_positive_int(owner, "mini_steps", mini_steps)
+        return AccumulationSchedule(mini_steps, owner, "mini_steps"), None
 
     def _accumulate(self, data):
         """Add one micro-batch to the open window."""
@@ -331,7 +367,8 @@ class _Plan:
 
     epoch: int
     steps_per_epoch: int
-    mini_steps: int
+    schedule: AccumulationSchedule
+    policy: object  # an AdaptiveAccumulation, or None
     partial_window: str
     callbacks: object
     log_every: int
@@ -349,7 +386,8 @@ class _Run:
         self.owner = owner
         self.plan = plan
         self.epoch = plan.epoch
-        self.mini_steps = plan.mini_steps
+        self.schedule, self.policy = plan.schedule, plan.policy
+        self.window_steps = 0  # the N of the open window, set when it begins
         self.partial_window = plan.partial_window
         self.log_every = plan.log_every
         self.history = []  # each update's mean-loss tensor, read from the device only when printed or at the end
@@ -364,10 +402,10 @@ class _Run:
         cb_params.network = owner.network
         cb_params.optimizer = owner.optimizer
         cb_params.epoch_num = self.epoch
-        cb_params.batch_num = max(1, updates_per_epoch(steps, plan.mini_steps, plan.partial_window))
+        cb_params.batch_num = max(1, plan.total_updates // plan.epoch)  # per epoch; the mean for a schedule
         cb_params.total_updates = plan.total_updates
         cb_params.cur_epoch_num = plan.start_micro // steps
-        cb_params.cur_step_num = plan.start_updates or cb_params.cur_epoch_num * cb_params.batch_num
+        cb_params.cur_step_num = plan.start_updates
         cb_params.dataset_sink_mode = False
         cb_params.mode = "train"
         cb_params.net_outputs = None
@@ -382,6 +420,8 @@ class _Run:
         steps = self.plan.steps_per_epoch
         with dataset_starting_at(train_dataset, self.micro_done):
             iterator = train_dataset.create_tuple_iterator(num_epochs=self.epoch)
+        if self.pending:  # a resumed window: the N it began with
+            self.window_steps = self._steps_of(cb_params.cur_step_num - 1)
         with CallbackManager(self.plan.callbacks) as callbacks:
             callbacks.on_train_begin(run_context)
             for epoch_index in range(self.micro_done // steps + 1, self.epoch + 1):
@@ -393,7 +433,7 @@ class _Run:
                         self._begin_window(callbacks)
                     self.pending += 1
                     self.micro_done += 1
-                    if self.pending == self.mini_steps:
+                    if self.pending == self.window_steps:
                         self._update(callbacks, data)
                     else:
                         self.owner._accumulate(data)  # pylint: disable=protected-access
@@ -424,9 +464,30 @@ class _Run:
             self.cb_params.cur_step_num -= 1  # the window begun is not an update: the next one takes its number
 
     def _begin_window(self, callbacks):
-        """A window opens: callbacks see the start of one step."""
+        """A window opens with the N the schedule or policy gives it: callbacks see the start of one step."""
         self.cb_params.cur_step_num += 1
+        self.window_steps = self._steps_of(self.cb_params.cur_step_num - 1)
         callbacks.on_train_step_begin(self.run_context)
+
+    def _steps_of(self, update):
+        """The N of window `update` (from 0): the schedule's, or the one the adaptive policy last chose."""
+        if self.policy is None:
+            return self.schedule.steps_at(update)
+        return int(self.owner.window_steps.asnumpy())
+
+    def _adapt(self, update, micro_batches):
+        """After window `update`: let the adaptive policy choose the next windows' N (it reads the device only at
+        its decisions)."""
+        policy = self.policy
+        if policy is None or (update + 1) % policy.interval:
+            return
+        optim = self.owner.optim
+        _, _, smooth_grad_sq, smooth_trace = (float(value.asnumpy()) for value in optim.noise_records)
+        items = float(optim.last_items.asnumpy())
+        steps = policy.next_steps(self.window_steps, update, noise_scale_of(smooth_grad_sq, smooth_trace),
+                                  items / micro_batches)
+        if steps != self.window_steps:
+            self.owner.window_steps.set_data(Tensor(steps, mstype.int32))
 
     def _update(self, callbacks, data=None):
         """Add the window's last micro-batch `data` (None: already added), take one optimizer step from the window,
@@ -438,7 +499,8 @@ class _Run:
         outputs = self.owner._end_window(data)  # pylint: disable=protected-access
         cb_params.window_record = partial(window_record, cb_params, outputs, self.pending,
                                           (optim.last_items, optim.last_grad_norm, optim.last_clipped),
-                                          self.owner.optimizer)
+                                          self.owner.optimizer, optim.noise_records, self.window_steps)
+        self._adapt(cb_params.cur_step_num - 1, self.pending)
         self.pending = 0
         cb_params.net_outputs = outputs
         mean_loss = outputs[0] if isinstance(outputs, tuple) else outputs

@@ -34,10 +34,16 @@ class Accumulator(AccumulationWindow, nn.Cell):
 
     Args:
         optimizer (Cell): The optimizer; `grads` follow its `parameters`.
-        accumulate_step (int): Micro-batches per update, >= 1.
+        accumulate_step (Union[int, dict, AccumulationSchedule]): Micro-batches per update, >= 1; or a
+            schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`): windows are counted from 0 in its
+            ``accu_windows`` Parameter (a flushed window counts), so the schedule follows a saved and reloaded
+            Accumulator; in a compiled step a change of N compiles nothing.
         clip_norm (float, optional): Clip each window's gradient to this global norm, once per window, as
             ``ops.clip_by_global_norm`` would clip the large batch's gradient. Default: ``None`` (no clipping).
         loss_scaler (mindspore.amp.LossScaler, optional): The scaler the loss was scaled with. Default: ``None``.
+        noise_scale (bool): Measure the gradient noise scale: each window yields unbiased estimates of |G|^2 and
+            tr(Sigma), in the units `num_items` counts (micro-batches when it is omitted), read through
+            ``noise_records`` (see ``docs/noise_scale.md``). Default: ``False``.
 
     Inputs:
         - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter.
@@ -50,8 +56,8 @@ class Accumulator(AccumulationWindow, nn.Cell):
 
     Raises:
         TypeError: If `optimizer` is not an optimizer, `accumulate_step` is not an integer, `clip_norm` is not a
-            number, or `loss_scaler` is not a :class:`mindspore.amp.LossScaler`.
-        ValueError: If `accumulate_step` is < 1 or `clip_norm` is not a finite number > 0; when called, if `grads`
+            number, `loss_scaler` is not a :class:`mindspore.amp.LossScaler`, or `noise_scale` is not a bool.
+        ValueError: If `accumulate_step` is < 1 (or a malformed schedule) or `clip_norm` is not a finite number > 0; when called, if `grads`
             does not hold one gradient per optimizer parameter, each of its shape; when a window ends, if a
             micro-batch of it had `num_items` <= 0, or some of its micro-batches had `num_items` and others not
             (the optimizer is not stepped).
@@ -82,7 +88,7 @@ class Accumulator(AccumulationWindow, nn.Cell):
         True
     """
 
-    def __init__(self, optimizer, accumulate_step, clip_norm=None, loss_scaler=None):
+    def __init__(self, optimizer, accumulate_step, clip_norm=None, loss_scaler=None, noise_scale=False):
         super().__init__(auto_prefix=False)
         owner = "Accumulator"
         self.optimizer = check_optimizer(owner, optimizer)
@@ -90,7 +96,7 @@ class Accumulator(AccumulationWindow, nn.Cell):
             data_parallel_reducer(optimizer.parameters)
         self._init_window(owner, accumulate_step, float32_buffers(optimizer.parameters, "accu_grads"), clip_norm,
                           steps_name="accumulate_step", items_source="passed to the Accumulator",
-                          rebuild="a new Accumulator")
+                          rebuild="a new Accumulator", noise_scale=noise_scale)
         if loss_scaler is not None and not isinstance(loss_scaler, LossScaler):
             raise TypeError(f"For '{owner}', 'loss_scaler' must be a mindspore.amp.LossScaler (DynamicLossScaler, "
                             f"StaticLossScaler) or None, but got {type(loss_scaler).__name__}. For a "
@@ -108,7 +114,7 @@ class Accumulator(AccumulationWindow, nn.Cell):
 
     @property
     def accumulate_step(self):
-        """Micro-batches per update."""
+        """Micro-batches per update: an int, or the :class:`AccumulationSchedule`."""
         return self.accumulation_steps
 
     def __call__(self, grads, num_items=None):
@@ -133,7 +139,7 @@ class Accumulator(AccumulationWindow, nn.Cell):
         if num_items is None:  # decided when the call is compiled: no runtime branch
             items = ops.depend(items, ops.assign_add(self.unweighted, ops.ones_like(self.unweighted)))
         added = self._add_micro_batch(None, items, grads)
-        done = ops.depend(self.accu_micro_steps, added) >= self.accumulation_steps
+        done = ops.depend(self.accu_micro_steps, added) >= self._steps_now()
         if done:
             done = ops.depend(done, self._apply())
         return done

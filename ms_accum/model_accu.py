@@ -25,6 +25,16 @@ from .telemetry import window_record
 check_model_internals(Model)
 
 
+def _check_fixed_steps(owner, cell):
+    """Model_ACCU lays its windows out per epoch and per sink loop: it runs one N, not a schedule."""
+    if not isinstance(cell.accumulation_steps, int):
+        raise ValueError(f"For '{owner}', the cell's 'accumulation_steps' must be one int: Model_ACCU lays out its "
+                         f"windows per epoch (and per sink loop in dataset sink mode), but got "
+                         f"{cell.accumulation_steps!r}. Pass accumulation_steps=N to Model_ACCU, or train a schedule "
+                         f"with the cell's own loop (it follows the schedule when called micro-batch by micro-batch) "
+                         f"or with GradientAccumulation.")
+
+
 def _rank_and_world(cell):
     """This process's rank and the number of processes the cell reduces over (0 and 1 on one device)."""
     if not cell.is_distributed:
@@ -51,7 +61,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     Args:
         network (Cell): A :class:`TrainAccuStepsCell` or :class:`TrainAccuStepsWithLossScaleCell`.
         accumulation_steps (int, optional): Micro-batches per update; replaces the cell's value. Default: the
-            cell's `accumulation_steps`.
+            cell's `accumulation_steps`, which must then be one int: Model_ACCU does not follow a schedule (its
+            windows are laid out per epoch and per sink loop); train a schedule with :class:`GradientAccumulation`
+            or the cell's own loop.
         state_path (str, optional): Without sink mode, where to keep the exact training state (the cell's
             parameters, a half-filled window included, and the position in the data), written atomically with
             the previous generation kept beside it. In data parallel each rank passes its own path. Default:
@@ -66,7 +78,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     Raises:
         TypeError: If `network` is not an accumulation cell, `loss_fn` or `optimizer` is given, or
             `accumulation_steps` is not an int.
-        ValueError: If `accumulation_steps` is < 1; at train time, if N exceeds the micro-batches of an epoch,
+        ValueError: If `accumulation_steps` is < 1, or is not given and the cell holds a schedule; at train time, if N exceeds the micro-batches of an epoch,
             in sink mode does not divide `sink_size`, or the optimizer's learning-rate list has one entry per
             micro-batch of the run instead of one per update.
 
@@ -96,6 +108,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                             f"{type(loss_fn).__name__ if loss_fn is not None else type(optimizer).__name__}.")
         if accumulation_steps is not None:
             network.accumulation_steps = check_positive_int("Model_ACCU", "accumulation_steps", accumulation_steps)
+        _check_fixed_steps("Model_ACCU", network)
         check_state_saving("Model_ACCU", state_path, save_state_every)
         super().__init__(network, None, None, metrics, eval_network, eval_indexes, amp_level, boost_level,
                          **kwargs)
@@ -131,6 +144,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 with `initial_epoch`.
         """
         epoch = check_positive_int("Model_ACCU.train", "epoch", epoch)
+        _check_fixed_steps("Model_ACCU.train", self._train_network)
         check_resume_or_initial_epoch("Model_ACCU.train", resume_from, initial_epoch)
         self._resume_from = resume_from
         mode = self._train_network.accumulation
@@ -278,7 +292,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         """A function building the update's WindowRecord on demand (it reads the device only when called)."""
         cell = self._train_network
         return partial(window_record, cb_params, outputs, micro_batches,
-                       (cell.accu_last_items, cell.accu_last_grad_norm, cell.accu_last_clipped), cell.optimizer)
+                       (cell.accu_last_items, cell.accu_last_grad_norm, cell.accu_last_clipped), cell.optimizer,
+                       cell.noise_records, self.accumulation_steps)
 
     def _run_sink_graph(self, sink_net, dataset, accumulate, loop):
         """Select the mode and phase right before the call (set_train resets the phase), then launch."""

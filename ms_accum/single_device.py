@@ -12,10 +12,11 @@ from . import window
 from ._checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
                       check_optimizer_trains, check_sens)
 from .loss_scale import shared_scale, update_scale
+from .noise_scale import NoiseMeasure, check_noise_scale, record_window
 from .weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
 
-class TrainForwardBackward(nn.TrainOneStepCell):
+class TrainForwardBackward(NoiseMeasure, nn.TrainOneStepCell):
     r"""
     Runs the loss network forward and backward on one micro-batch and adds the gradients into `grad_sum`.
 
@@ -45,6 +46,10 @@ class TrainForwardBackward(nn.TrainOneStepCell):
             Backward runs on the loss times the current scale; :class:`TrainOptim` unscales, skips a window that
             overflowed and updates the scale once per window. Pass the same object to :class:`TrainOptim`; use
             float32 buffers (``grad_sum``) with float16 parameters. Default: ``None`` (no loss scaling).
+        noise_scale (bool): Measure the gradient noise scale: each micro-batch's gradient's squared norm, weighted
+            by its items, is summed for :class:`TrainOptim`, which estimates |G|^2 and tr(Sigma) from the window
+            (see ``docs/noise_scale.md``). Requires ``average=True``; pass the same value to :class:`TrainOptim`.
+            Default: ``False``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch, as the loss network takes it.
@@ -54,10 +59,12 @@ class TrainForwardBackward(nn.TrainOneStepCell):
 
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `grad_sum` is not a
-            ParameterTuple, `average` is not a bool, or `scale_sense` is neither a Tensor nor a loss-scale cell.
+            ParameterTuple, `average` or `noise_scale` is not a bool, or `scale_sense` is neither a Tensor nor a
+            loss-scale cell.
         ValueError: If none of the optimizer's parameters is a parameter of `network`, `grad_sum` does not match
             the optimizer's parameters or holds the network's or optimizer's own Parameters, `sens` is zero or not
-            finite, `average` or `scale_sense` differs from another cell built on the same `grad_sum`, or
+            finite, `average`, `scale_sense` or `noise_scale` differs from another cell built on the same
+            `grad_sum`, `noise_scale` is ``True`` with ``average=False``, or
             `scale_sense` is a Tensor of shape other than () or (1,); at the first call, if the loss is not a
             scalar or (without `num_items`) the inputs' leading dimensions disagree.
 
@@ -74,7 +81,7 @@ class TrainForwardBackward(nn.TrainOneStepCell):
         ...                                                  grad_sum)
     """
 
-    def __init__(self, network, optimizer, grad_sum, sens=1.0, average=True, scale_sense=None):
+    def __init__(self, network, optimizer, grad_sum, sens=1.0, average=True, scale_sense=None, noise_scale=False):
         owner = "TrainForwardBackward"
         check_cell(owner, "network", network)
         check_optimizer_trains(owner, check_optimizer(owner, optimizer), network)
@@ -85,6 +92,7 @@ class TrainForwardBackward(nn.TrainOneStepCell):
         state.bind(owner, "average", average, "Pass the same 'average' to TrainForwardBackward and TrainOptim.")
         state.verified = True
         self.item_count, self.micro_steps, self.loss_sum, self.min_items = state.counters
+        self._init_noise(_noise_state(owner, state, noise_scale, average))
         _, self.scale_sense = shared_scale(owner, state, scale_sense)
         self.loss_scaled = scale_sense is not None
         self.hyper_map = ops.HyperMap()
@@ -110,12 +118,13 @@ class TrainForwardBackward(nn.TrainOneStepCell):
 
     def _add(self, loss, items, grads, weight):
         return window.add_micro_batch(self.hyper_map, self.grad_sum, grads, weight, loss, items,
-                                      (self.item_count, self.micro_steps, self.loss_sum, self.min_items))
+                                      (self.item_count, self.micro_steps, self.loss_sum, self.min_items),
+                                      self.noise_micro_sq)
 
     _add_compiled = jit(_add)  # the gradients go in as a mutable tuple: as constants, each call would recompile
 
 
-class TrainOptim(nn.Cell):
+class TrainOptim(NoiseMeasure, nn.Cell):
     r"""
     One optimizer step from the gradients accumulated in `grad_sum`.
 
@@ -127,7 +136,9 @@ class TrainOptim(nn.Cell):
     untouched; the scale is updated once per window either way. The optimizer (and its global step, hence any
     learning-rate schedule) advances once per applied window. The window's items, the gradient's global norm
     before clipping and whether it was clipped are kept in the ``last_items``, ``last_grad_norm`` and
-    ``last_clipped`` parameters. The buffers are not cleared: call :class:`TrainClear` next.
+    ``last_clipped`` parameters; with `noise_scale`, the window's unbiased estimates of |G|^2 and tr(Sigma) and
+    their smoothed values in ``noise_records`` (NaN for a window of one micro-batch). The buffers are not
+    cleared: call :class:`TrainClear` next.
 
     Args:
         optimizer (Cell): The optimizer shared with :class:`TrainForwardBackward`.
@@ -137,6 +148,7 @@ class TrainOptim(nn.Cell):
             Default: ``None``.
         scale_sense (Union[Tensor, Cell], optional): The object passed to :class:`TrainForwardBackward`.
             Default: ``None``.
+        noise_scale (bool): The value passed to :class:`TrainForwardBackward`. Default: ``False``.
 
     Inputs:
         None.
@@ -148,11 +160,12 @@ class TrainOptim(nn.Cell):
         was skipped), and the loss scale for the next window.
 
     Raises:
-        TypeError: If `optimizer` is not an optimizer, `grad_sum` is not a ParameterTuple or `average` is not a
-            bool.
+        TypeError: If `optimizer` is not an optimizer, `grad_sum` is not a ParameterTuple or `average` or
+            `noise_scale` is not a bool.
         ValueError: If `grad_sum` does not match the optimizer's parameters or holds its own Parameters,
-            `clip_norm` is not a finite number > 0, or `average` or `scale_sense` differs from the
-            :class:`TrainForwardBackward` on the same `grad_sum`; when called, if a micro-batch of the window
+            `clip_norm` is not a finite number > 0, `average`, `scale_sense` or `noise_scale` differs from the
+            :class:`TrainForwardBackward` on the same `grad_sum`, or `noise_scale` is ``True`` with
+            ``average=False``; when called, if a micro-batch of the window
             reported ``num_items`` <= 0 (the optimizer is not stepped).
 
     Supported Platforms:
@@ -167,7 +180,7 @@ class TrainOptim(nn.Cell):
         >>> optim_step = ms_accum.TrainOptim(optimizer, grad_sum, clip_norm=1.0)
     """
 
-    def __init__(self, optimizer, grad_sum, average=True, clip_norm=None, scale_sense=None):
+    def __init__(self, optimizer, grad_sum, average=True, clip_norm=None, scale_sense=None, noise_scale=False):
         super().__init__(auto_prefix=False)
         owner = "TrainOptim"
         self.optimizer = check_optimizer(owner, optimizer)
@@ -179,6 +192,7 @@ class TrainOptim(nn.Cell):
         state.verified = True
         self.item_count, self.micro_steps, self.loss_sum, self.min_items = state.counters
         self.last_items, self.last_grad_norm, self.last_clipped = state.last
+        self._init_noise(_noise_state(owner, state, noise_scale, average))
         self.loss_scale_manager, self.scale_sense = shared_scale(owner, state, scale_sense)
         self.loss_scaled = scale_sense is not None
         self.hyper_map = ops.HyperMap()
@@ -194,6 +208,12 @@ class TrainOptim(nn.Cell):
         grads, recorded = window.finish_gradients(self.hyper_map, self.grad_sum, divisor, self.identity,
                                                   self.clip_norm, (self.last_items, self.last_grad_norm,
                                                                    self.last_clipped), self.item_count + 0.0)
+        if self.measure_noise:
+            micro_sq = self.noise_micro_sq / (self.scale_sense * self.scale_sense) if self.loss_scaled \
+                else self.noise_micro_sq + 0.0
+            norm = ops.depend(self.last_grad_norm, recorded) * 1.0
+            recorded = ops.depend(recorded, record_window(self._noise_records(), micro_sq, norm,
+                                                          self.item_count + 0.0, self.micro_steps))
         loss = ops.depend(window.mean_loss(counters), recorded)
         if not self.loss_scaled:
             return ops.depend(loss, self.optimizer(grads))
@@ -268,3 +288,10 @@ class TrainClear(nn.Cell):
         held = self.micro_steps + 0
         return window.reset_window(self.hyper_map, self.grad_sum,
                                    (self.item_count, self.micro_steps, self.loss_sum, self.min_items), held)
+
+
+def _noise_state(owner, state, measure, average):
+    """The window's NoiseState if the cells measure the noise scale (they must agree), else None."""
+    check_noise_scale(owner, measure, average)
+    state.bind(owner, "noise_scale", measure, "Pass the same 'noise_scale' to TrainForwardBackward and TrainOptim.")
+    return state.noise_state() if measure else None

@@ -4,6 +4,7 @@ The trainers (GradientAccumulation.train_process and Model_ACCU.train) put a ``w
 callback parameters at every update; it reads the figures from the device only when a callback asks for them.
 """
 import csv
+import math
 import os
 import time
 from dataclasses import asdict, dataclass, fields
@@ -14,6 +15,8 @@ from mindspore import Parameter, Tensor
 from mindspore import dtype as mstype
 from mindspore.nn import CellList
 from mindspore.train import Callback
+
+from .noise_scale import noise_scale_of
 
 
 @dataclass
@@ -32,6 +35,15 @@ class WindowRecord:
         loss_scale (float): The loss scale the window ran with (1.0 without loss scaling).
         overflow (bool): Whether the window overflowed and was skipped.
         learning_rate (float): The learning rate of the update.
+        accumulation_steps (int): The micro-batches the schedule asked of this window (more than
+            `micro_batches` for a partial window at an epoch's end). Default: ``0`` (not given).
+        grad_sq (float): The window's unbiased estimate of |G|^2, the squared norm of the true gradient (NaN when
+            the noise scale is not measured, or the window had one micro-batch or overflowed). Default: NaN.
+        noise_trace (float): The window's unbiased estimate of tr(Sigma), the trace of the per-item gradient
+            covariance (NaN as for `grad_sq`). Default: NaN.
+        noise_scale (float): B_simple = tr(Sigma) / |G|^2 in items, from the exponentially smoothed estimates of
+            this and earlier windows (NaN before the first estimate, or while the smoothed |G|^2 is not positive).
+            Default: NaN.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -55,6 +67,10 @@ class WindowRecord:
     loss_scale: float
     overflow: bool
     learning_rate: float
+    accumulation_steps: int = 0
+    grad_sq: float = math.nan
+    noise_trace: float = math.nan
+    noise_scale: float = math.nan
 
 
 def _scalar(value):
@@ -72,10 +88,15 @@ def learning_rate_applied(optimizer):
     return _scalar(rate(Tensor(step, mstype.int32)))
 
 
-def window_record(cb_params, outputs, micro_batches, last, optimizer):
-    """A WindowRecord from an update's outputs (a loss, or (loss, overflow, loss scale) with loss scaling) and the
-    window's records `last`: its items, its gradient norm before clipping, whether it was clipped."""
+def window_record(cb_params, outputs, micro_batches, last, optimizer, noise=None, accumulation_steps=0):
+    """A WindowRecord from an update's outputs (a loss, or (loss, overflow, loss scale) with loss scaling), the
+    window's records `last` (its items, its gradient norm before clipping, whether it was clipped), the noise
+    scale's records `noise` (a NoiseMeasure's ``noise_records``, or None) and the `accumulation_steps` asked."""
     items, grad_norm, clipped = last
+    grad_sq = noise_trace = scale_b = math.nan
+    if noise is not None:
+        grad_sq, noise_trace, smooth_grad_sq, smooth_trace = (_scalar(value) for value in noise)
+        scale_b = noise_scale_of(smooth_grad_sq, smooth_trace)
     if isinstance(outputs, (tuple, list)):
         loss, overflow, scale = _scalar(outputs[0]), bool(_scalar(outputs[1])), _scalar(outputs[2])
     else:
@@ -83,15 +104,17 @@ def window_record(cb_params, outputs, micro_batches, last, optimizer):
     return WindowRecord(epoch=int(cb_params.cur_epoch_num), update=int(cb_params.cur_step_num),
                         micro_batches=int(micro_batches), items=_scalar(items), loss=loss,
                         grad_norm=_scalar(grad_norm), clipped=bool(_scalar(clipped)), loss_scale=scale,
-                        overflow=overflow,
-                        learning_rate=learning_rate_applied(optimizer))
+                        overflow=overflow, learning_rate=learning_rate_applied(optimizer),
+                        accumulation_steps=int(accumulation_steps), grad_sq=grad_sq, noise_trace=noise_trace,
+                        noise_scale=scale_b)
 
 
 class WindowTelemetry(Callback):
     r"""
     Reports every update: the window's mean unscaled loss over its items, its micro-batches and items (samples,
     unless the loss network returns ``(loss, num_items)``), the gradient's global norm before clipping and whether
-    it was clipped, the loss scale, skipped (overflowing) windows and the learning rate applied.
+    it was clipped, the loss scale, skipped (overflowing) windows and the learning rate applied; with the trainer's
+    ``noise_scale=True``, the window's estimates of |G|^2 and tr(Sigma) and the smoothed noise scale.
 
     Works with :class:`GradientAccumulation` and :class:`Model_ACCU`. Progress lines give updates done out of the
     total, the throughput and the time left; the CSV gets one row per update (columns: the fields of
@@ -156,10 +179,11 @@ class WindowTelemetry(Callback):
             done = record.update - self._first_update
             left = elapsed / max(done, 1) * max(total - record.update, 0)
             clipped = " (clipped)" if record.clipped else ""
+            noise = "" if math.isnan(record.noise_scale) else f" | noise scale {record.noise_scale:.4g} items"
             print(f"update {record.update}/{total} (epoch {record.epoch}/{cb_params.epoch_num}) "
                   f"loss {record.loss:.4f} | window: {record.micro_batches} micro-batches, "
                   f"{record.items:.0f} items | grad norm {record.grad_norm:.3g}{clipped} | lr "
-                  f"{record.learning_rate:.3g} | loss scale {record.loss_scale:g}, {self.skipped} skipped | "
+                  f"{record.learning_rate:.3g} | loss scale {record.loss_scale:g}, {self.skipped} skipped{noise} | "
                   f"{self._items / max(elapsed, 1e-9):.0f} items/s, {left:.0f} s left", flush=True)
 
     def on_train_end(self, run_context):

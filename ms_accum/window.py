@@ -17,7 +17,7 @@ that object (:func:`window_state`), so every cell built on the same ``grad_sum``
 from mindspore import Parameter, Tensor, ops
 from mindspore import dtype as mstype
 
-from . import grad_ops
+from . import grad_ops, noise_scale
 
 _ATTR = "_ms_accum_window"
 _NO_ITEMS = 3.0e38  # min_items of an empty window
@@ -51,6 +51,8 @@ class WindowState:
         self.last_grad_norm = _scalar(f"{prefix}.last_grad_norm", 0.0)
         self.last_clipped = _scalar(f"{prefix}.last_clipped", 0.0)
         self.options = {}
+        self.prefix = prefix
+        self.noise = None  # a NoiseState once a cell measures the noise scale (see noise_state)
         self.verified = False  # a cell with the optimizer checked the buffers are separate from its parameters
         self.loss_scale = None  # (update cell or None, the scale Parameter), shared by the cells on the buffers
 
@@ -63,6 +65,12 @@ class WindowState:
     def counters(self):
         """The open window's counters, in the order add_micro_batch and reset_window take them."""
         return (self.items, self.micro_steps, self.loss_sum, self.min_items)
+
+    def noise_state(self):
+        """The NoiseState of the cells sharing this window, created on first use."""
+        if self.noise is None:
+            self.noise = noise_scale.NoiseState(self.prefix)
+        return self.noise
 
     def bind(self, owner, name, value, hint):
         """Record a choice, or raise if a cell on the same buffers chose otherwise."""
@@ -96,12 +104,16 @@ def window_state(grad_sum):
     return state
 
 
-def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters):
+def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, micro_sq=None):
     """buffers += weight * grads (in the buffers' dtype); the counters take in the micro-batch's `items` and
-    `loss` (None: no loss to record). Returns `loss` (or `items`) once every update is done."""
+    `loss` (None: no loss to record); with the noise scale measured, `micro_sq` (a NoiseState's) takes in
+    weight * |grads|^2, restarting at a window's first micro-batch. Returns `loss` (or `items`) once every update
+    is done."""
     item_count, micro_steps, loss_sum, min_items = counters
     added = hyper_map(ops.partial(grad_ops.accumulate_weighted, weight), buffers, grads)
     out = ops.depend(items if loss is None else loss, added)
+    if micro_sq is not None:
+        out = ops.depend(out, noise_scale.add_micro_sq(hyper_map, micro_sq, grads, weight, micro_steps == 0))
     out = ops.depend(out, ops.assign_add(item_count, items))
     out = ops.depend(out, ops.assign_add(micro_steps, ops.scalar_to_tensor(1, mstype.int32)))
     out = ops.depend(out, ops.assign(min_items, ops.minimum(min_items, items)))

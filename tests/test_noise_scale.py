@@ -1,0 +1,353 @@
+"""The gradient noise scale (noise_scale=True) against exact per-sample truth computed in numpy.
+
+The models are softmax regressions (Dense + softmax cross-entropy), whose per-sample gradients have a closed form:
+numpy computes them without MindSpore's autodiff. Two kinds of check:
+
+- per window, on every path: the estimates equal the estimator's formula applied in numpy to the window's
+  per-sample gradients (float32 rounding only);
+- over many windows at fixed weights (lr = 0), micro-batches drawn with replacement from a population: the mean of
+  the per-window estimates matches the population's true |G|^2 and tr(Sigma), within four standard errors of that
+  mean (the standard error estimated from the same windows).
+"""
+import math
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+import mindspore.dataset as ds
+from mindspore import Tensor, nn, ops
+
+import ms_accum
+from ms_accum.noise_scale import NOISE_SMOOTHING
+
+FEATURES, CLASSES = 3, 4
+Z_LIMIT = 4.0  # standard errors: a correct estimator fails by chance about once in 16 000 checks
+
+
+def population(size=48, seed=0):
+    """The data the micro-batches are drawn from: (x, y) numpy arrays."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(size, FEATURES)).astype(np.float32)
+    y = rng.integers(0, CLASSES, size=size).astype(np.int32)
+    return x, y
+
+
+def make_net(seed=0):
+    ms.set_seed(seed)
+    return nn.Dense(FEATURES, CLASSES)
+
+
+class MaskedLoss(nn.Cell):
+    """Token-style loss: the mean cross-entropy over the rows whose mask is 1, and their count."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+        self.loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="none")
+
+    def construct(self, x, y, mask):
+        items = mask.sum()
+        return (self.loss(self.net(x), y) * mask).sum() / items, items
+
+
+def per_sample_grads(net, x, y):
+    """Each sample's gradient of its own cross-entropy, in the optimizer's order (weight, bias), float64."""
+    weight, bias = net.weight.asnumpy().astype(np.float64), net.bias.asnumpy().astype(np.float64)
+    logits = x.astype(np.float64) @ weight.T + bias
+    prob = np.exp(logits - logits.max(1, keepdims=True))
+    prob /= prob.sum(1, keepdims=True)
+    prob[np.arange(len(y)), y] -= 1.0
+    return np.concatenate([(prob[:, :, None] * x[:, None, :]).reshape(len(y), -1), prob], axis=1)
+
+
+def formula(micro_grads):
+    """The estimator in numpy from per-item gradients, one (items, P) array per micro-batch:
+    (grad_sq, noise_trace)."""
+    sizes = np.array([len(g) for g in micro_grads], np.float64)
+    means = [g.mean(0) for g in micro_grads]
+    window = np.concatenate(micro_grads).mean(0)
+    total, window_sq = sizes.sum(), np.sum(window ** 2)
+    trace = (sum(s * np.sum(m ** 2) for s, m in zip(sizes, means)) - total * window_sq) / (len(sizes) - 1)
+    return window_sq - trace / total, trace
+
+
+def smoothed_ratios(estimates):
+    """B_simple after each window from exponentially smoothed (grad_sq, trace) pairs, NaN pairs skipped."""
+    smooth_sq = smooth_trace = 0.0
+    out = []
+    for grad_sq, trace in estimates:
+        if not math.isnan(grad_sq):
+            smooth_sq = NOISE_SMOOTHING * smooth_sq + (1 - NOISE_SMOOTHING) * grad_sq
+            smooth_trace = NOISE_SMOOTHING * smooth_trace + (1 - NOISE_SMOOTHING) * trace
+        out.append(smooth_trace / smooth_sq if smooth_sq > 0 else math.nan)
+    return out
+
+
+def draws(sizes, windows, seed, pop_size=48, padded=None):
+    """`windows` windows of micro-batches of `sizes` items drawn with replacement; with `padded`, every micro-batch
+    is `padded` rows long, its mask 1 on the drawn rows and 0 on the padding."""
+    x, y = population(pop_size)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(windows):
+        window = []
+        for size in sizes:
+            index = rng.integers(0, len(y), size=size)
+            if padded is None:
+                window.append((x[index], y[index]))
+            else:
+                pad = rng.integers(0, len(y), size=padded - size)
+                mask = np.concatenate([np.ones(size), np.zeros(padded - size)]).astype(np.float32)
+                window.append((x[np.r_[index, pad]], y[np.r_[index, pad]], mask))
+        out.append(window)
+    return out
+
+
+def real_rows(batch):
+    """The micro-batch's items: every row, or the rows its mask keeps."""
+    if len(batch) == 2:
+        return batch
+    keep = batch[2] > 0
+    return batch[0][keep], batch[1][keep]
+
+
+def loss_network(net, tokens):
+    if tokens:
+        return MaskedLoss(net)
+    return nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
+
+
+# ----------------------------------------------------------------- each path's per-window estimates
+
+
+def run_driver(net, windows, tokens, scale_sense=None):
+    """GradientAccumulation over `windows` (one dataset row per micro-batch); the WindowRecords."""
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
+    data = _dataset(windows, tokens)
+    trainer = ms_accum.GradientAccumulation(loss_network(net, tokens), None, optimizer, noise_scale=True,
+                                            scale_sense=scale_sense)
+    telemetry = ms_accum.WindowTelemetry()
+    trainer.train_process(1, data, len(windows[0]), callbacks=[telemetry], ckpt_path=None, log_every=0)
+    return [(r.grad_sq, r.noise_trace, r.noise_scale) for r in telemetry.records]
+
+
+def run_model_accu(net, windows, tokens):
+    """Model_ACCU (no sink) over a TrainAccuStepsCell; the WindowRecords."""
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
+    cell = ms_accum.TrainAccuStepsCell(loss_network(net, tokens), optimizer, accumulation_steps=len(windows[0]),
+                                       noise_scale=True)
+    telemetry = ms_accum.WindowTelemetry()
+    ms_accum.Model_ACCU(cell).train(1, _dataset(windows, tokens), callbacks=[telemetry], dataset_sink_mode=False)
+    return [(r.grad_sq, r.noise_trace, r.noise_scale) for r in telemetry.records]
+
+
+def _dataset(windows, tokens):
+    rows = [batch for window in windows for batch in window]
+    return ds.GeneratorDataset(lambda: iter(rows), ["x", "y", "mask"] if tokens else ["x", "y"], shuffle=False)
+
+
+def _records(cell):
+    grad_sq, trace, smooth_sq, smooth_trace = (float(v.asnumpy()) for v in cell.noise_records)
+    return grad_sq, trace, (smooth_trace / smooth_sq if smooth_sq > 0 else math.nan)
+
+
+def run_cell(net, windows, tokens, loss_scaled=False):
+    """TrainAccuStepsCell (or its loss-scale variant, fixed scale 1024) choosing its own mode."""
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
+    steps = len(windows[0])
+    if loss_scaled:
+        cell = ms_accum.TrainAccuStepsWithLossScaleCell(loss_network(net, tokens), optimizer,
+                                                        nn.FixedLossScaleUpdateCell(1024.0),
+                                                        accumulation_steps=steps, noise_scale=True)
+    else:
+        cell = ms_accum.TrainAccuStepsCell(loss_network(net, tokens), optimizer, accumulation_steps=steps,
+                                           noise_scale=True)
+    return _window_by_window(cell, cell, windows)
+
+
+def _window_by_window(call, measured, windows):
+    """Every micro-batch through `call`; `measured`'s records after each window."""
+    out = []
+    for window in windows:
+        for batch in window:
+            call(*map(Tensor, batch))
+        out.append(_records(measured))
+    return out
+
+
+def run_accumulator(net, windows, tokens):
+    """Accumulator in a value_and_grad loop (jit-compiled in GRAPH_MODE)."""
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
+    accumulator = ms_accum.Accumulator(optimizer, len(windows[0]), noise_scale=True)
+    loss_net = loss_network(net, tokens)
+    grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters, has_aux=tokens)
+
+    def step(*batch):
+        out, grads = grad_fn(*batch)
+        items = out[1] if tokens else batch[0].shape[0]
+        return accumulator(grads, items)
+    if ms.get_context("mode") == ms.GRAPH_MODE:
+        step = ms.jit(step)
+    return _window_by_window(step, accumulator, windows)
+
+
+def run_cells(net, windows, tokens):
+    """The three single-device cells with a loss-scale Tensor of 256."""
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
+    grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+    scale = Tensor(256.0, ms.float32)
+    forward_backward = ms_accum.TrainForwardBackward(loss_network(net, tokens), optimizer, grad_sum,
+                                                     scale_sense=scale, noise_scale=True)
+    optim = ms_accum.TrainOptim(optimizer, grad_sum, scale_sense=scale, noise_scale=True)
+    clear = ms_accum.TrainClear(grad_sum)
+    out = []
+    for window in windows:
+        for batch in window:
+            forward_backward(*map(Tensor, batch))
+        optim()
+        clear()
+        out.append(_records(optim))
+    return out
+
+
+PATHS = {"driver": run_driver, "driver_loss_scaled": lambda net, w, t: run_driver(net, w, t, Tensor(512.0)),
+         "cell": run_cell, "loss_scale_cell": lambda net, w, t: run_cell(net, w, t, loss_scaled=True),
+         "accumulator": run_accumulator, "cells": run_cells, "model_accu": run_model_accu}
+
+
+def truth_per_window(net, windows):
+    """The formula on each window's per-item gradients (at the fixed weights)."""
+    return [formula([per_sample_grads(net, *real_rows(batch)) for batch in window]) for window in windows]
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("tokens", [False, True], ids=["samples", "tokens"])
+def test_each_window_matches_the_formula_on_per_sample_gradients(path, tokens, exec_mode):
+    if path == "cells" and exec_mode == "graph":
+        pytest.skip("the three cells run in GRAPH_MODE through the driver (driver, driver_loss_scaled)")
+    windows = draws([2, 5, 3], 3, seed=11, padded=7 if tokens else None)
+    net = make_net()
+    got = PATHS[path](net, windows, tokens)
+    want = truth_per_window(net, windows)
+    assert len(got) == len(want)
+    for index, ((grad_sq, trace, _), (true_sq, true_trace)) in enumerate(zip(got, want)):
+        scale = abs(true_trace) + abs(true_sq)
+        assert abs(grad_sq - true_sq) <= 2e-5 * scale, f"window {index}: grad_sq {grad_sq} vs numpy {true_sq}"
+        assert abs(trace - true_trace) <= 2e-5 * scale, f"window {index}: noise_trace {trace} vs numpy {true_trace}"
+    ratios = smoothed_ratios(want)
+    for index, (_, _, noise) in enumerate(got):
+        assert noise == pytest.approx(ratios[index], rel=1e-4, nan_ok=True), f"window {index}: smoothed noise scale"
+
+
+def test_a_window_of_one_micro_batch_has_no_estimate(exec_mode):
+    windows = draws([6], 3, seed=3)
+    got = run_driver(make_net(), windows, tokens=False)
+    assert all(math.isnan(value) for record in got for value in record), got
+
+
+def test_estimates_change_nothing_else():
+    """With noise_scale the parameters after training are those without it (bit for bit)."""
+    windows = draws([3, 4], 3, seed=5)
+    finals = []
+    for measure in (False, True):
+        net = make_net()
+        optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        cell = ms_accum.TrainAccuStepsCell(loss_network(net, False), optimizer, accumulation_steps=2,
+                                           noise_scale=measure)
+        for window in windows:
+            for batch in window:
+                cell(*map(Tensor, batch))
+        finals.append([p.asnumpy() for p in net.trainable_params()])
+    for without, with_noise in zip(*finals):
+        np.testing.assert_array_equal(without, with_noise)
+
+
+# ----------------------------------------------------------------- unbiasedness against the population truth
+
+
+def population_truth(net, pop_size=48):
+    """|G|^2 and tr(Sigma) of one item drawn uniformly from the population, at the net's weights."""
+    grads = per_sample_grads(net, *population(pop_size))
+    mean = grads.mean(0)
+    return np.sum(mean ** 2), np.sum((grads - mean) ** 2) / len(grads)
+
+
+@pytest.mark.parametrize("sizes, padded", [([4, 4, 4, 4], None), ([1, 2, 3, 10], None), ([2, 6, 3], 8)],
+                         ids=["equal", "unequal", "tokens"])
+def test_mean_estimates_match_the_population_truth_within_their_standard_error(sizes, padded):
+    windows = draws(sizes, 300, seed=2024, padded=padded)
+    net = make_net(seed=1)
+    got = np.array([record[:2] for record in run_accumulator(net, windows, tokens=padded is not None)])
+    truth = population_truth(net)
+    for column, name in enumerate(("grad_sq", "noise_trace")):
+        values = got[:, column]
+        error = values.std(ddof=1) / math.sqrt(len(values))
+        assert abs(values.mean() - truth[column]) <= Z_LIMIT * error, \
+            f"{name}: mean {values.mean():.5g} vs truth {truth[column]:.5g}, standard error {error:.3g}"
+
+
+def test_ignoring_the_weights_is_detected():
+    """Negative control: treating unequal micro-batches as equal (the textbook two-batch-size formula with the
+    mean size) is biased by many standard errors on these windows, so the test above can tell."""
+    windows = draws([1, 2, 3, 10], 300, seed=2024)
+    net = make_net(seed=1)
+    traces = []
+    for window in windows:
+        grads = [per_sample_grads(net, x, y) for x, y in window]
+        small = np.mean([np.sum(g.mean(0) ** 2) for g in grads])
+        big = np.sum(np.concatenate(grads).mean(0) ** 2)
+        b, total = np.mean([len(g) for g in grads]), sum(len(g) for g in grads)
+        traces.append((small - big) / (1 / b - 1 / total))
+    traces = np.array(traces)
+    error = traces.std(ddof=1) / math.sqrt(len(traces))
+    assert abs(traces.mean() - population_truth(net)[1]) > Z_LIMIT * error
+
+
+# ----------------------------------------------------------------- arguments
+
+
+def test_noise_scale_must_be_a_bool():
+    net = make_net()
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    with pytest.raises(TypeError, match="For 'TrainAccuStepsCell', 'noise_scale' must be a bool, but got 1"):
+        ms_accum.TrainAccuStepsCell(loss_network(net, False), optimizer, noise_scale=1)
+    with pytest.raises(TypeError, match="For 'Accumulator', 'noise_scale' must be a bool"):
+        ms_accum.Accumulator(optimizer, 2, noise_scale="yes")
+
+
+def test_noise_scale_needs_the_weighted_mean():
+    net = make_net()
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation', 'noise_scale' needs the window's weighted "
+                                         r"mean gradient \(average=True\), but got average=False"):
+        ms_accum.GradientAccumulation(net, nn.MSELoss(), optimizer, average=False, noise_scale=True)
+
+
+def test_the_cells_on_one_grad_sum_must_agree():
+    net = make_net()
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.1)
+    grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+    ms_accum.TrainForwardBackward(loss_network(net, False), optimizer, grad_sum, noise_scale=True)
+    with pytest.raises(ValueError, match="For 'TrainOptim', 'noise_scale' must match the other cells built on this "
+                                         "grad_sum \\(True\\), but got False"):
+        ms_accum.TrainOptim(optimizer, grad_sum)
+
+
+def test_telemetry_shows_the_noise_scale(tmp_path, capsys):
+    windows = draws([3, 3, 3], 4, seed=8)
+    net = make_net()
+    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
+    data = _dataset(windows, False)
+    trainer = ms_accum.GradientAccumulation(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                                            optimizer, noise_scale=True)
+    telemetry = ms_accum.WindowTelemetry(csv_path=str(tmp_path / "t.csv"), print_every=1)
+    trainer.train_process(1, data, 3, callbacks=[telemetry], ckpt_path=None, log_every=0)
+    want = smoothed_ratios(truth_per_window(net, windows))
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update")]
+    assert len(lines) == 4 and all(f"noise scale {value:.4g} items" in line for line, value in zip(lines, want))
+    import csv  # pylint: disable=import-outside-toplevel
+    with open(tmp_path / "t.csv", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [float(row["noise_scale"]) for row in rows] == pytest.approx(want, rel=1e-4, nan_ok=True)
+    assert [int(row["accumulation_steps"]) for row in rows] == [3] * 4

@@ -1,0 +1,288 @@
+"""Accumulation schedules and the adaptive policy: every window equals the large-batch step of its own size.
+
+The reference is value_and_grad on each window's concatenated micro-batches and the same optimizer, stepped once
+per window, with no ms_accum code.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor, nn
+from mindspore.train import Callback
+
+import ms_accum
+from ms_accum.schedule import AccumulationSchedule, schedule_argument
+from helpers import build, micro_batches, numpy_dataset, params_of
+
+SCHEDULE = {0: 1, 2: 2, 4: 3}
+RATES = [0.1, 0.05, 0.2, 0.02, 0.08, 0.03, 0.1, 0.04, 0.06, 0.01]  # one per update, distinct
+
+
+def momentum(params, rates=None):
+    return nn.Momentum(params, learning_rate=rates if rates is not None else 0.1, momentum=0.9)
+
+
+def reference(batches, sizes, rates=None, seed=0):
+    """Parameters after each window of `sizes` micro-batches, stepped as one large batch."""
+    net, loss, _ = build("momentum", seed)
+    optimizer = momentum(net.trainable_params(), rates)
+
+    def forward(x, y):
+        return loss(net(x), y)
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+    out, start = [], 0
+    for size in sizes:
+        window = batches[start:start + size]
+        start += size
+        _, grads = grad_fn(Tensor(np.concatenate([x for x, _ in window])),
+                           Tensor(np.concatenate([y for _, y in window])))
+        optimizer(grads)
+        out.append(params_of(net))
+    return out
+
+
+def assert_windows_match(got, want, what):
+    assert len(got) == len(want), f"{what}: {len(got)} windows, the reference {len(want)}"
+    for index, (params, expected) in enumerate(zip(got, want)):
+        for name, value in expected.items():
+            scale = max(np.abs(value).max(), 1e-12)
+            err = np.abs(params[name] - value).max() / scale
+            assert err <= 1e-5, f"{what}, window {index}: {name} differs by {err:.3g} from its large batch"
+
+
+class Snapshots(Callback):
+    """The network's parameters after every update."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net, self.taken = net, []
+
+    def on_train_step_end(self, run_context):
+        self.taken.append(params_of(self.net))
+
+
+# ----------------------------------------------------------------- the schedule itself
+
+
+def test_schedule_gives_each_update_its_n():
+    schedule = AccumulationSchedule(SCHEDULE)
+    assert [schedule.steps_at(u) for u in range(7)] == [1, 1, 2, 2, 3, 3, 3]
+    assert schedule == AccumulationSchedule("0:1, 2:2, 4:3") == schedule_argument("0:1,2:2,4:3")
+    assert AccumulationSchedule(4).constant == 4 and schedule.constant is None
+    assert schedule_argument("3") == AccumulationSchedule(3)
+
+
+@pytest.mark.parametrize("steps, error, message", [
+    ({}, ValueError, "must hold at least one stage"),
+    ({1: 2}, ValueError, r"must say how many micro-batches the first windows hold \(an entry for update 0\), but "
+                         r"got \{1: 2\}"),
+    ({0: 0}, ValueError, "must map first updates >= 0 to micro-batch counts >= 1, but got 0: 0"),
+    ({0: 1, -1: 2}, ValueError, "must map first updates >= 0 to micro-batch counts >= 1, but got -1: 2"),
+    ({0: 1.5}, TypeError, "must map int first updates to int micro-batch counts, but got 0: 1.5"),
+    ("0:1,x", ValueError, r"must be 'first_update:N' pairs separated by commas, such as '0:1,2:2,4:3', but got "
+                          r"'0:1,x'"),
+    ("0:1,0:2", ValueError, "must give each first update once, but 0 appears twice"),
+    (0, ValueError, "must be an int >= 1, but got 0"),
+    (2.0, TypeError, "must be an int >= 1 or a schedule"),
+    ([1, 2], TypeError, "must be an int or a schedule"),
+])
+def test_bad_schedules_are_refused(steps, error, message):
+    with pytest.raises(error, match=rf"For 'AccumulationSchedule', 'steps' {message}"):
+        AccumulationSchedule(steps)
+
+
+def simulate(schedule, steps_per_epoch, epochs, policy):
+    """The driver's loop, micro-batch by micro-batch: windows begun before each epoch, and updates."""
+    update, pending, before = 0, 0, [0]
+    for epoch in range(epochs):
+        for _ in range(steps_per_epoch):
+            pending += 1
+            if pending == schedule.steps_at(update):
+                update, pending = update + 1, 0
+        last = epoch == epochs - 1
+        if pending and (policy == "flush" or (policy == "carry" and last)):
+            update, pending = update + 1, 0
+        elif pending and policy == "drop":
+            pending = 0
+        before.append(update)
+    return before, update
+
+
+@pytest.mark.parametrize("policy", ms_accum.PARTIAL_WINDOW_POLICIES)
+@pytest.mark.parametrize("steps", [SCHEDULE, {0: 3}, {0: 4, 1: 1, 5: 7}])
+def test_run_plan_counts_the_windows_of_the_drivers_loop(steps, policy):
+    schedule = AccumulationSchedule(steps)
+    for steps_per_epoch, epochs in ((7, 3), (10, 2), (13, 1)):
+        assert schedule.run_plan(steps_per_epoch, epochs, policy) == simulate(schedule, steps_per_epoch, epochs,
+                                                                              policy)
+
+
+# ----------------------------------------------------------------- the driver
+
+
+def test_driver_follows_the_schedule_window_by_window(exec_mode):
+    """Two epochs of 7 micro-batches, windows 1, 1, 2, 2 and a flushed 1 (epoch 1), then 3, 3, 1: each the
+    large-batch step of its size, the learning rate indexed by the update."""
+    batches = micro_batches([4, 3, 5, 4, 2, 4, 4])
+    net, loss, _ = build("momentum")
+    trainer = ms_accum.GradientAccumulation(net, loss, momentum(net.trainable_params(), RATES[:8]))
+    telemetry, snapshots = ms_accum.WindowTelemetry(), Snapshots(net)
+    trainer.train_process(2, numpy_dataset(batches), SCHEDULE, callbacks=[telemetry, snapshots], ckpt_path=None,
+                          log_every=0)
+    sizes = [r.micro_batches for r in telemetry.records]
+    assert sizes == [1, 1, 2, 2, 1, 3, 3, 1]
+    assert [r.accumulation_steps for r in telemetry.records] == [1, 1, 2, 2, 3, 3, 3, 3]
+    assert [r.learning_rate for r in telemetry.records] == pytest.approx(RATES[:8])
+    assert_windows_match(snapshots.taken, reference(batches + batches, sizes, RATES[:8]), "driver")
+
+
+def test_driver_schedule_resumes_mid_window(tmp_path, monkeypatch):
+    """Killed inside the first window of three micro-batches; the resumed run ends where an uninterrupted one
+    does."""
+    from test_resume import _Killed, die_after  # pylint: disable=import-outside-toplevel
+    batches = micro_batches([4] * 11)  # windows 1, 1, 2, 2, 3 and a flushed 2
+
+    def trainer(seed):
+        net, loss, optimizer = build("momentum", seed)
+        return ms_accum.GradientAccumulation(net, loss, optimizer), net
+    full, full_net = trainer(0)
+    full.train_process(1, numpy_dataset(batches), SCHEDULE, ckpt_path=None, log_every=0)
+    state = str(tmp_path / "state.ckpt")
+    cut, _ = trainer(0)
+    die_after(monkeypatch, ms_accum.TrainForwardBackward, 7)  # windows 1, 1, 2, 2, then 1 of 3
+    with pytest.raises(_Killed):
+        cut.train_process(1, numpy_dataset(batches), SCHEDULE, ckpt_path=None, log_every=0, state_path=state,
+                          save_state_every=1)
+    monkeypatch.undo()
+    resumed, net = trainer(5)
+    telemetry = ms_accum.WindowTelemetry()
+    resumed.train_process(1, numpy_dataset(batches), SCHEDULE, callbacks=[telemetry], ckpt_path=None, log_every=0,
+                          resume_from=state)
+    assert [(r.update, r.micro_batches) for r in telemetry.records] == [(5, 3), (6, 2)]
+    for name, value in params_of(full_net).items():
+        np.testing.assert_allclose(params_of(net)[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_driver_refuses_a_window_longer_than_an_epoch():
+    net, loss, optimizer = build("momentum")
+    trainer = ms_accum.GradientAccumulation(net, loss, optimizer)
+    with pytest.raises(ValueError, match=r"'mini_steps' must be <= the 4 micro-batches in an epoch, but got 5"):
+        trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), {0: 1, 3: 5}, ckpt_path=None)
+
+
+def test_driver_checks_the_learning_rate_list_against_the_scheduled_updates():
+    net, loss, _ = build("momentum")
+    trainer = ms_accum.GradientAccumulation(net, loss, momentum(net.trainable_params(), [0.1] * 7))
+    with pytest.raises(ValueError, match=r"one entry per update \(5\), but got 7 entries, one per micro-batch"):
+        trainer.train_process(1, numpy_dataset(micro_batches([4] * 7)), SCHEDULE, ckpt_path=None)
+
+
+# ----------------------------------------------------------------- Accumulator and the parallel cell
+
+
+def test_accumulator_follows_the_schedule(exec_mode):
+    batches = micro_batches([4, 3, 5, 4, 2, 4, 4, 3, 4, 4])
+    net, loss, optimizer = build("momentum")
+    accumulator = ms_accum.Accumulator(optimizer, SCHEDULE)
+
+    def forward(x, y):
+        return loss(net(x), y)
+    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+
+    def step(x, y):
+        _, grads = grad_fn(x, y)
+        return accumulator(grads, x.shape[0])
+    if exec_mode == "graph":
+        step = ms.jit(step)
+    taken = [params_of(net) for x, y in batches if bool(step(Tensor(x), Tensor(y)))]
+    if bool(accumulator.flush()):
+        taken.append(params_of(net))
+    assert int(accumulator.accu_windows.asnumpy()) == 6 and accumulator.accumulate_step == AccumulationSchedule(
+        SCHEDULE)
+    assert_windows_match(taken, reference(batches, [1, 1, 2, 2, 3, 1]), "Accumulator")
+
+
+def test_train_accu_steps_cell_follows_the_schedule(exec_mode):
+    batches = micro_batches([4, 3, 5, 4, 2, 4, 4, 3, 4])
+    net, loss, optimizer = build("momentum")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=SCHEDULE)
+    taken = []
+    for x, y in batches:
+        cell(Tensor(x), Tensor(y))
+        if not int(cell.accu_micro_steps.asnumpy()):
+            taken.append(params_of(net))
+    assert_windows_match(taken, reference(batches, [1, 1, 2, 2, 3]), "TrainAccuStepsCell")
+
+
+def test_model_accu_refuses_a_schedule():
+    net, loss, optimizer = build("momentum")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=SCHEDULE)
+    with pytest.raises(ValueError, match=r"For 'Model_ACCU', the cell's 'accumulation_steps' must be one int: "
+                                         r"Model_ACCU lays out its windows per epoch"):
+        ms_accum.Model_ACCU(cell)
+    model = ms_accum.Model_ACCU(cell, accumulation_steps=2)  # a fixed N replaces the schedule
+    assert model.accumulation_steps == 2
+
+
+# ----------------------------------------------------------------- the adaptive policy
+
+
+def test_adaptive_policy_moves_towards_the_noise_scale_within_its_bounds():
+    policy = ms_accum.AdaptiveAccumulation(min_steps=2, max_steps=16, interval=5, max_factor=2.0)
+    assert policy.initial_steps == 2
+    assert policy.next_steps(4, 4, 64.0 * 100, 64.0) == 8      # wants 100: at most doubled
+    assert policy.next_steps(8, 4, 64.0 * 6, 64.0) == 6        # wants 6
+    assert policy.next_steps(8, 4, 1.0, 64.0) == 4             # wants 0: at most halved
+    assert policy.next_steps(3, 4, 1.0, 64.0) == 2             # never below min_steps
+    assert policy.next_steps(16, 4, 1e9, 64.0) == 16           # never above max_steps
+    assert policy.next_steps(4, 3, 64.0 * 100, 64.0) == 4      # decisions only every 5th window
+    assert policy.next_steps(4, 9, math.nan, 64.0) == 4        # no estimate yet
+    slow = ms_accum.AdaptiveAccumulation(1, 8, interval=1, max_factor=1.2)
+    assert slow.next_steps(1, 0, 1e9, 1.0) == 2 and slow.next_steps(2, 0, 0.0, 1.0) == 1  # always a step
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"min_steps": 0, "max_steps": 4}, ValueError, "'min_steps' must be an int >= 1, but got 0"),
+    ({"min_steps": 4, "max_steps": 2}, ValueError, r"'max_steps' must be >= 'min_steps' \(4\), but got 2"),
+    ({"min_steps": 1, "max_steps": 4, "max_factor": 1.0}, ValueError, "'max_factor' must be a finite number > 1"),
+    ({"min_steps": 1, "max_steps": 4, "initial_steps": 5}, ValueError, r"'initial_steps' must be in \[1, 4\]"),
+    ({"min_steps": 1.0, "max_steps": 4}, TypeError, "'min_steps' must be an int >= 1, but got 1.0"),
+])
+def test_adaptive_policy_arguments(kwargs, error, message):
+    with pytest.raises(error, match=rf"For 'AdaptiveAccumulation', {message}"):
+        ms_accum.AdaptiveAccumulation(**kwargs)
+
+
+def test_adaptive_policy_needs_the_noise_scale():
+    net, loss, optimizer = build("momentum")
+    trainer = ms_accum.GradientAccumulation(net, loss, optimizer)
+    with pytest.raises(ValueError, match=r"'mini_steps' as an AdaptiveAccumulation policy needs the noise scale, "
+                                         r"but the trainer was built with noise_scale=False"):
+        trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), ms_accum.AdaptiveAccumulation(1, 2),
+                              ckpt_path=None)
+
+
+def test_adaptive_driver_changes_n_between_exact_windows(exec_mode):
+    """Random labels: the noise scale is far above a micro-batch of 4, so N grows from 2 to 4 at a decision
+    (every second window) once the smoothed estimate is positive; each N is the policy's answer to the recorded
+    figures, and every window is the large-batch step of the size it ran with."""
+    batches = micro_batches([4] * 24)
+    net, loss, optimizer = build("momentum")
+    trainer = ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=True)
+    telemetry, snapshots = ms_accum.WindowTelemetry(), Snapshots(net)
+    policy = ms_accum.AdaptiveAccumulation(min_steps=1, max_steps=4, interval=2, initial_steps=2)
+    trainer.train_process(1, numpy_dataset(batches), policy, callbacks=[telemetry, snapshots], ckpt_path=None,
+                          log_every=0)
+    steps = [r.accumulation_steps for r in telemetry.records]
+    assert steps[:2] == [2, 2] and max(steps) == 4, steps
+    assert all(b in (a, 2 * a, a // 2) for a, b in zip(steps, steps[1:])), steps
+    changes = [i for i in range(1, len(steps)) if steps[i] != steps[i - 1]]
+    assert all(i % 2 == 0 for i in changes), f"N changed after windows {changes}, not at decisions"
+    for index, record in enumerate(telemetry.records[:-1]):  # each window's successor has the policy's N
+        want = policy.next_steps(record.accumulation_steps, index, record.noise_scale,
+                                 record.items / record.micro_batches)
+        assert steps[index + 1] == want, f"after window {index} ({record}): N {steps[index + 1]}, policy {want}"
+    sizes = [r.micro_batches for r in telemetry.records]
+    assert_windows_match(snapshots.taken, reference(batches, sizes), "adaptive driver")
