@@ -37,7 +37,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.
             as in :class:`TrainAccuStepsCell`. Default: ``1``.
         clip_norm (float, optional): Clip the window's unscaled gradient to this global norm, once per window, as
             in :class:`TrainAccuStepsCell`. Default: ``None`` (no clipping).
-        noise_scale (bool): Measure the gradient noise scale, as in :class:`TrainAccuStepsCell`
+        noise_scale (Union[bool, str]): Measure the gradient noise scale, as in :class:`TrainAccuStepsCell`
             (an overflowing window gives none): every micro-batch's gradient's squared norm is
             summed, and each window yields unbiased estimates of |G|^2 and tr(Sigma) over every micro-batch of
             every device, read through ``noise_records`` and :class:`WindowTelemetry` (see

@@ -144,10 +144,11 @@ class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepC
         clip_norm (float, optional): Clip the window's gradient (averaged, reduced across devices) to this global
             norm, once per window, as ``ops.clip_by_global_norm`` would clip the large batch's gradient; ``None``
             for no clipping. Default: ``None``.
-        noise_scale (bool): Measure the gradient noise scale: every micro-batch's gradient's squared norm is
-            summed, and each window yields unbiased estimates of |G|^2 and tr(Sigma) over every micro-batch of
-            every device, read through ``noise_records`` and :class:`WindowTelemetry` (see
-            ``docs/noise_scale.md``). Default: ``False``.
+        noise_scale (Union[bool, str]): Measure the gradient noise scale: the measured micro-batches' squared
+            gradient norms are summed over every device, and each window yields unbiased estimates of |G|^2 and
+            tr(Sigma), read through ``noise_records`` and :class:`WindowTelemetry` (see ``docs/noise_scale.md``). ``True`` measures every
+            micro-batch, ``"first"`` only the first of each window on each device (one gradient pass per window
+            instead of one per micro-batch; a noisier estimate). Default: ``False``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -158,7 +159,7 @@ class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepC
 
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `accumulation_steps` is not an
-            integer, or `noise_scale` is not a bool.
+            integer, or `noise_scale` is neither a bool nor a str.
         ValueError: If none of the optimizer's parameters is a parameter of `network`, `accumulation_steps` is
             < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or not finite; when called, as listed
             for :class:`TrainForwardBackward` and :class:`TrainOptim`.

@@ -58,7 +58,8 @@ class AccumulationWindow(NoiseMeasure):
         self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
         self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped = state.last
         self.window_map = ops.HyperMap()
-        self._init_noise(NoiseState(WINDOW_PREFIX) if check_noise_scale(owner, noise_scale) else None)
+        mode = check_noise_scale(owner, noise_scale)
+        self._init_noise(NoiseState(WINDOW_PREFIX, mode) if mode else None)
         self._eager = False  # PYNATIVE: add each micro-batch with one compiled graph (see _add_micro_batch)
         self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
         self.device_degree = float(self.degree) if self.reducer_flag else 1.0
@@ -109,7 +110,7 @@ class AccumulationWindow(NoiseMeasure):
 
     def _add(self, loss, items, grads, weight):
         return window.add_micro_batch(self.window_map, self.accu_grads, grads, weight, loss, items,
-                                      self._window_counters(), self.noise_micro_sq)
+                                      self._window_counters(), self._noise_sums(), self.noise_every)
 
     _add_compiled = jit(_add)
 
@@ -139,12 +140,13 @@ class AccumulationWindow(NoiseMeasure):
         return grads, ops.depend(window.mean_loss(self._window_counters()), recorded)
 
     def _record_noise(self, norm, total, unscale):
-        """The window's noise-scale estimates, from every micro-batch of every device (one reduction of two
+        """The window's noise-scale estimates, from every micro-batch of every device (one reduction of three
         scalars in data parallel)."""
-        sums = ops.stack((self.noise_micro_sq / (unscale * unscale), ops.cast(self.accu_micro_steps, mstype.float32)))
+        sums = ops.stack((self.noise_micro_sq / (unscale * unscale), self.noise_measured_items + 0.0,
+                          self.noise_measured + 0.0))
         if self.reducer_flag:
             sums = self._window_sum_over_devices(sums)
-        return record_window(self._noise_records(), sums[0], norm, total, sums[1])
+        return record_window(self._noise_records(), (sums[0], sums[1], sums[2]), norm, total)
 
     def _reset_window(self, result):
         """Zero the buffers and counters after `result` is computed, and count the window; returns `result`."""

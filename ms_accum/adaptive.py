@@ -16,7 +16,8 @@ class AdaptiveAccumulation:
     ``noise_scale=True``; :class:`WindowTelemetry` records the N of every window (``accumulation_steps``).
 
     Args:
-        min_steps (int): The smallest N, >= 1; also the first windows' N unless `initial_steps` is given.
+        min_steps (int): The smallest N, >= 2 (a window of one micro-batch carries no estimate, so N = 1 could
+            never be left); also the first windows' N unless `initial_steps` is given.
         max_steps (int): The largest N, >= `min_steps`.
         interval (int): Windows between decisions, >= 1 (the smoothed estimate spans about ten windows).
             Default: ``10``.
@@ -27,7 +28,7 @@ class AdaptiveAccumulation:
     Raises:
         TypeError: If `min_steps`, `max_steps`, `interval` or `initial_steps` is not an int, or `max_factor` is not
             a number.
-        ValueError: If a bound is < 1, `max_steps` < `min_steps`, `interval` < 1, `max_factor` is not a finite
+        ValueError: If `min_steps` is < 2, `max_steps` < `min_steps`, `interval` < 1, `max_factor` is not a finite
             number > 1, or `initial_steps` is outside the bounds.
 
     Supported Platforms:
@@ -35,8 +36,10 @@ class AdaptiveAccumulation:
 
     Examples:
         >>> import ms_accum
-        >>> policy = ms_accum.AdaptiveAccumulation(min_steps=1, max_steps=16, interval=10)
+        >>> policy = ms_accum.AdaptiveAccumulation(min_steps=2, max_steps=16, interval=10)
         >>> policy.next_steps(current=2, update=9, noise_scale=400.0, micro_batch_items=32.0)
+        4
+        >>> policy.next_steps(current=8, update=9, noise_scale=100.0, micro_batch_items=32.0)
         4
         >>> policy.next_steps(current=2, update=9, noise_scale=float("nan"), micro_batch_items=32.0)
         2
@@ -50,6 +53,10 @@ class AdaptiveAccumulation:
                                 f"{type(value).__name__}.")
             if value < 1:
                 raise ValueError(f"For '{owner}', '{name}' must be an int >= 1, but got {value}.")
+        if min_steps < 2:
+            raise ValueError(f"For '{owner}', 'min_steps' must be an int >= 2, but got {min_steps}: a window of one "
+                             f"micro-batch carries no noise-scale estimate, so the policy could never leave N = 1. "
+                             f"Halve the micro-batch and pass min_steps=2 for the same smallest batch.")
         if max_steps < min_steps:
             raise ValueError(f"For '{owner}', 'max_steps' must be >= 'min_steps' ({min_steps}), but got {max_steps}.")
         if isinstance(max_factor, bool) or not isinstance(max_factor, (int, float)):

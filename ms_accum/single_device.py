@@ -12,7 +12,7 @@ from . import window
 from ._checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
                       check_optimizer_trains, check_sens)
 from .loss_scale import shared_scale, update_scale
-from .noise_scale import NoiseMeasure, check_noise_scale, record_window
+from .noise_scale import EVERY, FIRST, NoiseMeasure, check_noise_scale, record_window
 from .weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
 
@@ -46,7 +46,9 @@ class TrainForwardBackward(NoiseMeasure, nn.TrainOneStepCell):
             Backward runs on the loss times the current scale; :class:`TrainOptim` unscales, skips a window that
             overflowed and updates the scale once per window. Pass the same object to :class:`TrainOptim`; use
             float32 buffers (``grad_sum``) with float16 parameters. Default: ``None`` (no loss scaling).
-        noise_scale (bool): Measure the gradient noise scale: each micro-batch's gradient's squared norm, weighted
+        noise_scale (Union[bool, str]): Measure the gradient noise scale (``True``: every micro-batch;
+            ``"first"``: the window's first only, one gradient pass per window): each measured micro-batch's
+            gradient's squared norm, weighted
             by its items, is summed for :class:`TrainOptim`, which estimates |G|^2 and tr(Sigma) from the window
             (see ``docs/noise_scale.md``). Requires ``average=True``; pass the same value to :class:`TrainOptim`.
             Default: ``False``.
@@ -119,7 +121,7 @@ class TrainForwardBackward(NoiseMeasure, nn.TrainOneStepCell):
     def _add(self, loss, items, grads, weight):
         return window.add_micro_batch(self.hyper_map, self.grad_sum, grads, weight, loss, items,
                                       (self.item_count, self.micro_steps, self.loss_sum, self.min_items),
-                                      self.noise_micro_sq)
+                                      self._noise_sums(), self.noise_every)
 
     _add_compiled = jit(_add)  # the gradients go in as a mutable tuple: as constants, each call would recompile
 
@@ -148,7 +150,7 @@ class TrainOptim(NoiseMeasure, nn.Cell):
             Default: ``None``.
         scale_sense (Union[Tensor, Cell], optional): The object passed to :class:`TrainForwardBackward`.
             Default: ``None``.
-        noise_scale (bool): The value passed to :class:`TrainForwardBackward`. Default: ``False``.
+        noise_scale (Union[bool, str]): The value passed to :class:`TrainForwardBackward`. Default: ``False``.
 
     Inputs:
         None.
@@ -212,8 +214,9 @@ class TrainOptim(NoiseMeasure, nn.Cell):
             micro_sq = self.noise_micro_sq / (self.scale_sense * self.scale_sense) if self.loss_scaled \
                 else self.noise_micro_sq + 0.0
             norm = ops.depend(self.last_grad_norm, recorded) * 1.0
-            recorded = ops.depend(recorded, record_window(self._noise_records(), micro_sq, norm,
-                                                          self.item_count + 0.0, self.micro_steps))
+            recorded = ops.depend(recorded, record_window(
+                self._noise_records(), (micro_sq, self.noise_measured_items + 0.0, self.noise_measured + 0.0), norm,
+                self.item_count + 0.0))
         loss = ops.depend(window.mean_loss(counters), recorded)
         if not self.loss_scaled:
             return ops.depend(loss, self.optimizer(grads))
@@ -292,6 +295,7 @@ class TrainClear(nn.Cell):
 
 def _noise_state(owner, state, measure, average):
     """The window's NoiseState if the cells measure the noise scale (they must agree), else None."""
-    check_noise_scale(owner, measure, average)
-    state.bind(owner, "noise_scale", measure, "Pass the same 'noise_scale' to TrainForwardBackward and TrainOptim.")
-    return state.noise_state() if measure else None
+    mode = check_noise_scale(owner, measure, average)
+    shown = {None: False, EVERY: True, FIRST: FIRST}[mode]  # singletons: the cells' choices compare by identity
+    state.bind(owner, "noise_scale", shown, "Pass the same 'noise_scale' to TrainForwardBackward and TrainOptim.")
+    return state.noise_state(mode) if mode else None

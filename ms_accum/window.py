@@ -66,10 +66,10 @@ class WindowState:
         """The open window's counters, in the order add_micro_batch and reset_window take them."""
         return (self.items, self.micro_steps, self.loss_sum, self.min_items)
 
-    def noise_state(self):
-        """The NoiseState of the cells sharing this window, created on first use."""
+    def noise_state(self, mode):
+        """The NoiseState (measuring in `mode`) of the cells sharing this window, created on first use."""
         if self.noise is None:
-            self.noise = noise_scale.NoiseState(self.prefix)
+            self.noise = noise_scale.NoiseState(self.prefix, mode)
         return self.noise
 
     def bind(self, owner, name, value, hint):
@@ -79,14 +79,14 @@ class WindowState:
         elif self.options[name] is not value:  # bools and None are singletons; objects must be the same
             bound = self.options[name]
             got = _describe(value)
-            if type(value) is type(bound) and value is not None and not isinstance(value, bool):
+            if type(value) is type(bound) and value is not None and not isinstance(value, (bool, str)):
                 got = f"another {type(value).__name__} object, not the same one"
             raise ValueError(f"For '{owner}', '{name}' must match the other cells built on this grad_sum "
                              f"({_describe(bound)}), but got {got}. {hint}")
 
 
 def _describe(value):
-    return repr(value) if value is None or isinstance(value, bool) else f"a {type(value).__name__} object"
+    return repr(value) if value is None or isinstance(value, (bool, str)) else f"a {type(value).__name__} object"
 
 
 def buffer_prefix(grad_sum):
@@ -104,16 +104,17 @@ def window_state(grad_sum):
     return state
 
 
-def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, micro_sq=None):
+def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, noise_sums=None, every=True):
     """buffers += weight * grads (in the buffers' dtype); the counters take in the micro-batch's `items` and
-    `loss` (None: no loss to record); with the noise scale measured, `micro_sq` (a NoiseState's) takes in
-    weight * |grads|^2, restarting at a window's first micro-batch. Returns `loss` (or `items`) once every update
-    is done."""
+    `loss` (None: no loss to record); with the noise scale measured, `noise_sums` (a NoiseState's micro_sq,
+    measured_items, measured) take in the micro-batch when it is measured (`every`: all of them; else the window's
+    first). Returns `loss` (or `items`) once every update is done."""
     item_count, micro_steps, loss_sum, min_items = counters
     added = hyper_map(ops.partial(grad_ops.accumulate_weighted, weight), buffers, grads)
     out = ops.depend(items if loss is None else loss, added)
-    if micro_sq is not None:
-        out = ops.depend(out, noise_scale.add_micro_sq(hyper_map, micro_sq, grads, weight, micro_steps == 0))
+    if noise_sums is not None:
+        out = ops.depend(out, noise_scale.add_micro_sq(hyper_map, noise_sums, grads, weight, micro_steps == 0,
+                                                       every))
     out = ops.depend(out, ops.assign_add(item_count, items))
     out = ops.depend(out, ops.assign_add(micro_steps, ops.scalar_to_tensor(1, mstype.int32)))
     out = ops.depend(out, ops.assign(min_items, ops.minimum(min_items, items)))

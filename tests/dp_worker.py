@@ -2,11 +2,12 @@
 
 Each rank trains a copy of SmallConvNet with an accumulation cell on its own micro-batches (the union over ranks
 is what single-process training sees) and saves its parameters, counters and per-window outputs to
-OUT/rank_<r>.npz. Arguments: OUT MODE(graph|pynative) CELL(plain|dynamic|tokens|clip) WINDOWS STEPS [OVERFLOW_RANK
+OUT/rank_<r>.npz. Arguments: OUT MODE(graph|pynative) CELL(plain|dynamic|tokens|clip|noise) WINDOWS STEPS [OVERFLOW_RANK
 OVERFLOW_WINDOW OVERFLOW_STEP]. CELL 'model_accu' is 'plain' trained by Model_ACCU on a dataset of the rank's
 micro-batches; 'tokens' trains the token tagger with a (loss, num_items) loss on micro-batches
 holding different numbers of real tokens on each rank, with the cell choosing its mode itself; 'clip' is 'plain'
-with clip_norm=CLIP_NORM.
+with clip_norm=CLIP_NORM; 'noise' is 'plain' measuring the noise scale, its outputs each window's (grad_sq,
+noise_trace).
 """
 import os
 import sys
@@ -76,9 +77,10 @@ def main():
     else:
         net, loss, opt = build("momentum")
         loss_net = nn.WithLossCell(net, loss)
-    if cell_kind in ("plain", "tokens", "clip", "model_accu"):
+    if cell_kind in ("plain", "tokens", "clip", "model_accu", "noise"):
         cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=steps,
-                                           clip_norm=CLIP_NORM if cell_kind == "clip" else None)
+                                           clip_norm=CLIP_NORM if cell_kind == "clip" else None,
+                                           noise_scale=cell_kind == "noise")
     else:
         cell = ms_accum.TrainAccuStepsWithLossScaleCell(
             loss_net, opt, nn.DynamicLossScaleUpdateCell(2.0 ** 10, 2, 1000), accumulation_steps=steps)
@@ -88,6 +90,8 @@ def main():
         outputs = []
     elif cell_kind == "tokens":
         outputs = train_tokens(cell, rank_token_batches(rank, world, windows, steps))
+    elif cell_kind == "noise":
+        outputs = train_noise(cell, rank_batches(rank, world, windows, steps), windows, steps)
     else:
         outputs = train_windows(cell, rank_batches(rank, world, windows, steps), windows, steps, overflow, rank)
     arrays = {f"param:{p.name}": p.asnumpy() for p in net.get_parameters()}
@@ -98,6 +102,16 @@ def main():
     np.savez(os.path.join(out, f"rank_{rank}.npz"), **arrays)
     print(f"rank {rank}/{world} done", flush=True)
     release()
+
+
+def train_noise(cell, batches, windows, steps):
+    """Each window through the cell choosing its own mode; (grad_sq, noise_trace) after each window."""
+    outputs = []
+    for index, batch in enumerate(batches[:windows * steps]):
+        cell(*map(Tensor, batch))
+        if (index + 1) % steps == 0:
+            outputs.append([float(value.asnumpy()) for value in cell.noise_records[:2]])
+    return outputs
 
 
 def train_windows(cell, batches, windows, steps, overflow, rank):

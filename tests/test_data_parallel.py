@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 import mindspore as ms
-from mindspore import nn
+from mindspore import Tensor, nn
 
 import ms_accum
 from conftest import ZOO
 from dp_worker import CLIP_NORM, rank_token_batches, union_windows
-from helpers import (ACCURACY, SAMPLE, functional_reference, msrun_argv, msrun_env, params_of, reference_train,
-                     run_script, token_reference, train_py_worker)
+from helpers import (ACCURACY, SAMPLE, build, functional_reference, msrun_argv, msrun_env, params_of,
+                     reference_train, run_script, token_reference, train_py_worker)
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
@@ -128,6 +128,25 @@ def test_token_counts_are_summed_over_ranks(tmp_path):
         np.testing.assert_array_equal(params(ranks[1])[name], params(ranks[0])[name])
         err = np.abs(params(ranks[0])[name] - want).max() / np.abs(want).max()
         assert err <= 1e-5, f"{name}: relative difference {err:.3g} to one process on the union's token mean"
+
+
+def test_noise_scale_counts_every_micro_batch_of_both_ranks(tmp_path):
+    """One micro-batch per rank and window: alone, a rank has no estimate (one micro-batch); the estimate sums
+    both ranks' micro-batches, and equals one process's on their union (whose estimator test_noise_scale.py checks
+    against numpy per-sample truth)."""
+    windows = 3
+    ranks = run_workers(tmp_path, "graph", "noise", windows, 1)
+    net, loss, optimizer = build("momentum")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=WORLD,
+                                       noise_scale=True)
+    expected = []
+    for window in union_windows(windows, 1):
+        for x, y in window:
+            cell(Tensor(x), Tensor(y))
+        expected.append([float(value.asnumpy()) for value in cell.noise_records[:2]])
+    for r, arrays in enumerate(ranks):
+        assert np.isfinite(arrays["outputs"]).all(), f"rank {r} has no estimate: {arrays['outputs']}"
+        np.testing.assert_allclose(arrays["outputs"], expected, rtol=1e-4, err_msg=f"rank {r}: (grad_sq, trace)")
 
 
 def test_the_reduced_window_gradient_is_clipped_once(tmp_path):

@@ -61,13 +61,17 @@ def per_sample_grads(net, x, y):
     return np.concatenate([(prob[:, :, None] * x[:, None, :]).reshape(len(y), -1), prob], axis=1)
 
 
-def formula(micro_grads):
-    """The estimator in numpy from per-item gradients, one (items, P) array per micro-batch:
-    (grad_sq, noise_trace)."""
+def formula(micro_grads, first_only=False):
+    """The estimator in numpy from per-item gradients, one (items, P) array per micro-batch: (grad_sq,
+    noise_trace). `first_only`: the first micro-batch and the window (McCandlish et al.'s two batch sizes)."""
     sizes = np.array([len(g) for g in micro_grads], np.float64)
     means = [g.mean(0) for g in micro_grads]
     window = np.concatenate(micro_grads).mean(0)
     total, window_sq = sizes.sum(), np.sum(window ** 2)
+    if first_only:
+        small, big = np.sum(means[0] ** 2), window_sq
+        grad_sq = (total * big - sizes[0] * small) / (total - sizes[0])
+        return grad_sq, (small - big) / (1 / sizes[0] - 1 / total)
     trace = (sum(s * np.sum(m ** 2) for s, m in zip(sizes, means)) - total * window_sq) / (len(sizes) - 1)
     return window_sq - trace / total, trace
 
@@ -121,11 +125,11 @@ def loss_network(net, tokens):
 # ----------------------------------------------------------------- each path's per-window estimates
 
 
-def run_driver(net, windows, tokens, scale_sense=None):
+def run_driver(net, windows, tokens, scale_sense=None, measure=True):
     """GradientAccumulation over `windows` (one dataset row per micro-batch); the WindowRecords."""
     optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
     data = _dataset(windows, tokens)
-    trainer = ms_accum.GradientAccumulation(loss_network(net, tokens), None, optimizer, noise_scale=True,
+    trainer = ms_accum.GradientAccumulation(loss_network(net, tokens), None, optimizer, noise_scale=measure,
                                             scale_sense=scale_sense)
     telemetry = ms_accum.WindowTelemetry()
     trainer.train_process(1, data, len(windows[0]), callbacks=[telemetry], ckpt_path=None, log_every=0)
@@ -152,17 +156,17 @@ def _records(cell):
     return grad_sq, trace, (smooth_trace / smooth_sq if smooth_sq > 0 else math.nan)
 
 
-def run_cell(net, windows, tokens, loss_scaled=False):
+def run_cell(net, windows, tokens, loss_scaled=False, measure=True):
     """TrainAccuStepsCell (or its loss-scale variant, fixed scale 1024) choosing its own mode."""
     optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
     steps = len(windows[0])
     if loss_scaled:
         cell = ms_accum.TrainAccuStepsWithLossScaleCell(loss_network(net, tokens), optimizer,
                                                         nn.FixedLossScaleUpdateCell(1024.0),
-                                                        accumulation_steps=steps, noise_scale=True)
+                                                        accumulation_steps=steps, noise_scale=measure)
     else:
         cell = ms_accum.TrainAccuStepsCell(loss_network(net, tokens), optimizer, accumulation_steps=steps,
-                                           noise_scale=True)
+                                           noise_scale=measure)
     return _window_by_window(cell, cell, windows)
 
 
@@ -176,10 +180,10 @@ def _window_by_window(call, measured, windows):
     return out
 
 
-def run_accumulator(net, windows, tokens):
+def run_accumulator(net, windows, tokens, measure=True):
     """Accumulator in a value_and_grad loop (jit-compiled in GRAPH_MODE)."""
     optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
-    accumulator = ms_accum.Accumulator(optimizer, len(windows[0]), noise_scale=True)
+    accumulator = ms_accum.Accumulator(optimizer, len(windows[0]), noise_scale=measure)
     loss_net = loss_network(net, tokens)
     grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters, has_aux=tokens)
 
@@ -216,9 +220,10 @@ PATHS = {"driver": run_driver, "driver_loss_scaled": lambda net, w, t: run_drive
          "accumulator": run_accumulator, "cells": run_cells, "model_accu": run_model_accu}
 
 
-def truth_per_window(net, windows):
+def truth_per_window(net, windows, first_only=False):
     """The formula on each window's per-item gradients (at the fixed weights)."""
-    return [formula([per_sample_grads(net, *real_rows(batch)) for batch in window]) for window in windows]
+    return [formula([per_sample_grads(net, *real_rows(batch)) for batch in window], first_only)
+            for window in windows]
 
 
 @pytest.mark.parametrize("path", sorted(PATHS))
@@ -238,6 +243,22 @@ def test_each_window_matches_the_formula_on_per_sample_gradients(path, tokens, e
     ratios = smoothed_ratios(want)
     for index, (_, _, noise) in enumerate(got):
         assert noise == pytest.approx(ratios[index], rel=1e-4, nan_ok=True), f"window {index}: smoothed noise scale"
+
+
+@pytest.mark.parametrize("path", ["driver", "cell", "accumulator"])
+@pytest.mark.parametrize("tokens", [False, True], ids=["samples", "tokens"])
+def test_first_micro_batch_mode_matches_the_two_batch_formula(path, tokens, exec_mode):
+    """noise_scale='first': the window's first micro-batch (small batch) and the window (big batch), weights
+    included."""
+    windows = draws([2, 5, 3], 3, seed=12, padded=7 if tokens else None)
+    net = make_net()
+    got = {"driver": run_driver, "cell": run_cell, "accumulator": run_accumulator}[path](net, windows, tokens,
+                                                                                        measure="first")
+    for index, ((grad_sq, trace, _), (true_sq, true_trace)) in enumerate(zip(got, truth_per_window(
+            net, windows, first_only=True))):
+        scale = abs(true_trace) + abs(true_sq)
+        assert abs(grad_sq - true_sq) <= 2e-5 * scale, f"window {index}: grad_sq {grad_sq} vs numpy {true_sq}"
+        assert abs(trace - true_trace) <= 2e-5 * scale, f"window {index}: noise_trace {trace} vs numpy {true_trace}"
 
 
 def test_a_window_of_one_micro_batch_has_no_estimate(exec_mode):
@@ -273,12 +294,13 @@ def population_truth(net, pop_size=48):
     return np.sum(mean ** 2), np.sum((grads - mean) ** 2) / len(grads)
 
 
-@pytest.mark.parametrize("sizes, padded", [([4, 4, 4, 4], None), ([1, 2, 3, 10], None), ([2, 6, 3], 8)],
-                         ids=["equal", "unequal", "tokens"])
-def test_mean_estimates_match_the_population_truth_within_their_standard_error(sizes, padded):
+@pytest.mark.parametrize("sizes, padded, measure", [([4, 4, 4, 4], None, True), ([1, 2, 3, 10], None, True),
+                                                    ([2, 6, 3], 8, True), ([3, 1, 6, 2], None, "first")],
+                         ids=["equal", "unequal", "tokens", "first-unequal"])
+def test_mean_estimates_match_the_population_truth_within_their_standard_error(sizes, padded, measure):
     windows = draws(sizes, 300, seed=2024, padded=padded)
     net = make_net(seed=1)
-    got = np.array([record[:2] for record in run_accumulator(net, windows, tokens=padded is not None)])
+    got = np.array([record[:2] for record in run_accumulator(net, windows, padded is not None, measure)])
     truth = population_truth(net)
     for column, name in enumerate(("grad_sq", "noise_trace")):
         values = got[:, column]
@@ -307,12 +329,14 @@ def test_ignoring_the_weights_is_detected():
 # ----------------------------------------------------------------- arguments
 
 
-def test_noise_scale_must_be_a_bool():
+def test_noise_scale_must_be_true_false_or_first():
     net = make_net()
     optimizer = nn.SGD(net.trainable_params(), learning_rate=0.1)
-    with pytest.raises(TypeError, match="For 'TrainAccuStepsCell', 'noise_scale' must be a bool, but got 1"):
+    with pytest.raises(TypeError, match="For 'TrainAccuStepsCell', 'noise_scale' must be True, False or 'first', but "
+                                        "got 1 of type int"):
         ms_accum.TrainAccuStepsCell(loss_network(net, False), optimizer, noise_scale=1)
-    with pytest.raises(TypeError, match="For 'Accumulator', 'noise_scale' must be a bool"):
+    with pytest.raises(ValueError, match="For 'Accumulator', 'noise_scale' must be True, False or 'first', but got "
+                                         "'yes'"):
         ms_accum.Accumulator(optimizer, 2, noise_scale="yes")
 
 

@@ -239,15 +239,17 @@ def test_adaptive_policy_moves_towards_the_noise_scale_within_its_bounds():
     assert policy.next_steps(16, 4, 1e9, 64.0) == 16           # never above max_steps
     assert policy.next_steps(4, 3, 64.0 * 100, 64.0) == 4      # decisions only every 5th window
     assert policy.next_steps(4, 9, math.nan, 64.0) == 4        # no estimate yet
-    slow = ms_accum.AdaptiveAccumulation(1, 8, interval=1, max_factor=1.2)
-    assert slow.next_steps(1, 0, 1e9, 1.0) == 2 and slow.next_steps(2, 0, 0.0, 1.0) == 1  # always a step
+    slow = ms_accum.AdaptiveAccumulation(2, 8, interval=1, max_factor=1.2)
+    assert slow.next_steps(2, 0, 1e9, 1.0) == 3 and slow.next_steps(3, 0, 0.0, 1.0) == 2  # always a step
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"min_steps": 0, "max_steps": 4}, ValueError, "'min_steps' must be an int >= 1, but got 0"),
+    ({"min_steps": 1, "max_steps": 4}, ValueError, "'min_steps' must be an int >= 2, but got 1: a window of one "
+                                                   "micro-batch carries no noise-scale estimate"),
     ({"min_steps": 4, "max_steps": 2}, ValueError, r"'max_steps' must be >= 'min_steps' \(4\), but got 2"),
-    ({"min_steps": 1, "max_steps": 4, "max_factor": 1.0}, ValueError, "'max_factor' must be a finite number > 1"),
-    ({"min_steps": 1, "max_steps": 4, "initial_steps": 5}, ValueError, r"'initial_steps' must be in \[1, 4\]"),
+    ({"min_steps": 2, "max_steps": 4, "max_factor": 1.0}, ValueError, "'max_factor' must be a finite number > 1"),
+    ({"min_steps": 2, "max_steps": 4, "initial_steps": 5}, ValueError, r"'initial_steps' must be in \[2, 4\]"),
     ({"min_steps": 1.0, "max_steps": 4}, TypeError, "'min_steps' must be an int >= 1, but got 1.0"),
 ])
 def test_adaptive_policy_arguments(kwargs, error, message):
@@ -260,7 +262,7 @@ def test_adaptive_policy_needs_the_noise_scale():
     trainer = ms_accum.GradientAccumulation(net, loss, optimizer)
     with pytest.raises(ValueError, match=r"'mini_steps' as an AdaptiveAccumulation policy needs the noise scale, "
                                          r"but the trainer was built with noise_scale=False"):
-        trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), ms_accum.AdaptiveAccumulation(1, 2),
+        trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), ms_accum.AdaptiveAccumulation(2, 3),
                               ckpt_path=None)
 
 
@@ -272,7 +274,7 @@ def test_adaptive_driver_changes_n_between_exact_windows(exec_mode):
     net, loss, optimizer = build("momentum")
     trainer = ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=True)
     telemetry, snapshots = ms_accum.WindowTelemetry(), Snapshots(net)
-    policy = ms_accum.AdaptiveAccumulation(min_steps=1, max_steps=4, interval=2, initial_steps=2)
+    policy = ms_accum.AdaptiveAccumulation(min_steps=2, max_steps=4, interval=2)
     trainer.train_process(1, numpy_dataset(batches), policy, callbacks=[telemetry, snapshots], ckpt_path=None,
                           log_every=0)
     steps = [r.accumulation_steps for r in telemetry.records]

@@ -107,3 +107,12 @@ def test_pynative_refuses_sparse_values_without_indices():
                                          r"\(10, 4\).*sparse gradient.*Run sparse models in GRAPH_MODE"):
         forward_backward(Tensor(ids), Tensor(labels))
     assert not grad_sum[0].asnumpy().any()
+
+
+def test_noise_scale_refuses_sparse_gradients():
+    _, loss_net, opt = build(sparse=True)
+    cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=3, noise_scale=True)
+    ids, labels = batches()[0]
+    with pytest.raises(ValueError, match=r"For 'noise_scale', the micro-batch gradients must be dense, but got a "
+                                         r"sparse \(RowTensor\) gradient"):
+        cell(Tensor(ids), Tensor(labels))
