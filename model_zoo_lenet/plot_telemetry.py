@@ -3,7 +3,9 @@
     python model_zoo_lenet/plot_telemetry.py --csv runs/lenet/telemetry.csv --out runs/lenet/telemetry.png
 
 Four panels against the update number: the window's mean loss, the gradient's global norm, the learning rate,
-and the loss scale with skipped windows marked.
+and the loss scale with skipped windows marked. When the run measured the noise scale (--noise_scale), a fifth
+shows the smoothed noise scale B_simple in samples beside the window's samples (the batch actually used), and the
+micro-batches per window N.
 """
 import argparse
 import csv
@@ -13,6 +15,7 @@ import sys
 from src.cli import run_cli
 
 NUMERIC = ("update", "loss", "grad_norm", "learning_rate", "loss_scale", "skipped")
+NOISE = ("noise_scale", "items", "micro_batches", "epoch")
 
 
 def read_rows(path):
@@ -28,6 +31,8 @@ def read_rows(path):
         raise ValueError(f"'--csv' must have the columns of ms_accum.WindowTelemetry, but {path!r} lacks {missing}.")
     columns = {c: [float(r[c]) for r in rows] for c in NUMERIC}
     columns["overflow"] = [r["overflow"] == "True" for r in rows]
+    for column in NOISE:  # noise_scale is NaN when not measured (and absent from older CSVs)
+        columns[column] = [float(r.get(column) or "nan") for r in rows]
     return columns
 
 
@@ -36,7 +41,8 @@ def plot(columns, out_path):
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
-    fig, axes = plt.subplots(4, 1, figsize=(8, 9), sharex=True)
+    measured = any(value == value for value in columns["noise_scale"])  # NaN != NaN
+    fig, axes = plt.subplots(5 if measured else 4, 1, figsize=(8, 11 if measured else 9), sharex=True)
     x = columns["update"]
     for axis, key, label in zip(axes, ("loss", "grad_norm", "learning_rate", "loss_scale"),
                                 ("window mean loss", "gradient global norm", "learning rate", "loss scale")):
@@ -48,12 +54,29 @@ def plot(columns, out_path):
         axes[3].scatter(skipped, [columns["loss_scale"][x.index(u)] for u in skipped], color="red", s=12,
                         label=f"{len(skipped)} skipped windows")
         axes[3].legend()
+    if measured:
+        _plot_noise(axes[4], x, columns)
     axes[-1].set_xlabel("update")
     fig.suptitle("ms_accum window telemetry")
     fig.tight_layout()
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
+
+
+def _plot_noise(axis, x, columns):
+    """The smoothed noise scale against the window's items (log scale), and N on a second axis."""
+    axis.plot(x, columns["noise_scale"], linewidth=1, label="noise scale B_simple (smoothed)")
+    axis.plot(x, columns["items"], linewidth=1, label="window items (batch used)")
+    axis.set_yscale("log")
+    axis.set_ylabel("items")
+    axis.grid(alpha=0.3)
+    steps = axis.twinx()
+    steps.step(x, columns["micro_batches"], where="post", color="grey", linewidth=0.8, label="N (micro-batches)")
+    steps.set_ylabel("N")
+    lines = axis.get_legend_handles_labels()
+    more = steps.get_legend_handles_labels()
+    axis.legend(lines[0] + more[0], lines[1] + more[1], fontsize=8, loc="upper left")
 
 
 def main(argv=None):

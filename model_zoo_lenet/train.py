@@ -5,6 +5,9 @@
 
 Each optimizer step applies the mean gradient of --accumulation_steps micro-batches of --batch_size samples,
 the same update as one batch of accumulation_steps*batch_size (times the number of devices in parallel modes).
+With the driver, N may follow a schedule (--accumulation_schedule 0:1,2:2,4:3) or be chosen between windows from
+the measured gradient noise scale (--adaptive_steps 1:16); --noise_scale records the noise scale of every window
+in the telemetry.
 Checkpoints (network and optimizer state) are written at the end of every epoch as
 checkpoint_lenet-<epoch>_<update>.ckpt, in --ckpt_path (one device) or --ckpt_path/rank_<r> (parallel).
 
@@ -40,9 +43,23 @@ from src.lr_schedule import warmup_cosine
 from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
 from ms_accum._argtypes import positive_float, positive_int
 from ms_accum.checkpoint import load_into
+from ms_accum.schedule import AccumulationSchedule, schedule_argument
 from ms_accum.state import is_state_file
 
 STATE_FILE = "train_state.ckpt"
+
+
+def steps_range(text):
+    """argparse type: 'MIN:MAX', two ints with 2 <= MIN <= MAX (a window of one micro-batch has no estimate)."""
+    pieces = text.split(":")
+    try:
+        low, high = (int(piece) for piece in pieces)
+    except ValueError:
+        low = high = None
+    if low is None or not 2 <= low <= high:
+        raise argparse.ArgumentTypeError(f"must be MIN:MAX with 2 <= MIN <= MAX (a window of one micro-batch "
+                                         f"carries no noise-scale estimate), such as 2:16, but got {text!r}")
+    return low, high
 
 
 def parse_args(argv):
@@ -56,6 +73,17 @@ def parse_args(argv):
     parser.add_argument("--batch_size", type=positive_int, default=32, help="micro-batch size")
     parser.add_argument("--accumulation_steps", type=positive_int, default=4,
                         help="micro-batches per optimizer step (default: %(default)s)")
+    parser.add_argument("--accumulation_schedule", type=schedule_argument, default=None, metavar="U:N,...",
+                        help="micro-batches per update by update index, replacing --accumulation_steps: 0:1,2:2,4:3 "
+                             "runs updates 0-1 with 1, 2-3 with 2, then 3 (--trainer driver)")
+    parser.add_argument("--noise_scale", action="store_true",
+                        help="measure the gradient noise scale of every window (telemetry columns grad_sq, "
+                             "noise_trace, noise_scale; --trainer driver or model_accu)")
+    parser.add_argument("--adaptive_steps", type=steps_range, default=None, metavar="MIN:MAX",
+                        help="choose N between windows from the measured noise scale, in MIN..MAX, starting at MIN "
+                             "(--trainer driver with --lr_schedule constant; implies --noise_scale)")
+    parser.add_argument("--adaptive_interval", type=positive_int, default=10, metavar="WINDOWS",
+                        help="windows between two decisions of --adaptive_steps (default: 10)")
     parser.add_argument("--lr", type=positive_float, default=0.05,
                         help="peak learning rate of the (large-batch) updates (default: %(default)s)")
     parser.add_argument("--lr_schedule", choices=["cosine", "constant"], default="cosine",
@@ -120,6 +148,61 @@ class EpochSummary(Callback):
               f"samples/s), about {left:.0f} s left", flush=True)
 
 
+class EpochCheckpoint(Callback):
+    """Network and optimizer state at every epoch's end, as checkpoint_lenet-<epoch>_<update>.ckpt (the updates of
+    an epoch vary under a schedule), keeping the newest `keep`."""
+
+    def __init__(self, cell, directory, keep):
+        super().__init__()
+        self.cell, self.directory, self.keep = cell, directory, keep
+        self.written = []
+        self.latest_ckpt_file_name = None
+
+    def on_train_epoch_end(self, run_context):
+        cb = run_context.original_args()
+        path = os.path.join(self.directory, f"checkpoint_lenet-{cb.cur_epoch_num}_{cb.cur_step_num}.ckpt")
+        ms_accum.save_checkpoint_atomic(self.cell, path, append_dict={"epoch_num": int(cb.cur_epoch_num),
+                                                                      "step_num": int(cb.cur_step_num)})
+        self.written.append(path)
+        self.latest_ckpt_file_name = path
+        while len(self.written) > self.keep:
+            os.remove(self.written.pop(0))
+
+
+def accumulation_plan(args, trainer_kind):
+    """(the AdaptiveAccumulation policy or None, the AccumulationSchedule to plan the run with) from the flags."""
+    varying = [flag for flag, value in (("--accumulation_schedule", args.accumulation_schedule),
+                                        ("--adaptive_steps", args.adaptive_steps)) if value is not None]
+    if len(varying) > 1:
+        raise ValueError("'--accumulation_schedule' and '--adaptive_steps' both set N: pass one of them.")
+    if varying and trainer_kind != "driver":
+        raise ValueError(f"'{varying[0]}' is an option of '--trainer driver'; {trainer_kind} runs one "
+                         f"--accumulation_steps.")
+    if args.noise_scale and trainer_kind == "functional":
+        raise ValueError("'--noise_scale' is an option of '--trainer driver' and '--trainer model_accu'.")
+    if args.adaptive_steps is None:
+        return None, args.accumulation_schedule or AccumulationSchedule(args.accumulation_steps)
+    if args.lr_schedule != "constant":
+        raise ValueError(f"'--adaptive_steps' needs '--lr_schedule constant', but got '--lr_schedule "
+                         f"{args.lr_schedule}': the number of updates, which the schedule is laid out over, is not "
+                         f"known in advance when N adapts.")
+    args.noise_scale = True
+    low, high = args.adaptive_steps
+    policy = ms_accum.AdaptiveAccumulation(low, high, interval=args.adaptive_interval)
+    return policy, AccumulationSchedule(policy.initial_steps)
+
+
+def describe(policy, plan, args, world):
+    """How many micro-batches an update takes, for the start-up line."""
+    if policy is not None:
+        return (f"N adaptive in {policy.min_steps}..{policy.max_steps} from the noise scale, every "
+                f"{policy.interval} windows")
+    if plan.constant is None:
+        return f"N by update {dict(plan.points)}"
+    n = plan.constant
+    return f"{n} per update (effective batch {args.batch_size * n * world})"
+
+
 def check_same_schedule(optimizer, state_path):
     """An exact resume continues the same run: its learning-rate schedule must be this run's."""
     saved = ms_accum.read_checkpoint(state_path).get(SCHEDULE)
@@ -175,6 +258,7 @@ def main(argv=None):
     if trainer_kind != "driver" and (args.raw_sum or args.partial_window != "flush"):
         raise ValueError(f"'--raw_sum' and '--partial_window' other than 'flush' are options of '--trainer driver'; "
                          f"{trainer_kind} always averages and flushes a partial window at the end of an epoch.")
+    policy, plan = accumulation_plan(args, trainer_kind)
     set_device(args.device_target)
     set_mode(args.mode, args.device_target)
     if args.device_target == "CPU":
@@ -193,29 +277,30 @@ def main(argv=None):
     n = args.accumulation_steps
     sink_size = steps // n * n if args.dataset_sink_mode else -1
     if trainer_kind == "driver":
-        updates_per_epoch = max(1, ms_accum.updates_per_epoch(steps, n, args.partial_window))
+        before, total_updates = plan.run_plan(steps, args.epoch_size, args.partial_window)
+        updates_per_epoch = max(1, total_updates // args.epoch_size)
     else:
         updates_per_epoch = sink_size // n if args.dataset_sink_mode else math.ceil(steps / n)
+        total_updates = updates_per_epoch * args.epoch_size
+        before = [updates_per_epoch * epoch for epoch in range(args.epoch_size + 1)]
     if not 0 <= args.warmup_epochs <= args.epoch_size:
         raise ValueError(f"'--warmup_epochs' must be an int in [0, --epoch_size {args.epoch_size}], but got "
                          f"{args.warmup_epochs}.")
     if not 0.0 <= args.momentum < 1.0:
         raise ValueError(f"'--momentum' must be in [0, 1), the weight of the previous velocity, but got "
                          f"{args.momentum}.")
-    total_updates = math.ceil(steps * args.epoch_size / n) if args.partial_window == "carry" else \
-        updates_per_epoch * args.epoch_size
     learning_rate = args.lr if args.lr_schedule == "constant" else \
-        warmup_cosine(args.lr, total_updates, updates_per_epoch * args.warmup_epochs)
+        warmup_cosine(args.lr, total_updates, before[args.warmup_epochs])
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=learning_rate, momentum=args.momentum)
     if trainer_kind == "driver":
         trainer = ms_accum.GradientAccumulation(net, loss, optimizer, average=not args.raw_sum,
-                                                clip_norm=args.clip_norm)
+                                                clip_norm=args.clip_norm, noise_scale=args.noise_scale)
         state_cell = trainer.train_state
     elif trainer_kind == "functional":
         state_cell = ms_accum.TrainState(nn.WithLossCell(net, loss), optimizer)
     else:
         state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=n,
-                                                 clip_norm=args.clip_norm)
+                                                 clip_norm=args.clip_norm, noise_scale=args.noise_scale)
     resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
     if exact:
         check_same_schedule(optimizer, resume)
@@ -236,8 +321,8 @@ def main(argv=None):
     if args.log_every < 0:
         raise ValueError(f"'--log_every' must be an int >= 0, but got {args.log_every}.")
     print(f"training LeNet5 on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, rank {rank} of "
-          f"{world}): {steps} micro-batches of {args.batch_size} per epoch, {n} per update "
-          f"(effective batch {args.batch_size * n * world}), epochs {initial_epoch + 1}.."
+          f"{world}): {steps} micro-batches of {args.batch_size} per epoch, {describe(policy, plan, args, world)}, "
+          f"epochs {initial_epoch + 1}.."
           f"{args.epoch_size}", flush=True)
     if trainer_kind == "functional":
         last = train_functional(net, loss, optimizer, dataset, args.epoch_size, n, directory, args.clip_norm,
@@ -247,14 +332,17 @@ def main(argv=None):
     state_path = os.path.join(directory, STATE_FILE)
     save_state_every = 0 if args.dataset_sink_mode else (100 if args.save_state_every is None else
                                                          args.save_state_every)
-    checkpoints = ModelCheckpoint(prefix="checkpoint_lenet", directory=directory,
-                                  config=CheckpointConfig(save_checkpoint_steps=updates_per_epoch,
-                                                          keep_checkpoint_max=args.keep_checkpoint_max,
-                                                          append_info=["epoch_num", "step_num"]))
+    if policy is None and plan.constant is not None:
+        checkpoints = ModelCheckpoint(prefix="checkpoint_lenet", directory=directory,
+                                      config=CheckpointConfig(save_checkpoint_steps=updates_per_epoch,
+                                                              keep_checkpoint_max=args.keep_checkpoint_max,
+                                                              append_info=["epoch_num", "step_num"]))
+    else:  # updates per epoch vary: save at every epoch's end instead of every so many updates
+        checkpoints = EpochCheckpoint(state_cell, directory, args.keep_checkpoint_max)
     callbacks = [checkpoints, EpochSummary(steps * args.batch_size),
                  ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)]
     if trainer_kind == "driver":
-        trainer.train_process(args.epoch_size, dataset, n, callbacks=callbacks,
+        trainer.train_process(args.epoch_size, dataset, policy or plan, callbacks=callbacks,
                               partial_window=args.partial_window, ckpt_path=None, log_every=0,
                               initial_epoch=initial_epoch, resume_from=resume if exact else None,
                               state_path=state_path, save_state_every=save_state_every)

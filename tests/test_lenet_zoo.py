@@ -231,6 +231,21 @@ class TestCommandLineErrors:
         assert_one_line_error(run_script("train.py", "--data_path", tmp_path, check=False),
                               "must hold at least one batch", "holds 0")
 
+    @pytest.mark.parametrize("flags, message", [
+        (("--accumulation_schedule", "2:2"), "argument --accumulation_schedule: For 'train.py', "
+                                             "'--accumulation_schedule' must say how many micro-batches the first "
+                                             "windows hold (an entry for update 0)"),
+        (("--adaptive_steps", "1:8"), "argument --adaptive_steps: must be MIN:MAX with 2 <= MIN <= MAX"),
+        (("--adaptive_steps", "2:8", "--accumulation_schedule", "0:2"), "'--accumulation_schedule' and "
+                                                                        "'--adaptive_steps' both set N"),
+        (("--adaptive_steps", "2:8"), "'--adaptive_steps' needs '--lr_schedule constant', but got '--lr_schedule "
+                                      "cosine'"),
+        (("--accumulation_schedule", "0:2", "--trainer", "model_accu"), "'--accumulation_schedule' is an option of "
+                                                                        "'--trainer driver'"),
+    ])
+    def test_schedule_flags(self, flags, message):
+        assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, *flags, check=False), message)
+
     def test_unavailable_device_suggests_cpu(self):
         for script in ("train.py", "eval.py"):
             extra = ("--ckpt_path", "x.ckpt") if script == "eval.py" else ()
@@ -279,3 +294,45 @@ def test_prepare_data_lays_out_gzipped_idx(tmp_path):
     assert images.size == 16 + 100 * 784
     assert create_dataset(str(tmp_path / "out"), 10).get_dataset_size() == 10
     assert create_dataset(str(tmp_path / "out"), 100, split="test").get_dataset_size() == 10
+
+
+def read_csv(path):
+    import csv  # pylint: disable=import-outside-toplevel
+    with open(path, encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.slow
+def test_train_py_follows_a_schedule_and_records_the_noise_scale(tmp_path):
+    """--accumulation_schedule with --noise_scale: windows of the scheduled sizes, the noise scale in the CSV and
+    the plot, a checkpoint at each epoch's end that eval.py reads."""
+    run_script("train.py", "--data_path", SAMPLE, "--num_samples", 320, "--batch_size", 32, "--epoch_size", 2,
+               "--accumulation_schedule", "0:1,2:2,4:3", "--noise_scale", "--ckpt_path", tmp_path,
+               "--telemetry_csv", tmp_path / "t.csv", "--log_every", 0)
+    rows = read_csv(tmp_path / "t.csv")
+    assert [int(r["micro_batches"]) for r in rows] == [1, 1, 2, 2, 3, 1, 3, 3, 3, 1]  # 10 per epoch, flushed
+    assert [int(r["accumulation_steps"]) for r in rows] == [1, 1, 2, 2] + [3] * 6
+    assert all(r["noise_scale"] == "nan" for r in rows[:2]) and any(r["noise_scale"] != "nan" for r in rows[2:])
+    assert sorted(f for f in os.listdir(tmp_path) if f.startswith("checkpoint_lenet")) == \
+        ["checkpoint_lenet-1_6.ckpt", "checkpoint_lenet-2_10.ckpt"]
+    _, out, _ = run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "checkpoint_lenet-2_10.ckpt")
+    assert ACCURACY.search(out), out
+    run_script("plot_telemetry.py", "--csv", tmp_path / "t.csv", "--out", tmp_path / "plot.png")
+    assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_train_py_adapts_n_to_the_measured_noise_scale(tmp_path):
+    """--adaptive_steps: every window's N is the policy's answer to the figures recorded before it."""
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    run_script("train.py", "--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 16, "--epoch_size", 2,
+               "--adaptive_steps", "2:8", "--adaptive_interval", 2, "--lr_schedule", "constant", "--ckpt_path",
+               tmp_path, "--telemetry_csv", tmp_path / "t.csv", "--log_every", 0)
+    rows = read_csv(tmp_path / "t.csv")
+    policy = ms_accum.AdaptiveAccumulation(2, 8, interval=2)
+    steps = [int(r["accumulation_steps"]) for r in rows]
+    assert steps[0] == 2 and len(set(steps)) > 1, steps
+    for index, row in enumerate(rows[:-1]):
+        want = policy.next_steps(steps[index], index, float(row["noise_scale"]),
+                                 float(row["items"]) / int(row["micro_batches"]))
+        assert steps[index + 1] == want, f"after window {index}: N {steps[index + 1]}, the policy says {want}"
