@@ -74,3 +74,24 @@ def test_peers_benchmark_prints_every_peer_with_its_distance():
 def test_peers_benchmark_refuses_bad_arguments(args, message):
     done = run(*args, script=PEERS)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+NOISE_COST = os.path.join(ROOT, "benchmarks", "noise_cost.py")
+
+
+@pytest.mark.slow
+def test_noise_cost_benchmark_prints_both_ways_of_measuring():
+    done = run("--models", "lenet", "--pairs", 3, "--windows", 1, "--steps", 2, "--batch", 8, script=NOISE_COST)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = re.findall(r"^  noise_scale=(True|'first') / False, (wall|CPU) time = ([0-9.]+) \(quartiles ([0-9.]+)-"
+                       r"([0-9.]+)\)$", done.stdout, re.M)
+    assert [(m, c) for m, c, *_ in lines] == [("True", "wall"), ("True", "CPU"), ("'first'", "wall"),
+                                             ("'first'", "CPU")], done.stdout
+    assert all(0.0 < float(low) <= float(median) <= float(high) for _, _, median, low, high in lines)
+
+
+@pytest.mark.parametrize("args, message", [(("--models", "vgg"), "--models must name models among ['lenet', 'mlp']"),
+                                           (("--steps", "1"), "--steps >= 2")])
+def test_noise_cost_benchmark_refuses_bad_arguments(args, message):
+    done = run(*args, script=NOISE_COST)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
