@@ -96,28 +96,6 @@ def _micro_squared_rows(grad):
                      f"table (sparse=False), or noise_scale=False.")
 
 
-SMALL = 1 << 16  # gradients of at most this many elements are squared together, in one flat tensor
-
-
-def squared_norm(hyper_map, grads):
-    """|grads|^2 in float32. Small gradients are concatenated and squared in one go: one kernel each would cost
-    more in launches than in arithmetic (LeNet: 9% of a forward-backward with a kernel chain per parameter, about
-    1% of it without the norm); large ones are squared where they lie (a concatenation would copy them)."""
-    small, large = (), ()
-    for grad in grads:  # unrolled when the graph is compiled: sizes and types are known then
-        if isinstance(grad, Tensor) and grad.size <= SMALL:
-            small = small + (ops.cast(grad, mstype.float32).reshape(-1),)
-        else:
-            large = large + (grad,)
-    total = ops.zeros((), mstype.float32)
-    if small:
-        flat = ops.concat(small)
-        total = total + ops.reduce_sum(flat * flat)
-    if large:
-        total = total + grad_ops.sum_over(hyper_map, micro_squared_sum, large)
-    return total
-
-
 def add_micro_sq(hyper_map, sums, grads, weight, first, every):
     """
     Measure a micro-batch into `sums` (a NoiseState's micro_sq, measured_items, measured): weight * |grads|^2, its
@@ -128,13 +106,14 @@ def add_micro_sq(hyper_map, sums, grads, weight, first, every):
     micro_sq, measured_items, measured = sums
     weight = ops.cast(weight, mstype.float32)
     if every:
-        squared = weight * squared_norm(hyper_map, grads)
+        squared = weight * grad_ops.sum_over(hyper_map, micro_squared_sum, grads)
         done = ops.assign(micro_sq, ops.select(first, squared, micro_sq + squared))
         done = ops.depend(done, ops.assign(measured_items, ops.select(first, weight, measured_items + weight)))
         return ops.depend(done, ops.assign(measured, ops.select(first, ops.ones_like(measured), measured + 1.0)))
     done = weight
     if first:
-        done = ops.depend(done, ops.assign(micro_sq, weight * squared_norm(hyper_map, grads)))
+        done = ops.depend(done, ops.assign(micro_sq, weight * grad_ops.sum_over(hyper_map, micro_squared_sum,
+                                                                                 grads)))
         done = ops.depend(done, ops.assign(measured_items, weight))
         done = ops.depend(done, ops.assign(measured, ops.ones_like(measured)))
     return done
