@@ -146,9 +146,9 @@ class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepC
             for no clipping. Default: ``None``.
         noise_scale (Union[bool, str]): Measure the gradient noise scale: the measured micro-batches' squared
             gradient norms are summed over every device, and each window yields unbiased estimates of |G|^2 and
-            tr(Sigma), read through ``noise_records`` and :class:`WindowTelemetry` (see ``docs/noise_scale.md``). ``True`` measures every
-            micro-batch, ``"first"`` only the first of each window on each device (one gradient pass per window
-            instead of one per micro-batch; a noisier estimate). Default: ``False``.
+            tr(Sigma), read through ``noise_records`` and :class:`WindowTelemetry` (see ``docs/noise_scale.md``).
+            ``True`` measures every micro-batch, ``"first"`` only the first of each window on each device (one
+            gradient pass per window instead of one per micro-batch; a noisier estimate). Default: ``False``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.

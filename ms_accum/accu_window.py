@@ -140,7 +140,7 @@ class AccumulationWindow(NoiseMeasure):
         return grads, ops.depend(window.mean_loss(self._window_counters()), recorded)
 
     def _record_noise(self, norm, total, unscale):
-        """The window's noise-scale estimates, from every micro-batch of every device (one reduction of three
+        """The window's noise-scale estimates, from the measured micro-batches of every device (one reduction of three
         scalars in data parallel)."""
         sums = ops.stack((self.noise_micro_sq / (unscale * unscale), self.noise_measured_items + 0.0,
                           self.noise_measured + 0.0))

@@ -150,13 +150,14 @@ class GradientAccumulation:
         noise_scale (Union[bool, str]): Measure the gradient noise scale of every window (see
             :class:`TrainForwardBackward`): :class:`WindowTelemetry` then records each window's unbiased estimates
             of |G|^2 and tr(Sigma) and the smoothed noise scale B_simple in samples or items (see
-            ``docs/noise_scale.md``). ``True`` measures every
-            micro-batch, ``"first"`` only the first of each window on each device (one gradient pass per window
-            instead of one per micro-batch; a noisier estimate). Default: ``False``.
+            ``docs/noise_scale.md``). ``True`` measures every micro-batch, ``"first"`` only the first of each
+            window on each device (one gradient pass per window instead of one per micro-batch; a noisier
+            estimate). Default: ``False``.
 
     Raises:
         TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
-            a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is neither a Tensor nor a loss-scale cell.
+            a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is neither a Tensor nor a
+            loss-scale cell.
         ValueError: If none of the optimizer's parameters is a parameter of `network`, `sens` is zero or not
             finite, `clip_norm` is not a finite number > 0, or `noise_scale` is ``True`` with ``average=False``.
 

@@ -42,8 +42,8 @@ class Accumulator(AccumulationWindow, nn.Cell):
             ``ops.clip_by_global_norm`` would clip the large batch's gradient. Default: ``None`` (no clipping).
         loss_scaler (mindspore.amp.LossScaler, optional): The scaler the loss was scaled with. Default: ``None``.
         noise_scale (Union[bool, str]): Measure the gradient noise scale (``True``: every micro-batch;
-            ``"first"``: the first of each window, cheaper and noisier): each window yields unbiased estimates of |G|^2 and
-            tr(Sigma), in the units `num_items` counts (micro-batches when it is omitted), read through
+            ``"first"``: the first of each window, cheaper and noisier): each window yields unbiased estimates
+            of |G|^2 and tr(Sigma), in the units `num_items` counts (micro-batches when it is omitted), read through
             ``noise_records`` (see ``docs/noise_scale.md``). Default: ``False``.
 
     Inputs:
@@ -57,11 +57,12 @@ class Accumulator(AccumulationWindow, nn.Cell):
 
     Raises:
         TypeError: If `optimizer` is not an optimizer, `accumulate_step` is not an integer, `clip_norm` is not a
-            number, `loss_scaler` is not a :class:`mindspore.amp.LossScaler`, or `noise_scale` is neither a bool nor a str.
-        ValueError: If `accumulate_step` is < 1 (or a malformed schedule) or `clip_norm` is not a finite number > 0; when called, if `grads`
-            does not hold one gradient per optimizer parameter, each of its shape; when a window ends, if a
-            micro-batch of it had `num_items` <= 0, or some of its micro-batches had `num_items` and others not
-            (the optimizer is not stepped).
+            number, `loss_scaler` is not a :class:`mindspore.amp.LossScaler`, or `noise_scale` is neither a bool
+            nor a str.
+        ValueError: If `accumulate_step` is < 1 (or a malformed schedule) or `clip_norm` is not a finite number
+            > 0; when called, if `grads` does not hold one gradient per optimizer parameter, each of its shape;
+            when a window ends, if a micro-batch of it had `num_items` <= 0, or some of its micro-batches had
+            `num_items` and others not (the optimizer is not stepped).
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``

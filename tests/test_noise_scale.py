@@ -16,7 +16,7 @@ import pytest
 
 import mindspore as ms
 import mindspore.dataset as ds
-from mindspore import Tensor, nn, ops
+from mindspore import Tensor, nn
 
 import ms_accum
 from ms_accum.noise_scale import NOISE_SMOOTHING
