@@ -38,10 +38,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.
         clip_norm (float, optional): Clip the window's unscaled gradient to this global norm, once per window, as
             in :class:`TrainAccuStepsCell`. Default: ``None`` (no clipping).
         noise_scale (Union[bool, str]): Measure the gradient noise scale, as in :class:`TrainAccuStepsCell`
-            (an overflowing window gives none): every micro-batch's gradient's squared norm is
-            summed, and each window yields unbiased estimates of |G|^2 and tr(Sigma) over every micro-batch of
-            every device, read through ``noise_records`` and :class:`WindowTelemetry` (see
-            ``docs/noise_scale.md``). Default: ``False``.
+            (``True``: every micro-batch; ``"first"``: the first of each window on each device); an overflowing
+            window gives no estimate. Default: ``False``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.

@@ -14,7 +14,7 @@ from mindspore.nn import DistributedGradReducer, Identity
 from . import window
 from ._compat import get_device_num, get_gradients_mean, get_parallel_mode
 from ._checks import check_clip_norm, check_positive_int
-from .noise_scale import NoiseMeasure, NoiseState, check_noise_scale, record_window
+from .noise_scale import NoiseMeasure, NoiseState, check_noise_scale
 from .schedule import AccumulationSchedule
 
 WINDOW_PREFIX = "accu_window"
@@ -136,17 +136,9 @@ class AccumulationWindow(NoiseMeasure):
             (self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped), total)
         if self.measure_noise:
             norm = ops.depend(self.accu_last_grad_norm, recorded) * 1.0
-            recorded = ops.depend(recorded, self._record_noise(norm, total, unscale))
+            recorded = ops.depend(recorded, self._record_noise(
+                norm, total, unscale, self._window_sum_over_devices if self.reducer_flag else None))
         return grads, ops.depend(window.mean_loss(self._window_counters()), recorded)
-
-    def _record_noise(self, norm, total, unscale):
-        """The window's noise-scale estimates, from the measured micro-batches of every device (one reduction of three
-        scalars in data parallel)."""
-        sums = ops.stack((self.noise_micro_sq / (unscale * unscale), self.noise_measured_items + 0.0,
-                          self.noise_measured + 0.0))
-        if self.reducer_flag:
-            sums = self._window_sum_over_devices(sums)
-        return record_window(self._noise_records(), (sums[0], sums[1], sums[2]), norm, total)
 
     def _reset_window(self, result):
         """Zero the buffers and counters after `result` is computed, and count the window; returns `result`."""

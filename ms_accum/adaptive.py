@@ -1,6 +1,7 @@
 """Adaptive accumulation: the number of micro-batches per window chosen from the measured gradient noise scale."""
 import math
 
+from ._checks import check_positive_int
 from .schedule import is_int
 
 
@@ -48,11 +49,7 @@ class AdaptiveAccumulation:
     def __init__(self, min_steps, max_steps, interval=10, max_factor=2.0, initial_steps=None):
         owner = "AdaptiveAccumulation"
         for name, value in (("min_steps", min_steps), ("max_steps", max_steps), ("interval", interval)):
-            if not is_int(value):
-                raise TypeError(f"For '{owner}', '{name}' must be an int >= 1, but got {value!r} of type "
-                                f"{type(value).__name__}.")
-            if value < 1:
-                raise ValueError(f"For '{owner}', '{name}' must be an int >= 1, but got {value}.")
+            check_positive_int(owner, name, value)
         if min_steps < 2:
             raise ValueError(f"For '{owner}', 'min_steps' must be an int >= 2, but got {min_steps}: a window of one "
                              f"micro-batch carries no noise-scale estimate, so the policy could never leave N = 1. "

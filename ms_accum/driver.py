@@ -159,7 +159,8 @@ class GradientAccumulation:
             a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is neither a Tensor nor a
             loss-scale cell.
         ValueError: If none of the optimizer's parameters is a parameter of `network`, `sens` is zero or not
-            finite, `clip_norm` is not a finite number > 0, or `noise_scale` is ``True`` with ``average=False``.
+            finite, `clip_norm` is not a finite number > 0, or `noise_scale` is a str other than ``"first"`` or is
+            set with ``average=False``.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -392,6 +393,7 @@ class _Run:
         self.epoch = plan.epoch
         self.schedule, self.policy = plan.schedule, plan.policy
         self.window_steps = 0  # the N of the open window, set when it begins
+        self.adaptive_steps = int(owner.window_steps.asnumpy())  # the policy's N (restored by a resume)
         self.partial_window = plan.partial_window
         self.log_every = plan.log_every
         self.history = []  # each update's mean-loss tensor, read from the device only when printed or at the end
@@ -477,7 +479,7 @@ class _Run:
         """The N of window `update` (from 0): the schedule's, or the one the adaptive policy last chose."""
         if self.policy is None:
             return self.schedule.steps_at(update)
-        return int(self.owner.window_steps.asnumpy())
+        return self.adaptive_steps
 
     def _adapt(self, update, micro_batches):
         """After window `update`: let the adaptive policy choose the next windows' N (it reads the device only at
@@ -490,8 +492,9 @@ class _Run:
         items = float(optim.last_items.asnumpy())
         steps = policy.next_steps(self.window_steps, update, noise_scale_of(smooth_grad_sq, smooth_trace),
                                   items / micro_batches)
-        if steps != self.window_steps:
-            self.owner.window_steps.set_data(Tensor(steps, mstype.int32))
+        if steps != self.adaptive_steps:
+            self.adaptive_steps = steps
+            self.owner.window_steps.set_data(Tensor(steps, mstype.int32))  # for the exact state file
 
     def _update(self, callbacks, data=None):
         """Add the window's last micro-batch `data` (None: already added), take one optimizer step from the window,

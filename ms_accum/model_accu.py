@@ -79,7 +79,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         TypeError: If `network` is not an accumulation cell, `loss_fn` or `optimizer` is given, or
             `accumulation_steps` is not an int.
         ValueError: If `accumulation_steps` is < 1, or is not given and the cell holds a schedule; at train time,
-            if N exceeds the micro-batches of an epoch, in sink mode does not divide `sink_size`, or the optimizer's learning-rate list has one entry per
+            if N exceeds the micro-batches of an epoch, in sink mode does not divide `sink_size`, or the
+            optimizer's learning-rate list has one entry per
             micro-batch of the run instead of one per update.
 
     Supported Platforms:

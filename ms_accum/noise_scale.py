@@ -190,6 +190,16 @@ class NoiseMeasure:
             return None
         return (self.noise_micro_sq, self.noise_measured_items, self.noise_measured)
 
+    def _record_noise(self, norm, items, unscale=1.0, sum_over_devices=None):
+        """Record the window's estimates from its gradient's global `norm` (before clipping) and its `items` over
+        all devices: the measured sums divided by the loss scale `unscale` squared, summed over devices by
+        `sum_over_devices` (one reduction of three scalars; None on one device). Returns a Tensor to depend on."""
+        sums = ops.stack((self.noise_micro_sq / (unscale * unscale), self.noise_measured_items + 0.0,
+                          self.noise_measured + 0.0))
+        if sum_over_devices is not None:
+            sums = sum_over_devices(sums)
+        return record_window(self._noise_records(), (sums[0], sums[1], sums[2]), norm, items)
+
     def _noise_records(self):
         return (self.noise_last_grad_sq, self.noise_last_trace, self.noise_smooth_grad_sq, self.noise_smooth_trace,
                 self.noise_windows)

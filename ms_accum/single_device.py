@@ -12,7 +12,7 @@ from . import window
 from ._checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
                       check_optimizer_trains, check_sens)
 from .loss_scale import shared_scale, update_scale
-from .noise_scale import EVERY, FIRST, NoiseMeasure, check_noise_scale, record_window
+from .noise_scale import EVERY, FIRST, NoiseMeasure, check_noise_scale
 from .weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
 
@@ -61,12 +61,12 @@ class TrainForwardBackward(NoiseMeasure, nn.TrainOneStepCell):
 
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `grad_sum` is not a
-            ParameterTuple, `average` or `noise_scale` is not a bool, or `scale_sense` is neither a Tensor nor a
-            loss-scale cell.
+            ParameterTuple, `average` is not a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is
+            neither a Tensor nor a loss-scale cell.
         ValueError: If none of the optimizer's parameters is a parameter of `network`, `grad_sum` does not match
             the optimizer's parameters or holds the network's or optimizer's own Parameters, `sens` is zero or not
             finite, `average`, `scale_sense` or `noise_scale` differs from another cell built on the same
-            `grad_sum`, `noise_scale` is ``True`` with ``average=False``, or
+            `grad_sum`, `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or
             `scale_sense` is a Tensor of shape other than () or (1,); at the first call, if the loss is not a
             scalar or (without `num_items`) the inputs' leading dimensions disagree.
 
@@ -162,12 +162,12 @@ class TrainOptim(NoiseMeasure, nn.Cell):
         was skipped), and the loss scale for the next window.
 
     Raises:
-        TypeError: If `optimizer` is not an optimizer, `grad_sum` is not a ParameterTuple or `average` or
-            `noise_scale` is not a bool.
+        TypeError: If `optimizer` is not an optimizer, `grad_sum` is not a ParameterTuple, `average` is not a
+            bool, or `noise_scale` is neither a bool nor a str.
         ValueError: If `grad_sum` does not match the optimizer's parameters or holds its own Parameters,
             `clip_norm` is not a finite number > 0, `average`, `scale_sense` or `noise_scale` differs from the
-            :class:`TrainForwardBackward` on the same `grad_sum`, or `noise_scale` is ``True`` with
-            ``average=False``; when called, if a micro-batch of the window
+            :class:`TrainForwardBackward` on the same `grad_sum`, or `noise_scale` is a str other than
+            ``"first"`` or is set with ``average=False``; when called, if a micro-batch of the window
             reported ``num_items`` <= 0 (the optimizer is not stepped).
 
     Supported Platforms:
@@ -211,12 +211,9 @@ class TrainOptim(NoiseMeasure, nn.Cell):
                                                   self.clip_norm, (self.last_items, self.last_grad_norm,
                                                                    self.last_clipped), self.item_count + 0.0)
         if self.measure_noise:
-            micro_sq = self.noise_micro_sq / (self.scale_sense * self.scale_sense) if self.loss_scaled \
-                else self.noise_micro_sq + 0.0
             norm = ops.depend(self.last_grad_norm, recorded) * 1.0
-            recorded = ops.depend(recorded, record_window(
-                self._noise_records(), (micro_sq, self.noise_measured_items + 0.0, self.noise_measured + 0.0), norm,
-                self.item_count + 0.0))
+            recorded = ops.depend(recorded, self._record_noise(norm, self.item_count + 0.0,
+                                                               self.scale_sense if self.loss_scaled else 1.0))
         loss = ops.depend(window.mean_loss(counters), recorded)
         if not self.loss_scaled:
             return ops.depend(loss, self.optimizer(grads))
