@@ -41,10 +41,10 @@ from src.functional_train import train_functional
 from src.lenet import LeNet5
 from src.lr_schedule import warmup_cosine
 from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
-from ms_accum._argtypes import positive_float, positive_int
-from ms_accum.checkpoint import load_into
-from ms_accum.schedule import AccumulationSchedule, schedule_argument
-from ms_accum.state import is_state_file
+from ms_accum.tools.argtypes import positive_float, positive_int
+from ms_accum.trainers.checkpoint import load_into
+from ms_accum.core.schedule import AccumulationSchedule, schedule_argument
+from ms_accum.trainers.state import is_state_file
 
 STATE_FILE = "train_state.ckpt"
 

@@ -7,20 +7,20 @@ Parallel: :class:`TrainAccuStepsCell` and :class:`TrainAccuStepsWithLossScaleCel
 once per window; :class:`Model_ACCU` trains them, alternating two graphs in dataset sink mode.
 Functional (value_and_grad loops): :class:`Accumulator`.
 """
-from .adaptive import AdaptiveAccumulation
-from .accu_loss_scale import TrainAccuStepsWithLossScaleCell
-from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, TrainAccuStepsCell
-from .batchnorm import adjust_batchnorm_momentum
-from .checkpoint import (CheckpointError, is_accumulation_buffer, load_network_checkpoint, read_checkpoint,
+from .core.adaptive import AdaptiveAccumulation
+from .cells.parallel_loss_scale import TrainAccuStepsWithLossScaleCell
+from .cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, TrainAccuStepsCell
+from .tools.batchnorm import adjust_batchnorm_momentum
+from .trainers.checkpoint import (CheckpointError, is_accumulation_buffer, load_network_checkpoint, read_checkpoint,
                          save_checkpoint_atomic)
-from .driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, TrainState, updates_per_epoch
-from .equivalence import EquivalenceReport, check_equivalence
-from .functional import Accumulator
-from .model_accu import Model_ACCU
-from .single_device import TrainClear, TrainForwardBackward, TrainOptim
-from .schedule import AccumulationSchedule
-from .state import load_training_state, save_training_state
-from .telemetry import WindowRecord, WindowTelemetry
+from .trainers.driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, TrainState, updates_per_epoch
+from .tools.equivalence import EquivalenceReport, check_equivalence
+from .cells.functional import Accumulator
+from .trainers.model_accu import Model_ACCU
+from .cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
+from .core.schedule import AccumulationSchedule
+from .trainers.state import load_training_state, save_training_state
+from .trainers.telemetry import WindowRecord, WindowTelemetry
 
 __version__ = "0.1.0"
 

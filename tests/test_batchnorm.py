@@ -5,7 +5,7 @@ import pytest
 from mindspore import Tensor, nn, ops
 
 import ms_accum
-from ms_accum._compat import SyncBatchNormOp
+from ms_accum.compat import SyncBatchNormOp
 
 
 class BNLoss(nn.Cell):

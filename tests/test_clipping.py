@@ -33,7 +33,7 @@ def three_cells(clip_norm):
         for x, y in window:
             forward_backward(Tensor(x), Tensor(y))
         optim()
-        records.append((float(optim.last_grad_norm.asnumpy()), bool(optim.last_clipped.asnumpy())))
+        records.append((float(optim.accu_last_grad_norm.asnumpy()), bool(optim.accu_last_clipped.asnumpy())))
         clear()
     return params_of(net), records
 

@@ -13,8 +13,8 @@ import ms_accum
 def _docstring_tests():
     finder = doctest.DocTestFinder()
     found = []
-    for module in pkgutil.iter_modules(ms_accum.__path__):
-        found += [test for test in finder.find(importlib.import_module(f"ms_accum.{module.name}")) if test.examples]
+    for module in pkgutil.walk_packages(ms_accum.__path__, prefix="ms_accum."):
+        found += [test for test in finder.find(importlib.import_module(module.name)) if test.examples]
     return found
 
 

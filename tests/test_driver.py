@@ -118,7 +118,7 @@ class _Recorder(Callback):
         self.events.append("begin")
 
     def on_train_step_begin(self, run_context):
-        held = int(self.trainer.forward_backward.micro_steps.asnumpy()) if self.trainer else None
+        held = int(self.trainer.forward_backward.accu_micro_steps.asnumpy()) if self.trainer else None
         self.events.append(("step_begin", run_context.original_args().cur_step_num, held))
 
     def on_train_epoch_end(self, run_context):

@@ -166,8 +166,9 @@ def test_accumulate_step_is_checked():
         ms_accum.Accumulator(opt, 0)
     with pytest.raises(TypeError, match="For 'Accumulator', 'optimizer' must be a mindspore.nn optimizer"):
         ms_accum.Accumulator(None, 2)
-    with pytest.raises(TypeError, match=r"For 'Accumulator', 'loss_scaler' must be a mindspore.amp.LossScaler "
-                                        r"\(DynamicLossScaler, StaticLossScaler\) or None, but got int"):
+    with pytest.raises(TypeError, match=r"For 'Accumulator', 'loss_scaler' must be a loss-scale update cell .*"
+                                        r"a mindspore.amp.LossScaler \(DynamicLossScaler, StaticLossScaler\), a "
+                                        r"scale Tensor or None, but got int"):
         ms_accum.Accumulator(opt, 2, loss_scaler=1024)
 
 

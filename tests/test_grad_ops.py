@@ -5,7 +5,7 @@ import pytest
 
 from mindspore import Tensor, nn, ops
 
-from ms_accum import grad_ops
+from ms_accum.core import grad_ops
 
 
 class _Sums(nn.Cell):

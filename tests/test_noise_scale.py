@@ -19,7 +19,7 @@ import mindspore.dataset as ds
 from mindspore import Tensor, nn
 
 import ms_accum
-from ms_accum.noise_scale import NOISE_SMOOTHING
+from ms_accum.core.noise_scale import NOISE_SMOOTHING
 
 FEATURES, CLASSES = 3, 4
 Z_LIMIT = 4.0  # standard errors: a correct estimator fails by chance about once in 16 000 checks

@@ -165,7 +165,7 @@ def test_model_accu_resumes_from_any_micro_batch(stop_after, uninterrupted_model
 
 # ------------------------------------------------------------------ state generations and rank agreement
 def _positions_in(state_path):
-    from ms_accum.state import previous_generation
+    from ms_accum.trainers.state import previous_generation
     return [int(ms.load_checkpoint(p)["ms_accum_micro_steps_done"].asnumpy())
             for p in (state_path, previous_generation(state_path)) if os.path.exists(p)]
 
@@ -180,7 +180,7 @@ def test_each_state_write_keeps_the_previous_generation(tmp_path):
 
 
 def test_ranks_resume_from_the_newest_position_all_of_them_saved():
-    from ms_accum.state import common_position
+    from ms_accum.trainers.state import common_position
     assert common_position([[8, 4], [8, 4]]) == 8
     assert common_position([[12, 8], [8, 4]]) == 8  # rank 1 died before its write at 12
     with pytest.raises(ms_accum.CheckpointError, match=r"the ranks must resume from the same position, but no "
@@ -202,7 +202,7 @@ def test_a_state_file_belongs_to_its_rank_and_device_count(tmp_path):
 
 
 def test_data_parallel_state_is_written_at_update_boundaries_only(tmp_path):
-    from ms_accum.state import StateWriter
+    from ms_accum.trainers.state import StateWriter
     trainer, _ = make_trainer(seed=1)
     writer = StateWriter(trainer.forward_backward, str(tmp_path / "s.ckpt"), every=3, total_micro_steps=40, start=0,
                          rank=0, world=2)

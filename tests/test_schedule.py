@@ -13,7 +13,7 @@ from mindspore import Tensor, nn
 from mindspore.train import Callback
 
 import ms_accum
-from ms_accum.schedule import AccumulationSchedule, schedule_argument
+from ms_accum.core.schedule import AccumulationSchedule, schedule_argument
 from helpers import build, micro_batches, numpy_dataset, params_of
 
 SCHEDULE = {0: 1, 2: 2, 4: 3}

@@ -119,7 +119,9 @@ def test_clear_needs_no_copy_of_the_parameters_and_accepts_the_tutorial_zeros():
     zeros = opt.parameters.clone(prefix="zeros", init="zeros")
     clear = ms_accum.TrainClear(grad_sum, zeros)
     assert {p.name for p in clear.get_parameters()} == {"grad_sum.w", "grad_sum.items",
-                                                         "grad_sum.micro_steps", "grad_sum.loss_sum", "grad_sum.min_items"}
+                                                         "grad_sum.micro_steps", "grad_sum.loss_sum", "grad_sum.min_items",
+                                                         "grad_sum.last_items", "grad_sum.last_grad_norm",
+                                                         "grad_sum.last_clipped"}  # scalars; no "zeros" copy
     forward_backward(Tensor(np.ones((2, 2), np.float32)))
     clear()
     np.testing.assert_array_equal(grad_sum[0].asnumpy(), [0.0, 0.0])
@@ -127,7 +129,7 @@ def test_clear_needs_no_copy_of_the_parameters_and_accepts_the_tutorial_zeros():
 
 def test_tutorial_construction_shares_one_window_between_the_cells():
     net, opt, grad_sum, (forward_backward, optim, clear) = _cells()
-    assert forward_backward.item_count is optim.item_count is clear.item_count
+    assert forward_backward.accu_items is optim.accu_items is clear.accu_items
     assert {p.name for p in forward_backward.get_parameters()} >= {"w", "grad_sum.w", "grad_sum.items"}
 
 

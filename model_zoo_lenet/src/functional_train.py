@@ -11,7 +11,7 @@ import mindspore as ms
 from mindspore import nn
 
 import ms_accum
-from ms_accum.state import dataset_starting_at
+from ms_accum.trainers.state import dataset_starting_at
 
 
 def train_functional(net, loss_fn, optimizer, dataset, epochs, accumulation_steps, directory, clip_norm=None,

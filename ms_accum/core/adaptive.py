@@ -1,7 +1,7 @@
 """Adaptive accumulation: the number of micro-batches per window chosen from the measured gradient noise scale."""
 import math
 
-from ._checks import check_positive_int
+from .checks import check_positive_int
 from .schedule import is_int
 
 

@@ -16,7 +16,7 @@ from mindspore import dtype as mstype
 from mindspore.nn import CellList
 from mindspore.train import Callback
 
-from .noise_scale import noise_scale_of
+from ..core.noise_scale import noise_scale_of
 
 
 @dataclass

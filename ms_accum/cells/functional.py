@@ -1,15 +1,16 @@
 """Accumulator: gradient accumulation for the functional training loop of MindSpore 2.x (value_and_grad)."""
 from mindspore import Parameter, Tensor, context, mutable, nn, ops
 from mindspore import dtype as mstype
-from mindspore.amp import LossScaler
 
-from . import window
-from ._checks import check_optimizer
-from .accu_window import WINDOW_PREFIX, AccumulationWindow, data_parallel_reducer, float32_buffers
-from .weighting import as_weight
+from ..core import window
+from ..core.checks import check_clip_norm, check_optimizer
+from ..core.engine import WINDOW_PREFIX, WindowEngine, data_parallel_reducer, float32_buffers
+from ..core.loss_scale import scale_kind, scale_parameter
+from ..core.noise_scale import noise_state
+from ..core.weighting import as_weight
 
 
-class Accumulator(AccumulationWindow, nn.Cell):
+class Accumulator(WindowEngine, nn.Cell):
     r"""
     Gradient accumulation for a loop written with :func:`mindspore.value_and_grad`, the MindSpore 2.x tutorial's
     ``Accumulator`` done right.
@@ -96,13 +97,12 @@ class Accumulator(AccumulationWindow, nn.Cell):
         self.optimizer = check_optimizer(owner, optimizer)
         self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
             data_parallel_reducer(optimizer.parameters)
-        self._init_window(owner, accumulate_step, float32_buffers(optimizer.parameters, "accu_grads"), clip_norm,
-                          steps_name="accumulate_step", items_source="passed to the Accumulator",
-                          rebuild="a new Accumulator", noise_scale=noise_scale)
-        if loss_scaler is not None and not isinstance(loss_scaler, LossScaler):
-            raise TypeError(f"For '{owner}', 'loss_scaler' must be a mindspore.amp.LossScaler (DynamicLossScaler, "
-                            f"StaticLossScaler) or None, but got {type(loss_scaler).__name__}. For a "
-                            f"nn.DynamicLossScaleUpdateCell, use the cells (TrainForwardBackward's scale_sense).")
+        kind = scale_kind(owner, loss_scaler, "loss_scaler")
+        self._init_engine(owner, float32_buffers(optimizer.parameters, "accu_grads"), window.WindowState(WINDOW_PREFIX),
+                          check_clip_norm(owner, clip_norm), noise=noise_state(owner, WINDOW_PREFIX, noise_scale),
+                          loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
+                          items_source="passed to the Accumulator", rebuild="a new Accumulator")
+        self._init_steps(accumulate_step, "accumulate_step")
         self.loss_scaler = loss_scaler
         self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)
         self.last_overflow = Parameter(Tensor(False, mstype.bool_), name=f"{WINDOW_PREFIX}.last_overflow",
@@ -171,16 +171,10 @@ class Accumulator(AccumulationWindow, nn.Cell):
 
     def _apply_window(self):
         """_apply once the window's weighting is known to be consistent."""
-        if self.loss_scaler is None:
-            grads, result = self._window_gradients()
-            result = ops.depend(result, self.optimizer(grads))
-            return self._reset_window(result)
-        grads, result = self._window_gradients(self.loss_scaler.scale_value)
-        overflow = window.buffers_overflow(self.window_map, self.accu_grads)
-        result = ops.depend(result, ops.assign(self.last_overflow, overflow))
-        result = window.step_unless(overflow, self.optimizer, grads, result)
-        result = ops.depend(result, self.loss_scaler.adjust(ops.logical_not(overflow)))
-        return self._reset_window(result)
+        result, overflow, _ = self._end_window(self.optimizer)
+        if self.scale_kind is None:
+            return result
+        return ops.depend(result, ops.assign(self.last_overflow, overflow))
 
 
 def _shapes_of(grads):

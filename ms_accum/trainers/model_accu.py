@@ -14,10 +14,10 @@ from mindspore.train.callback import RunContext
 from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
 from mindspore.train.model import Model
 
-from ._compat import (check_model_internals, register_sink_loop, reset_op_ids, set_training_dataset,
+from ..compat import (check_model_internals, register_sink_loop, reset_op_ids, set_training_dataset,
                       transfer_tensor_to_tuple)
-from ._checks import check_lr_schedule, check_positive_int, check_resume_or_initial_epoch, check_state_saving
-from .accu_steps import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationModes
+from ..core.checks import check_lr_schedule, check_positive_int, check_resume_or_initial_epoch, check_state_saving
+from ..cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationModes
 from .driver import updates_per_epoch
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record

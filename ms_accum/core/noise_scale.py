@@ -138,6 +138,12 @@ def check_noise_scale(owner, measure, average=True):
     return mode
 
 
+def noise_state(owner, prefix, measure, average=True):
+    """A new NoiseState measuring as `measure` asks (True, False or "first"), or None for False."""
+    mode = check_noise_scale(owner, measure, average)
+    return NoiseState(prefix, mode) if mode else None
+
+
 def record_window(records, sums, grad_norm, items):
     """
     Write a NoiseState's `records` (last grad_sq, last noise_trace, smoothed grad_sq, smoothed noise_trace,

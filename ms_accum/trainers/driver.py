@@ -7,16 +7,16 @@ from mindspore import Parameter, Tensor, context, nn, ops
 from mindspore import dtype as mstype
 from mindspore.train.callback import RunContext
 
-from ._checks import (check_bool, check_cell, check_choice, check_clip_norm, check_lr_schedule, check_optimizer,
+from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_lr_schedule, check_optimizer,
                       check_optimizer_trains, check_positive_int, check_resume_or_initial_epoch, check_state_saving)
-from ._compat import CallbackManager, InternalCallbackParam
-from .adaptive import AdaptiveAccumulation
+from ..compat import CallbackManager, InternalCallbackParam
+from ..core.adaptive import AdaptiveAccumulation
 from .checkpoint import save_checkpoint_atomic
-from .loss_scale import check_scale_sense
-from .accu_window import float32_buffers
-from .single_device import TrainClear, TrainForwardBackward, TrainOptim
-from .noise_scale import check_noise_scale, noise_scale_of
-from .schedule import AccumulationSchedule
+from ..core.loss_scale import check_scale_sense
+from ..core.engine import float32_buffers
+from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
+from ..core.noise_scale import check_noise_scale, noise_scale_of
+from ..core.schedule import AccumulationSchedule
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
 
@@ -116,7 +116,7 @@ class _MicroStep(nn.Cell):
         loss = ops.reshape(ops.cast(loss, mstype.float32), ())
         if not self.loss_scaled:
             return loss
-        return loss, ops.zeros((), mstype.bool_), self.optim.scale_sense * 1.0
+        return loss, ops.zeros((), mstype.bool_), self.optim.accu_scale * 1.0
 
 
 class GradientAccumulation:
@@ -199,7 +199,7 @@ class GradientAccumulation:
                                                      scale_sense, noise_scale)
         self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense, noise_scale)
         self.clear = TrainClear(self.grad_sum)
-        self.train_state = TrainState(self.loss_network, optimizer, self.optim.scale_sense,
+        self.train_state = TrainState(self.loss_network, optimizer, self.optim.accu_scale,
                                       self.optim.loss_scale_manager)
         self.exact_state = _ExactState(self.forward_backward, self.optim)
         self.micro_step = _MicroStep(self.forward_backward, self.optim, self.clear)
@@ -400,7 +400,7 @@ class _Run:
         self.micro_done = plan.start_micro
         self.state_writer = StateWriter(owner.exact_state, plan.state_path, plan.save_state_every,
                                         plan.epoch * plan.steps_per_epoch, plan.start_micro)
-        self.pending = int(owner.forward_backward.micro_steps.asnumpy())  # a resumed window may be open
+        self.pending = int(owner.forward_backward.accu_micro_steps.asnumpy())  # a resumed window may be open
         self.updates_in_epoch = 0
         steps = plan.steps_per_epoch
         cb_params = InternalCallbackParam()
@@ -489,7 +489,7 @@ class _Run:
             return
         optim = self.owner.optim
         _, _, smooth_grad_sq, smooth_trace = (float(value.asnumpy()) for value in optim.noise_records)
-        items = float(optim.last_items.asnumpy())
+        items = float(optim.accu_last_items.asnumpy())
         steps = policy.next_steps(self.window_steps, update, noise_scale_of(smooth_grad_sq, smooth_trace),
                                   items / micro_batches)
         if steps != self.adaptive_steps:
@@ -505,7 +505,7 @@ class _Run:
         optim = self.owner.optim
         outputs = self.owner._end_window(data)  # pylint: disable=protected-access
         cb_params.window_record = partial(window_record, cb_params, outputs, self.pending,
-                                          (optim.last_items, optim.last_grad_norm, optim.last_clipped),
+                                          (optim.accu_last_items, optim.accu_last_grad_norm, optim.accu_last_clipped),
                                           self.owner.optimizer, optim.noise_records, self.window_steps)
         self._adapt(cb_params.cur_step_num - 1, self.pending)
         self.pending = 0

@@ -6,17 +6,18 @@ each micro-batch's gradient is weighted by what it weighs (``weighting.py``) whi
 divided by the window's total before the optimizer sees it. ``average=False`` reproduces the tutorial's raw sum
 instead.
 """
-from mindspore import context, jit, mutable, nn, ops
+from mindspore import context, jit, nn, ops
 
-from . import window
-from ._checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
-                      check_optimizer_trains, check_sens)
-from .loss_scale import shared_scale, update_scale
-from .noise_scale import EVERY, FIRST, NoiseMeasure, check_noise_scale
-from .weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
+from ..core import window
+from ..core.checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
+                           check_optimizer_trains, check_sens)
+from ..core.engine import WindowEngine
+from ..core.loss_scale import scale_kind, shared_scale
+from ..core.noise_scale import EVERY, FIRST, check_noise_scale
+from ..core.weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
 
-class TrainForwardBackward(NoiseMeasure, nn.TrainOneStepCell):
+class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
     r"""
     Runs the loss network forward and backward on one micro-batch and adds the gradients into `grad_sum`.
 
@@ -90,18 +91,15 @@ class TrainForwardBackward(NoiseMeasure, nn.TrainOneStepCell):
         super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
         self.grad_sum = check_grad_sum(owner, grad_sum, optimizer, network)
         self.average = check_bool(owner, "average", average)
-        state = window.window_state(grad_sum)
-        state.bind(owner, "average", average, "Pass the same 'average' to TrainForwardBackward and TrainOptim.")
-        state.verified = True
-        self.item_count, self.micro_steps, self.loss_sum, self.min_items = state.counters
-        self._init_noise(_noise_state(owner, state, noise_scale, average))
-        _, self.scale_sense = shared_scale(owner, state, scale_sense)
-        self.loss_scaled = scale_sense is not None
-        self.hyper_map = ops.HyperMap()
-        self._eager = False  # PYNATIVE: add the micro-batch with one compiled graph
+        state = _bind_window(owner, grad_sum, average)
+        kind = scale_kind(owner, scale_sense)
+        _, scale = shared_scale(owner, state, scale_sense)
+        self._init_engine(owner, self.grad_sum, state, average=self.average,
+                          noise=_noise_state(owner, state, noise_scale, average),
+                          loss_scale=(kind, None, scale) if kind else None, count_windows=False)
 
     def __call__(self, *args, **kwargs):
-        self._eager = context.get_context("mode") == context.PYNATIVE_MODE
+        self._note_mode()
         try:
             return super().__call__(*args, **kwargs)
         except BaseException:
@@ -110,23 +108,13 @@ class TrainForwardBackward(NoiseMeasure, nn.TrainOneStepCell):
 
     def construct(self, *inputs):
         loss, items = micro_batch_forward(self.network, inputs, self._eager)
-        seed = self.scale_sense * self.sens if self.loss_scaled else self.sens
+        seed = self.accu_scale * self.sens if self.scale_kind is not None else self.sens
         grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, seed, self._eager))
         grads = self.grad_reducer(grads)
-        weight = items if self.average else ops.ones_like(items)
-        if self._eager:  # one compiled graph instead of a few small operators per parameter, launched one by one
-            return self._add_compiled(loss, items, mutable(grads), weight)
-        return self._add(loss, items, grads, weight)
-
-    def _add(self, loss, items, grads, weight):
-        return window.add_micro_batch(self.hyper_map, self.grad_sum, grads, weight, loss, items,
-                                      (self.item_count, self.micro_steps, self.loss_sum, self.min_items),
-                                      self._noise_sums(), self.noise_every)
-
-    _add_compiled = jit(_add)  # the gradients go in as a mutable tuple: as constants, each call would recompile
+        return self._add_micro_batch(loss, items, grads, items if self.average else ops.ones_like(items))
 
 
-class TrainOptim(NoiseMeasure, nn.Cell):
+class TrainOptim(WindowEngine, nn.Cell):
     r"""
     One optimizer step from the gradients accumulated in `grad_sum`.
 
@@ -189,41 +177,23 @@ class TrainOptim(NoiseMeasure, nn.Cell):
         self.grad_sum = check_grad_sum(owner, grad_sum, optimizer)
         self.average = check_bool(owner, "average", average)
         self.clip_norm = check_clip_norm(owner, clip_norm)
-        state = window.window_state(grad_sum)
-        state.bind(owner, "average", average, "Pass the same 'average' to TrainForwardBackward and TrainOptim.")
-        state.verified = True
-        self.item_count, self.micro_steps, self.loss_sum, self.min_items = state.counters
-        self.last_items, self.last_grad_norm, self.last_clipped = state.last
-        self._init_noise(_noise_state(owner, state, noise_scale, average))
-        self.loss_scale_manager, self.scale_sense = shared_scale(owner, state, scale_sense)
-        self.loss_scaled = scale_sense is not None
-        self.hyper_map = ops.HyperMap()
-        self.identity = nn.Identity()
+        state = _bind_window(owner, grad_sum, average)
+        kind = scale_kind(owner, scale_sense)
+        updater, scale = shared_scale(owner, state, scale_sense)
+        self._init_engine(owner, self.grad_sum, state, clip_norm=self.clip_norm, average=self.average,
+                          noise=_noise_state(owner, state, noise_scale, average),
+                          loss_scale=(kind, updater, scale) if kind else None, count_windows=False)
+        self.loss_scaled = kind is not None
 
     @jit  # one compiled graph in PYNATIVE_MODE too: about 50 small ops, launched one by one otherwise
     def construct(self):
-        counters = (self.item_count, self.micro_steps, self.loss_sum, self.min_items)
-        window.check_items("TrainOptim", self.min_items)
-        divisor = ops.maximum(self.item_count, 1e-12) if self.average else ops.ones_like(self.item_count)
-        if self.loss_scaled:
-            divisor = divisor * self.scale_sense
-        grads, recorded = window.finish_gradients(self.hyper_map, self.grad_sum, divisor, self.identity,
-                                                  self.clip_norm, (self.last_items, self.last_grad_norm,
-                                                                   self.last_clipped), self.item_count + 0.0)
-        if self.measure_noise:
-            norm = ops.depend(self.last_grad_norm, recorded) * 1.0
-            recorded = ops.depend(recorded, self._record_noise(norm, self.item_count + 0.0,
-                                                               self.scale_sense if self.loss_scaled else 1.0))
-        loss = ops.depend(window.mean_loss(counters), recorded)
-        if not self.loss_scaled:
-            return ops.depend(loss, self.optimizer(grads))
-        overflow = window.buffers_overflow(self.hyper_map, self.grad_sum)
-        overflow = update_scale(self.loss_scale_manager, self.scale_sense, overflow)
-        loss = window.step_unless(overflow, self.optimizer, grads, loss)
-        return loss, overflow, ops.depend(self.scale_sense * 1.0, overflow)
+        mean_loss, overflow, next_scale = self._end_window(self.optimizer, reset=False)
+        if self.scale_kind is None:
+            return mean_loss
+        return mean_loss, overflow, next_scale
 
 
-class TrainClear(nn.Cell):
+class TrainClear(WindowEngine, nn.Cell):
     r"""
     Zeroes the gradient buffers and the window counters in place.
 
@@ -271,8 +241,7 @@ class TrainClear(nn.Cell):
                 raise ValueError(f"For '{owner}', 'zeros' must be separate from 'grad_sum', but it holds the same "
                                  f"Parameters; it is not needed, so pass zeros=None.")
         self.window = window.window_state(grad_sum)
-        self.item_count, self.micro_steps, self.loss_sum, self.min_items = self.window.counters
-        self.hyper_map = ops.HyperMap()
+        self._init_engine(owner, self.grad_sum, self.window, count_windows=False)
 
     def __call__(self, *args, **kwargs):
         if not self.window.verified:
@@ -285,9 +254,15 @@ class TrainClear(nn.Cell):
 
     @jit  # one compiled graph in PYNATIVE_MODE too (an assign per buffer otherwise)
     def construct(self):
-        held = self.micro_steps + 0
-        return window.reset_window(self.hyper_map, self.grad_sum,
-                                   (self.item_count, self.micro_steps, self.loss_sum, self.min_items), held)
+        return self._reset_window(self.accu_micro_steps + 0)
+
+
+def _bind_window(owner, grad_sum, average):
+    """The WindowState of the cells on `grad_sum`, after checking they agree on `average`."""
+    state = window.window_state(grad_sum)
+    state.bind(owner, "average", average, "Pass the same 'average' to TrainForwardBackward and TrainOptim.")
+    state.verified = True
+    return state
 
 
 def _noise_state(owner, state, measure, average):

@@ -116,6 +116,15 @@ def forget_pynative_recording(cell):
     pynative_executor.clear_res()
 
 
+def overflow_saturates(cell):
+    """Whether `cell` (a :class:`mindspore.nn.TrainOneStepWithLossScaleCell`) runs on an Ascend whose float overflow
+    saturates instead of giving inf (910A, or 910B with MS_ASCEND_CHECK_OVERFLOW_MODE=SATURATION_MODE): there
+    only MindSpore's float-status check sees an overflow. Read from the cell's private attributes, the same in
+    2.7 to 2.10."""
+    return bool(cell.ascend_910a_target) or (bool(cell.ascend_910b_target)
+                                             and cell._ascend_check_overflow_mode == "SATURATION_MODE")
+
+
 # Model_ACCU overrides these methods of mindspore.train.Model and calls the others; Model calls the overrides
 # positionally, so their parameters must stay as written here (the same in 2.7.0, 2.8.0, 2.9.0 and 2.10.0).
 MODEL_METHODS = {

@@ -16,9 +16,9 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn
 
-from ._checks import check_bool, check_finite_positive, check_positive_int
-from .accu_steps import TrainAccuStepsCell
-from .single_device import TrainClear, TrainForwardBackward, TrainOptim
+from ..core.checks import check_bool, check_finite_positive, check_positive_int
+from ..cells.parallel import TrainAccuStepsCell
+from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 
 CELLS = ("three_cells", "accu_steps")
 NOISE = 1e-5  # a gradient element below NOISE * the parameter's largest gradient element is always noise
@@ -256,7 +256,7 @@ def _accumulate(copy, micro, cell, average):
         forward_backward = TrainForwardBackward(loss_net, optimizer, grad_sum, average=average)
         for batch in micro:
             forward_backward(*batch)
-        divisor = float(forward_backward.item_count.asnumpy()) if average else 1.0
+        divisor = float(forward_backward.accu_items.asnumpy()) if average else 1.0
         applied = [g.asnumpy().astype(np.float64) / divisor for g in grad_sum]
         TrainOptim(optimizer, grad_sum, average=average)()
         TrainClear(grad_sum)()

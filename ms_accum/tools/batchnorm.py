@@ -7,8 +7,8 @@ without a second pass. `adjust_batchnorm_momentum` restores the decay per window
 """
 from mindspore import ops
 
-from ._checks import check_positive_int
-from ._compat import BatchNormBase, SyncBatchNormOp
+from ..core.checks import check_positive_int
+from ..compat import BatchNormBase, SyncBatchNormOp
 
 _ORIGINAL = "_ms_accum_original_momentum"
 

@@ -17,7 +17,8 @@ that object (:func:`window_state`), so every cell built on the same ``grad_sum``
 from mindspore import Parameter, Tensor, ops
 from mindspore import dtype as mstype
 
-from . import grad_ops, noise_scale
+from . import grad_ops
+from . import noise_scale
 
 _ATTR = "_ms_accum_window"
 _NO_ITEMS = 3.0e38  # min_items of an empty window

@@ -2,14 +2,17 @@
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 
-from . import window
-from .accu_steps import AccumulationModes, check_cell_arguments
-from .accu_window import WINDOW_PREFIX, AccumulationWindow, float32_buffers
-from .loss_scale import check_scale_sense
-from .weighting import LossAndItems, loss_sens, micro_batch_forward
+from ..compat import overflow_saturates
+from ..core import window
+from ..core.checks import check_clip_norm
+from ..core.engine import WINDOW_PREFIX, WindowEngine, float32_buffers
+from ..core.loss_scale import SCALER, check_scale_sense, scale_kind
+from ..core.noise_scale import noise_state
+from ..core.weighting import LossAndItems, loss_sens, micro_batch_forward
+from .parallel import AccumulationModes, check_cell_arguments
 
 
-class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepWithLossScaleCell):
+class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainOneStepWithLossScaleCell):
     r"""
     Gradient accumulation with loss scaling: one overflowing micro-batch discards the whole window.
 
@@ -77,17 +80,26 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.
     def __init__(self, network, optimizer, scale_sense, accumulation_steps=1, clip_norm=None, noise_scale=False):
         owner = "TrainAccuStepsWithLossScaleCell"
         check_cell_arguments(owner, network, optimizer)
-        check_scale_sense(owner, scale_sense)
-        super().__init__(LossAndItems(owner, network), optimizer, scale_sense)
-        self._init_window(owner, accumulation_steps, float32_buffers(self.weights, "accu_grads"), clip_norm,
-                          noise_scale=noise_scale)
+        kind = scale_kind(owner, check_scale_sense(owner, scale_sense))
+        # MindSpore's cell takes an update cell or a Tensor; an amp LossScaler's own Parameter then replaces the scale
+        super().__init__(LossAndItems(owner, network), optimizer,
+                         Tensor(scale_sense.scale_value.asnumpy()) if kind == SCALER else scale_sense)
+        scale = scale_sense.scale_value if kind == SCALER else self.scale_sense
+        updater = scale_sense if kind == SCALER else self.loss_scaling_manager
+        self._init_engine(owner, float32_buffers(self.weights, "accu_grads"), window.WindowState(WINDOW_PREFIX),
+                          check_clip_norm(owner, clip_norm), noise=noise_state(owner, WINDOW_PREFIX, noise_scale),
+                          loss_scale=(kind, updater, scale))
+        self._init_steps(accumulation_steps, "accumulation_steps")
         self._init_modes()
         self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{WINDOW_PREFIX}.overflow",
                                        requires_grad=False)
-        self.saturation_mode = bool(self.ascend_910a_target) or (
-            bool(self.ascend_910b_target) and self._ascend_check_overflow_mode == "SATURATION_MODE")
+        self.saturation_mode = overflow_saturates(self)
 
-    def _local_overflow(self, status, grads):
+    def _local_overflow(self):
+        """The window's overflow flag on this device, or-ed over its micro-batches (see construct)."""
+        return self.accu_overflow + 0.0
+
+    def _micro_batch_overflow(self, status, grads):
         """1.0 if the window overflowed so far on this device, else 0.0 (no communication).
 
         An inf or nan in any micro-batch's gradient stays in the float32 buffers until they are reset, so the
@@ -100,19 +112,15 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, AccumulationWindow, nn.
 
     def construct(self, *inputs):
         loss, items = micro_batch_forward(self.network, inputs, self._eager)
-        scaling_sens = self.scale_sense
+        scaling_sens = self.accu_scale
         status, scaling_sens = self.start_overflow_check(loss, scaling_sens)
         grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, scaling_sens, self._eager))
         loss = self._add_micro_batch(loss, items, grads)
-        flag = self._local_overflow(status, grads)
+        flag = self._micro_batch_overflow(status, grads)
         loss = ops.depend(loss, ops.assign(self.accu_overflow, ops.maximum(self.accu_overflow, flag)))
         if self._accumulate_now:
             return loss, self.accu_overflow > 0.0, scaling_sens
-        grads, mean_loss = self._window_gradients(ops.reshape(scaling_sens, ()))
-        mean_loss = ops.depend(mean_loss, loss)  # the last micro-batch's additions and overflow flag come first
-        overflow = self._window_sum_over_devices(self.accu_overflow + 0.0) > 0.0
-        overflow = self.process_loss_scale(overflow)
-        mean_loss = window.step_unless(overflow, self.optimizer, grads, mean_loss)
-        mean_loss = ops.depend(mean_loss, ops.assign(self.accu_overflow, ops.zeros_like(self.accu_overflow)))
-        next_scale = ops.depend(self.scale_sense * 1.0, overflow)
-        return self._reset_window(mean_loss), overflow, next_scale
+        mean_loss, overflow, next_scale = self._end_window(self.optimizer)
+        mean_loss = ops.depend(ops.depend(mean_loss, loss),
+                               ops.assign(self.accu_overflow, ops.zeros_like(self.accu_overflow)))
+        return mean_loss, overflow, next_scale

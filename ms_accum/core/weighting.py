@@ -15,7 +15,7 @@ items.
 from mindspore import Tensor, context, nn, ops
 from mindspore import dtype as mstype
 
-from ._compat import forget_pynative_recording
+from ..compat import forget_pynative_recording
 
 
 def _leading_dims(inputs):

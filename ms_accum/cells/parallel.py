@@ -8,9 +8,11 @@ every ``accumulation_steps``-th call), the matching phase is selected right befo
 """
 from mindspore import nn, ops
 
-from ._checks import check_cell, check_optimizer, check_optimizer_trains, check_sens
-from .accu_window import AccumulationWindow
-from .weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
+from ..core import window
+from ..core.checks import check_cell, check_clip_norm, check_optimizer, check_optimizer_trains, check_sens
+from ..core.engine import WINDOW_PREFIX, WindowEngine
+from ..core.noise_scale import noise_state
+from ..core.weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
 ACCUMULATE_PHASE = "train_accumulate"
 UPDATE_PHASE = "train_update"
@@ -113,7 +115,7 @@ class AccumulationModes:
         return out
 
 
-class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepCell):
+class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
     r"""
     A :class:`mindspore.nn.TrainOneStepCell` that accumulates gradients over `accumulation_steps` micro-batches
     and communicates once per window.
@@ -184,8 +186,10 @@ class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepC
         owner = "TrainAccuStepsCell"
         check_cell_arguments(owner, network, optimizer)
         super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
-        self._init_window(owner, accumulation_steps, self.weights.clone(prefix="accu_grads", init="zeros"),
-                          clip_norm, noise_scale=noise_scale)
+        self._init_engine(owner, self.weights.clone(prefix="accu_grads", init="zeros"),
+                          window.WindowState(WINDOW_PREFIX), check_clip_norm(owner, clip_norm),
+                          noise=noise_state(owner, WINDOW_PREFIX, noise_scale))
+        self._init_steps(accumulation_steps, "accumulation_steps")
         self._init_modes()
 
     def construct(self, *inputs):
@@ -194,6 +198,5 @@ class TrainAccuStepsCell(AccumulationModes, AccumulationWindow, nn.TrainOneStepC
         loss = self._add_micro_batch(loss, items, grads)
         if self._accumulate_now:
             return loss
-        grads, mean_loss = self._window_gradients()
-        mean_loss = ops.depend(ops.depend(mean_loss, loss), self.optimizer(grads))
-        return self._reset_window(mean_loss)
+        mean_loss, _, _ = self._end_window(self.optimizer)
+        return ops.depend(mean_loss, loss)
