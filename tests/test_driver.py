@@ -234,11 +234,12 @@ def test_failed_checkpoint_write_keeps_the_previous_file(tmp_path, monkeypatch):
 class TestBadInput:
     @pytest.mark.parametrize("value, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError),
                                               ("4", TypeError), (True, TypeError)])
-    def test_mini_steps(self, value, error):
+    @pytest.mark.parametrize("name", ["gradient_accumulation_steps", "mini_steps"])
+    def test_mini_steps(self, value, error, name):
         trainer, _, _ = _trainer()
-        with pytest.raises(error, match=rf"For 'GradientAccumulation.train_process', 'mini_steps' must be an int "
+        with pytest.raises(error, match=rf"For 'GradientAccumulation.train_process', '{name}' must be an int "
                                         rf">= 1, but got {re.escape(repr(value))}"):
-            trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), value, ckpt_path=None)
+            trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), ckpt_path=None, **{name: value})
 
     def test_mini_steps_and_epoch_accept_numpy_integers(self):
         trainer, _, opt = _trainer()
@@ -274,7 +275,7 @@ class TestBadInput:
         trainer, _, _ = _trainer()
         with pytest.raises(ValueError, match=r"'mini_steps' must be <= the 4 micro-batches in an epoch, but got 5"
                                              r".*partial_window='carry'"):
-            trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), 5, ckpt_path=None)
+            trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), mini_steps=5, ckpt_path=None)
 
     def test_empty_dataset(self):
         trainer, _, _ = _trainer()

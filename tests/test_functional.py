@@ -162,8 +162,16 @@ def test_gradients_of_the_wrong_parameters_are_refused_before_anything_is_added(
 
 def test_accumulate_step_is_checked():
     _, _, opt = build("sgd")
-    with pytest.raises(ValueError, match="For 'Accumulator', 'accumulate_step' must be an int >= 1, but got 0"):
+    with pytest.raises(ValueError, match="For 'Accumulator', 'gradient_accumulation_steps' must be an int >= 1, but "
+                                         "got 0"):
         ms_accum.Accumulator(opt, 0)
+    with pytest.raises(ValueError, match="For 'Accumulator', 'accumulate_step' must be an int >= 1, but got 0"):
+        ms_accum.Accumulator(opt, accumulate_step=0)  # the tutorial's name, accepted and named in the message
+    with pytest.raises(TypeError, match="For 'Accumulator', N must be given once, as 'gradient_accumulation_steps', "
+                                        "but got 'gradient_accumulation_steps' and 'accumulate_step'"):
+        ms_accum.Accumulator(opt, 2, accumulate_step=2)
+    with pytest.raises(TypeError, match="For 'Accumulator', 'gradient_accumulation_steps' .* is required"):
+        ms_accum.Accumulator(opt)
     with pytest.raises(TypeError, match="For 'Accumulator', 'optimizer' must be a mindspore.nn optimizer"):
         ms_accum.Accumulator(None, 2)
     with pytest.raises(TypeError, match=r"For 'Accumulator', 'loss_scaler' must be a loss-scale update cell .*"

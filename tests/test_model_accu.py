@@ -252,8 +252,22 @@ def test_sink_mode_alternates_two_graphs_per_window(fake_device, mode, capsys):
 def test_sink_size_must_be_a_multiple_of_the_window(fake_device):
     cell, _, _ = make_cell("plain", steps=4)
     with pytest.raises(ValueError, match=r"'sink_size' \(the dataset size 10 when -1\) must be a multiple of "
-                                         r"accumulation_steps 4 in dataset sink mode, but got 10"):
+                                         r"gradient_accumulation_steps 4 in dataset sink mode, but got 10"):
         ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 10)), dataset_sink_mode=True)
+    assert not fake_device.events
+
+
+@pytest.mark.parametrize("steps", [{0: 1, 2: 2}, "adaptive"])
+def test_sink_mode_refuses_n_that_changes(fake_device, steps):
+    """Sink mode compiles its two graphs for loops of N-1 and 1: a schedule or a policy is refused, naming what to
+    use instead (the same cell trains without sink: tests/test_schedule.py)."""
+    net, loss, optimizer = build("momentum")
+    steps = ms_accum.AdaptiveAccumulation(2, 4) if steps == "adaptive" else steps
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=steps,
+                                       noise_scale=True)
+    with pytest.raises(ValueError, match=r"For 'Model_ACCU.train', the cell's 'gradient_accumulation_steps' must be "
+                                         r"one int in dataset sink mode: .* Train with dataset_sink_mode=False"):
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 8)), dataset_sink_mode=True)
     assert not fake_device.events
 
 

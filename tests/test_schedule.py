@@ -13,6 +13,8 @@ from mindspore import Tensor, nn
 from mindspore.train import Callback
 
 import ms_accum
+from ms_accum.core.adaptive import next_steps_on_device
+from ms_accum.core.noise_scale import noise_scale_of
 from ms_accum.core.schedule import AccumulationSchedule, schedule_argument
 from helpers import build, micro_batches, numpy_dataset, params_of
 
@@ -168,7 +170,8 @@ def test_driver_schedule_resumes_mid_window(tmp_path, monkeypatch):
 def test_driver_refuses_a_window_longer_than_an_epoch():
     net, loss, optimizer = build("momentum")
     trainer = ms_accum.GradientAccumulation(net, loss, optimizer)
-    with pytest.raises(ValueError, match=r"'mini_steps' must be <= the 4 micro-batches in an epoch, but got 5"):
+    with pytest.raises(ValueError, match=r"'gradient_accumulation_steps' must be <= the 4 micro-batches in an epoch, "
+                                         r"but got 5"):
         trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), {0: 1, 3: 5}, ckpt_path=None)
 
 
@@ -182,11 +185,8 @@ def test_driver_checks_the_learning_rate_list_against_the_scheduled_updates():
 # ----------------------------------------------------------------- Accumulator and the parallel cell
 
 
-def test_accumulator_follows_the_schedule(exec_mode):
-    batches = micro_batches([4, 3, 5, 4, 2, 4, 4, 3, 4, 4])
-    net, loss, optimizer = build("momentum")
-    accumulator = ms_accum.Accumulator(optimizer, SCHEDULE)
-
+def accumulator_step(net, loss, optimizer, accumulator, exec_mode):
+    """The tutorial's train step around `accumulator` (jit-compiled in GRAPH mode): returns whether it updated."""
     def forward(x, y):
         return loss(net(x), y)
     grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
@@ -194,8 +194,14 @@ def test_accumulator_follows_the_schedule(exec_mode):
     def step(x, y):
         _, grads = grad_fn(x, y)
         return accumulator(grads, x.shape[0])
-    if exec_mode == "graph":
-        step = ms.jit(step)
+    return ms.jit(step) if exec_mode == "graph" else step
+
+
+def test_accumulator_follows_the_schedule(exec_mode):
+    batches = micro_batches([4, 3, 5, 4, 2, 4, 4, 3, 4, 4])
+    net, loss, optimizer = build("momentum")
+    accumulator = ms_accum.Accumulator(optimizer, SCHEDULE)
+    step = accumulator_step(net, loss, optimizer, accumulator, exec_mode)
     taken = [params_of(net) for x, y in batches if bool(step(Tensor(x), Tensor(y)))]
     if bool(accumulator.flush()):
         taken.append(params_of(net))
@@ -216,14 +222,36 @@ def test_train_accu_steps_cell_follows_the_schedule(exec_mode):
     assert_windows_match(taken, reference(batches, [1, 1, 2, 2, 3]), "TrainAccuStepsCell")
 
 
-def test_model_accu_refuses_a_schedule():
+def test_model_accu_follows_the_schedule_without_sink(exec_mode):
+    """Model_ACCU lays each window out with the cell's N for it; the epoch's last partial window is applied."""
+    batches = micro_batches([4, 3, 5, 4, 2, 4, 4, 3, 4, 4])
     net, loss, optimizer = build("momentum")
-    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=SCHEDULE)
-    with pytest.raises(ValueError, match=r"For 'Model_ACCU', the cell's 'accumulation_steps' must be one int: "
-                                         r"Model_ACCU lays out its windows per epoch"):
-        ms_accum.Model_ACCU(cell)
-    model = ms_accum.Model_ACCU(cell, accumulation_steps=2)  # a fixed N replaces the schedule
-    assert model.accumulation_steps == 2
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=SCHEDULE)
+    snapshots, telemetry = Snapshots(net), ms_accum.WindowTelemetry()
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), callbacks=[snapshots, telemetry])
+    assert [r.micro_batches for r in telemetry.records] == [1, 1, 2, 2, 3, 1]
+    assert [r.accumulation_steps for r in telemetry.records] == [1, 1, 2, 2, 3, 3]
+    assert_windows_match(snapshots.taken, reference(batches, [1, 1, 2, 2, 3, 1]), "Model_ACCU")
+
+
+def test_n_is_one_name_with_its_older_names_accepted():
+    net, loss, optimizer = build("momentum")
+    loss_net = nn.WithLossCell(net, loss)
+    cell = ms_accum.TrainAccuStepsCell(loss_net, optimizer, accumulation_steps=3)
+    assert cell.gradient_accumulation_steps == cell.accumulation_steps == 3
+    assert ms_accum.Model_ACCU(cell, gradient_accumulation_steps=2).gradient_accumulation_steps == 2
+    assert ms_accum.Accumulator(optimizer, accumulate_step=SCHEDULE).gradient_accumulation_steps == \
+        AccumulationSchedule(SCHEDULE)
+    with pytest.raises(TypeError, match=r"For 'TrainAccuStepsCell', N must be given once, as "
+                                        r"'gradient_accumulation_steps', but got 'gradient_accumulation_steps' and "
+                                        r"'accumulation_steps'"):
+        ms_accum.TrainAccuStepsCell(loss_net, optimizer, gradient_accumulation_steps=2, accumulation_steps=2)
+    with pytest.raises(ValueError, match=r"For 'Model_ACCU', 'accumulation_steps' must be an int >= 1, but got 0"):
+        ms_accum.Model_ACCU(cell, accumulation_steps=0)
+    trainer = ms_accum.GradientAccumulation(net, loss, optimizer)
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation.train_process', 'mini_steps' must be an int >= "
+                                         r"1, but got 0"):
+        trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), mini_steps=0, ckpt_path=None)
 
 
 # ----------------------------------------------------------------- the adaptive policy
@@ -260,8 +288,8 @@ def test_adaptive_policy_arguments(kwargs, error, message):
 def test_adaptive_policy_needs_the_noise_scale():
     net, loss, optimizer = build("momentum")
     trainer = ms_accum.GradientAccumulation(net, loss, optimizer)
-    with pytest.raises(ValueError, match=r"'mini_steps' as an AdaptiveAccumulation policy needs the noise scale, "
-                                         r"but the trainer was built with noise_scale=False"):
+    with pytest.raises(ValueError, match=r"'gradient_accumulation_steps' as an AdaptiveAccumulation policy needs "
+                                         r"the noise scale, but the trainer was built with noise_scale=False"):
         trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), ms_accum.AdaptiveAccumulation(2, 3),
                               ckpt_path=None)
 
@@ -288,3 +316,97 @@ def test_adaptive_driver_changes_n_between_exact_windows(exec_mode):
         assert steps[index + 1] == want, f"after window {index} ({record}): N {steps[index + 1]}, policy {want}"
     sizes = [r.micro_batches for r in telemetry.records]
     assert_windows_match(snapshots.taken, reference(batches, sizes), "adaptive driver")
+
+
+# ----------------------------------------------------------------- the adaptive policy on the device
+
+ADAPTIVE = dict(min_steps=2, max_steps=4, interval=2)
+
+
+def _check_adaptive_windows(what, batches, net_snapshots, windows, policy):
+    """`windows`: per window (micro-batches, N asked, items, smoothed noise scale) read after it. Each window equals
+    the large batch of its size, and each next N is the host policy's answer to the figures."""
+    sizes = [w[0] for w in windows]
+    asked = [w[1] for w in windows]
+    assert asked[:2] == [2, 2] and max(asked) == 4, f"{what}: N never grew: {asked}"
+    for index, (micro, n, items, noise) in enumerate(windows[:-1]):
+        want = policy.next_steps(n, index, noise, items / micro)
+        assert asked[index + 1] == want, f"{what}: after window {index}, N {asked[index + 1]}, host policy {want}"
+    assert_windows_match(net_snapshots, reference(batches, sizes), what)
+
+
+def test_adaptive_accumulator_decides_on_the_device_inside_jit(exec_mode):
+    batches = micro_batches([4] * 24)
+    net, loss, optimizer = build("momentum")
+    policy = ms_accum.AdaptiveAccumulation(**ADAPTIVE)
+    accumulator = ms_accum.Accumulator(optimizer, policy, noise_scale=True)
+    step = accumulator_step(net, loss, optimizer, accumulator, exec_mode)
+    snapshots, windows, held, asked = [], [], 0, int(accumulator.accu_steps.asnumpy())
+    for x, y in batches:
+        held += 1
+        if bool(step(Tensor(x), Tensor(y))):
+            _, _, grad_sq, trace = (float(v.asnumpy()) for v in accumulator.noise_records)
+            windows.append((held, asked, float(accumulator.accu_last_items.asnumpy()), noise_scale_of(grad_sq, trace)))
+            snapshots.append(params_of(net))
+            held, asked = 0, int(accumulator.accu_steps.asnumpy())
+    assert accumulator.gradient_accumulation_steps is policy
+    _check_adaptive_windows("Accumulator", batches[:sum(w[0] for w in windows)], snapshots, windows, policy)
+
+
+def test_adaptive_parallel_cell_called_directly(exec_mode):
+    batches = micro_batches([4] * 24)
+    net, loss, optimizer = build("momentum")
+    policy = ms_accum.AdaptiveAccumulation(**ADAPTIVE)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=policy,
+                                       noise_scale=True)
+    snapshots, windows, held, asked = [], [], 0, cell.next_window_steps()
+    for x, y in batches:
+        cell(Tensor(x), Tensor(y))
+        held += 1
+        if not int(cell.accu_micro_steps.asnumpy()):
+            _, _, grad_sq, trace = (float(v.asnumpy()) for v in cell.noise_records)
+            windows.append((held, asked, float(cell.accu_last_items.asnumpy()), noise_scale_of(grad_sq, trace)))
+            snapshots.append(params_of(net))
+            held, asked = 0, cell.next_window_steps()
+    _check_adaptive_windows("TrainAccuStepsCell", batches[:sum(w[0] for w in windows)], snapshots, windows, policy)
+
+
+def test_adaptive_model_accu_without_sink(exec_mode):
+    batches = micro_batches([4] * 24)
+    net, loss, optimizer = build("momentum")
+    policy = ms_accum.AdaptiveAccumulation(**ADAPTIVE)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, noise_scale=True)
+    snapshots, telemetry = Snapshots(net), ms_accum.WindowTelemetry()
+    ms_accum.Model_ACCU(cell, gradient_accumulation_steps=policy).train(1, numpy_dataset(batches),
+                                                                         callbacks=[snapshots, telemetry])
+    windows = [(r.micro_batches, r.accumulation_steps, r.items, r.noise_scale) for r in telemetry.records]
+    _check_adaptive_windows("Model_ACCU", batches, snapshots.taken, windows, policy)
+
+
+def test_adaptive_policy_on_the_device_is_the_hosts():
+    """The graph rule against AdaptiveAccumulation.next_steps on a grid with rounding ties, bounds, factors and
+    missing estimates."""
+    policy = ms_accum.AdaptiveAccumulation(min_steps=2, max_steps=16, interval=5, max_factor=2.0)
+    for current in (2, 3, 4, 7, 8, 16):
+        for update in (3, 4, 9):
+            for grad_sq, trace in ((1.0, 0.0), (1.0, 18.0), (1.0, 20.0), (1.0, 22.0), (1.0, 1e9), (0.0, 5.0),
+                                   (-1.0, 5.0), (1.0, math.nan), (2.0, 40.0)):
+                for items, micro in ((8.0, 2), (4.0, 1), (0.0, 1)):
+                    got = int(next_steps_on_device(policy.device_policy, Tensor(current, ms.int32),
+                                                   Tensor(update, ms.int32), Tensor(grad_sq, ms.float32),
+                                                   Tensor(trace, ms.float32), Tensor(items, ms.float32),
+                                                   Tensor(micro, ms.int32)).asnumpy())
+                    want = policy.next_steps(current, update, noise_scale_of(grad_sq, trace), items / micro)
+                    assert got == want, (current, update, grad_sq, trace, items, micro, got, want)
+
+
+@pytest.mark.parametrize("path", ["Accumulator", "TrainAccuStepsCell"])
+def test_adaptive_policy_on_a_cell_needs_the_noise_scale(path):
+    net, loss, optimizer = build("momentum")
+    policy = ms_accum.AdaptiveAccumulation(2, 4)
+    with pytest.raises(ValueError, match=rf"For '{path}', 'gradient_accumulation_steps' as an AdaptiveAccumulation "
+                                         r"policy needs the noise scale, but it is not measured"):
+        if path == "Accumulator":
+            ms_accum.Accumulator(optimizer, policy)
+        else:
+            ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=policy)

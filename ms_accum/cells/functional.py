@@ -7,6 +7,7 @@ from ..core.checks import check_clip_norm, check_optimizer
 from ..core.engine import WINDOW_PREFIX, WindowEngine, data_parallel_reducer, float32_buffers
 from ..core.loss_scale import scale_kind, scale_parameter
 from ..core.noise_scale import noise_state
+from ..core.schedule import steps_argument
 from ..core.weighting import as_weight
 
 
@@ -16,10 +17,10 @@ class Accumulator(WindowEngine, nn.Cell):
     ``Accumulator`` done right.
 
     After ``loss, grads = grad_fn(*micro_batch)``, where `grads` is the gradient of the micro-batch's **mean**
-    loss (do not divide the loss by `accumulate_step`, as the tutorial does: the accumulator averages),
+    loss (do not divide the loss by N, as the tutorial does: the accumulator averages),
     ``accumulator(grads, num_items)`` adds the micro-batch's gradient weighted by `num_items` (its samples, or
     the tokens its loss averaged over; omitted, every micro-batch weighs the same: give it for every micro-batch of
-    a window or for none, since a window that mixes the two is refused). Every `accumulate_step`-th
+    a window or for none, since a window that mixes the two is refused). Every N-th
     call steps the optimizer once with the window's weighted mean gradient (so a learning-rate schedule advances
     once per window), clipped by its global norm when `clip_norm` is given, and clears the buffers;
     :meth:`flush` applies a partial window (at the end of an epoch, say). In data parallel the gradients and item
@@ -35,13 +36,18 @@ class Accumulator(WindowEngine, nn.Cell):
 
     Args:
         optimizer (Cell): The optimizer; `grads` follow its `parameters`.
-        accumulate_step (Union[int, dict, AccumulationSchedule]): Micro-batches per update, >= 1; or a
-            schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`): windows are counted from 0 in its
-            ``accu_windows`` Parameter (a flushed window counts), so the schedule follows a saved and reloaded
-            Accumulator; in a compiled step a change of N compiles nothing.
+        gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, the
+            micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`):
+            windows are counted from 0 in its ``accu_windows`` Parameter (a flushed window counts), so the schedule
+            follows a saved and reloaded Accumulator; or an :class:`AdaptiveAccumulation` policy, decided on the
+            device after each window, inside a compiled step too (needs `noise_scale`). In a compiled step a change
+            of N compiles nothing. The tutorial's ``accumulate_step`` (and ``accumulation_steps``) is accepted in
+            its place, keyword only.
         clip_norm (float, optional): Clip each window's gradient to this global norm, once per window, as
             ``ops.clip_by_global_norm`` would clip the large batch's gradient. Default: ``None`` (no clipping).
-        loss_scaler (mindspore.amp.LossScaler, optional): The scaler the loss was scaled with. Default: ``None``.
+        loss_scaler (Union[mindspore.amp.LossScaler, Cell, Tensor], optional): The scaler the loss was scaled
+            with; a loss-scale update cell (:class:`mindspore.nn.DynamicLossScaleUpdateCell`) or a scale Tensor
+            is taken too: scale the loss by ``accumulator.accu_scale``. Default: ``None``.
         noise_scale (Union[bool, str]): Measure the gradient noise scale (``True``: every micro-batch;
             ``"first"``: the first of each window, cheaper and noisier): each window yields unbiased estimates
             of |G|^2 and tr(Sigma), in the units `num_items` counts (micro-batches when it is omitted), read through
@@ -57,13 +63,13 @@ class Accumulator(WindowEngine, nn.Cell):
         overflow).
 
     Raises:
-        TypeError: If `optimizer` is not an optimizer, `accumulate_step` is not an integer, `clip_norm` is not a
+        TypeError: If `optimizer` is not an optimizer, N is missing, given twice or not an integer, `clip_norm` is not a
             number, `loss_scaler` is not a :class:`mindspore.amp.LossScaler`, or `noise_scale` is neither a bool
             nor a str.
-        ValueError: If `accumulate_step` is < 1 (or a malformed schedule) or `clip_norm` is not a finite number
-            > 0; when called, if `grads` does not hold one gradient per optimizer parameter, each of its shape;
-            when a window ends, if a micro-batch of it had `num_items` <= 0, or some of its micro-batches had
-            `num_items` and others not (the optimizer is not stepped).
+        ValueError: If N is < 1 (or a malformed schedule, or a policy without `noise_scale`) or `clip_norm` is not
+            a finite number > 0; when called, if `grads` does not hold one gradient per optimizer parameter, each
+            of its shape; when a window ends, if a micro-batch of it had `num_items` <= 0, or some of its
+            micro-batches had `num_items` and others not (the optimizer is not stepped).
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -76,7 +82,7 @@ class Accumulator(WindowEngine, nn.Cell):
         >>> net = nn.Dense(4, 2)
         >>> loss_fn = nn.MSELoss()
         >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
-        >>> accumulator = ms_accum.Accumulator(optimizer, accumulate_step=4)
+        >>> accumulator = ms_accum.Accumulator(optimizer, gradient_accumulation_steps=4)
         >>> def forward(x, y):
         ...     return loss_fn(net(x), y)
         >>> grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
@@ -91,9 +97,12 @@ class Accumulator(WindowEngine, nn.Cell):
         True
     """
 
-    def __init__(self, optimizer, accumulate_step, clip_norm=None, loss_scaler=None, noise_scale=False):
+    def __init__(self, optimizer, gradient_accumulation_steps=None, clip_norm=None, loss_scaler=None,
+                 noise_scale=False, *, accumulate_step=None, accumulation_steps=None):
         super().__init__(auto_prefix=False)
         owner = "Accumulator"
+        steps = steps_argument(owner, gradient_accumulation_steps, {"accumulate_step": accumulate_step,
+                                                                    "accumulation_steps": accumulation_steps})
         self.optimizer = check_optimizer(owner, optimizer)
         self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
             data_parallel_reducer(optimizer.parameters)
@@ -102,7 +111,7 @@ class Accumulator(WindowEngine, nn.Cell):
                           check_clip_norm(owner, clip_norm), noise=noise_state(owner, WINDOW_PREFIX, noise_scale),
                           loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
                           items_source="passed to the Accumulator", rebuild="a new Accumulator")
-        self._init_steps(accumulate_step, "accumulate_step")
+        self._init_steps(*steps)
         self.loss_scaler = loss_scaler
         self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)
         self.last_overflow = Parameter(Tensor(False, mstype.bool_), name=f"{WINDOW_PREFIX}.last_overflow",
@@ -116,8 +125,8 @@ class Accumulator(WindowEngine, nn.Cell):
 
     @property
     def accumulate_step(self):
-        """Micro-batches per update: an int, or the :class:`AccumulationSchedule`."""
-        return self.accumulation_steps
+        """The tutorial's name for :attr:`gradient_accumulation_steps`."""
+        return self.gradient_accumulation_steps
 
     def __call__(self, grads, num_items=None):
         """Check `grads` against the optimizer's parameters before anything is added; in GRAPH_MODE, hand them
@@ -148,7 +157,7 @@ class Accumulator(WindowEngine, nn.Cell):
 
     def flush(self):
         """
-        Apply the window still open (fewer than `accumulate_step` micro-batches), weighted by its own items.
+        Apply the window still open (fewer than N micro-batches), weighted by its own items.
 
         Returns:
             Tensor, bool scalar: whether there was a window to apply.

@@ -12,6 +12,7 @@ from ..core import window
 from ..core.checks import check_cell, check_clip_norm, check_optimizer, check_optimizer_trains, check_sens
 from ..core.engine import WINDOW_PREFIX, WindowEngine
 from ..core.noise_scale import noise_state
+from ..core.schedule import steps_argument
 from ..core.weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
 ACCUMULATE_PHASE = "train_accumulate"
@@ -34,7 +35,7 @@ class AccumulationModes:
         self._mode = None            # None: automatic; True/False: chosen by the user or Model_ACCU
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
         self._auto_held = None       # micro-batches in the open window as the automatic mode counts them
-        self._auto_windows = None    # windows done as the automatic mode counts them (for a schedule)
+        self._auto_steps = None      # the N of the open window as the automatic mode knows it
 
     @property
     def accumulation(self):
@@ -51,7 +52,7 @@ class AccumulationModes:
             raise TypeError(f"For '{self.owner_name}', 'accumulation' must be a bool, or None to let the cell update "
                             f"every accumulation_steps-th call, but got {value!r} of type {type(value).__name__}.")
         self._mode = value
-        self._auto_held = self._auto_windows = None
+        self._auto_held = self._auto_steps = None
         self._select(self._decide())
 
     def set_accumulation(self, accumulation):
@@ -87,12 +88,11 @@ class AccumulationModes:
         return self._auto_held + 1 < self._host_steps()
 
     def _host_steps(self):
-        """The N of the open window, for the automatic mode."""
-        if self._constant_steps is not None:
-            return self._constant_steps
-        if self._auto_windows is None:
-            self._auto_windows = int(self.accu_windows.asnumpy())
-        return self.accumulation_schedule.steps_at(self._auto_windows)
+        """The N of the open window, for the automatic mode (read from the device once per window for a schedule
+        or a policy)."""
+        if self._auto_steps is None:
+            self._auto_steps = self.next_window_steps()
+        return self._auto_steps
 
     def _select(self, accumulate):
         self._accumulate_now = accumulate
@@ -105,19 +105,19 @@ class AccumulationModes:
         try:
             out = super().__call__(*args, **kwargs)
         except BaseException:
-            self._auto_held = self._auto_windows = None
+            self._auto_held = self._auto_steps = None
             forget_failed_forward(self.network)
             raise
         if self._mode is None:
             self._auto_held = self._auto_held + 1 if accumulate else 0
-            if not accumulate and self._auto_windows is not None:
-                self._auto_windows += 1
+            if not accumulate:
+                self._auto_steps = None
         return out
 
 
 class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
     r"""
-    A :class:`mindspore.nn.TrainOneStepCell` that accumulates gradients over `accumulation_steps` micro-batches
+    A :class:`mindspore.nn.TrainOneStepCell` that accumulates gradients over N micro-batches
     and communicates once per window.
 
     An accumulating call runs forward and backward and adds the micro-batch's gradient, weighted by its samples
@@ -126,7 +126,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
     (``DistributedGradReducer`` in DATA_PARALLEL), takes one optimizer step and resets the buffers. The step
     equals one large-batch step on all samples (or items) of the window, on all devices.
 
-    Which calls update: by default every `accumulation_steps`-th call (a plain loop ``for x, y in data: cell(x,
+    Which calls update: by default every N-th call (a plain loop ``for x, y in data: cell(x,
     y)`` is right); or the mode set with ``cell.accumulation = flag`` or :meth:`set_accumulation` (``None``
     returns to the default). In GRAPH_MODE each mode has its own compiled graph, selected before every call.
     :class:`Model_ACCU` sets the mode itself.
@@ -139,10 +139,13 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             ``(loss, num_items)``.
         optimizer (Cell): The optimizer.
         sens (numbers.Number): Gradient seed, as in :class:`mindspore.nn.TrainOneStepCell`. Default: ``1.0``.
-        accumulation_steps (Union[int, dict, AccumulationSchedule]): Micro-batches per update, >= 1; or a
-            schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`), followed by the automatic mode
-            (windows counted in the ``accu_windows`` Parameter, so it survives a saved state); not by
-            :class:`Model_ACCU`, whose windows are fixed by epochs and sink loops. Default: ``1``.
+        gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, the
+            micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`;
+            windows counted in the ``accu_windows`` Parameter, so it survives a saved state); or an
+            :class:`AdaptiveAccumulation` policy, decided on the device after each window (its N in the
+            ``accu_steps`` Parameter; needs `noise_scale`). The automatic mode and :class:`Model_ACCU` without sink
+            follow all three; dataset sink mode takes an int. ``accumulation_steps`` is accepted in its place
+            (keyword only). Default: ``1``.
         clip_norm (float, optional): Clip the window's gradient (averaged, reduced across devices) to this global
             norm, once per window, as ``ops.clip_by_global_norm`` would clip the large batch's gradient; ``None``
             for no clipping. Default: ``None``.
@@ -160,9 +163,9 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
         samples or items on this device.
 
     Raises:
-        TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `accumulation_steps` is not an
+        TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, N is given twice or is not an
             integer, or `noise_scale` is neither a bool nor a str.
-        ValueError: If none of the optimizer's parameters is a parameter of `network`, `accumulation_steps` is
+        ValueError: If none of the optimizer's parameters is a parameter of `network`, N is
             < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or not finite; when called, as listed
             for :class:`TrainForwardBackward` and :class:`TrainOptim`.
 
@@ -176,20 +179,22 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
         >>> net = nn.Dense(4, 2)
         >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
         >>> cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer,
-        ...                                    accumulation_steps=2)
+        ...                                    gradient_accumulation_steps=2)
         >>> x, y = Tensor(np.ones((8, 4), np.float32)), Tensor(np.zeros((8, 2), np.float32))
         >>> loss = cell(x, y)          # accumulates
         >>> mean_loss = cell(x, y)     # updates: the mean loss over both micro-batches
     """
 
-    def __init__(self, network, optimizer, sens=1.0, accumulation_steps=1, clip_norm=None, noise_scale=False):
+    def __init__(self, network, optimizer, sens=1.0, gradient_accumulation_steps=None, clip_norm=None,
+                 noise_scale=False, *, accumulation_steps=None):
         owner = "TrainAccuStepsCell"
+        steps = steps_argument(owner, gradient_accumulation_steps, {"accumulation_steps": accumulation_steps}, 1)
         check_cell_arguments(owner, network, optimizer)
         super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
         self._init_engine(owner, self.weights.clone(prefix="accu_grads", init="zeros"),
                           window.WindowState(WINDOW_PREFIX), check_clip_norm(owner, clip_norm),
                           noise=noise_state(owner, WINDOW_PREFIX, noise_scale))
-        self._init_steps(accumulation_steps, "accumulation_steps")
+        self._init_steps(*steps)
         self._init_modes()
 
     def construct(self, *inputs):

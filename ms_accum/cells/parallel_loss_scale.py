@@ -8,6 +8,7 @@ from ..core.checks import check_clip_norm
 from ..core.engine import WINDOW_PREFIX, WindowEngine, float32_buffers
 from ..core.loss_scale import SCALER, check_scale_sense, scale_kind
 from ..core.noise_scale import noise_state
+from ..core.schedule import steps_argument
 from ..core.weighting import LossAndItems, loss_sens, micro_batch_forward
 from .parallel import AccumulationModes, check_cell_arguments
 
@@ -34,10 +35,11 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         network (Cell): The loss network, returning the mean loss over its micro-batch or
             ``(loss, num_items)``.
         optimizer (Cell): The optimizer.
-        scale_sense (Union[Tensor, Cell]): The loss scale, or a cell updating it, as in
-            :class:`mindspore.nn.TrainOneStepWithLossScaleCell`.
-        accumulation_steps (Union[int, dict, AccumulationSchedule]): Micro-batches per update, or a schedule,
-            as in :class:`TrainAccuStepsCell`. Default: ``1``.
+        scale_sense (Union[Tensor, Cell, mindspore.amp.LossScaler]): The loss scale, or a cell updating it, as in
+            :class:`mindspore.nn.TrainOneStepWithLossScaleCell`; or a :class:`mindspore.amp.LossScaler`, whose
+            ``scale_value`` the cell then scales with and whose ``adjust`` it calls once per window.
+        gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, as in
+            :class:`TrainAccuStepsCell` (``accumulation_steps`` accepted in its place). Default: ``1``.
         clip_norm (float, optional): Clip the window's unscaled gradient to this global norm, once per window, as
             in :class:`TrainAccuStepsCell`. Default: ``None`` (no clipping).
         noise_scale (Union[bool, str]): Measure the gradient noise scale, as in :class:`TrainAccuStepsCell`
@@ -57,9 +59,9 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
           the next window (after the loss-scale cell's update).
 
     Raises:
-        TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `accumulation_steps` is not an
+        TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, N is given twice or is not an
             integer, or `scale_sense` is neither a Cell nor a Tensor.
-        ValueError: If none of the optimizer's parameters is a parameter of `network`, `accumulation_steps` is
+        ValueError: If none of the optimizer's parameters is a parameter of `network`, N is
             < 1, `clip_norm` is not a finite number > 0, or `scale_sense` is a Tensor of shape other than () or
             (1,);
             when called, as listed for :class:`TrainAccuStepsCell`.
@@ -74,11 +76,14 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
         >>> manager = nn.DynamicLossScaleUpdateCell(loss_scale_value=2**12, scale_factor=2, scale_window=1000)
         >>> cell = ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, nn.MSELoss()), optimizer,
-        ...                                                 scale_sense=manager, accumulation_steps=4)
+        ...                                                 scale_sense=manager,
+        ...                                                 gradient_accumulation_steps=4)
     """
 
-    def __init__(self, network, optimizer, scale_sense, accumulation_steps=1, clip_norm=None, noise_scale=False):
+    def __init__(self, network, optimizer, scale_sense, gradient_accumulation_steps=None, clip_norm=None,
+                 noise_scale=False, *, accumulation_steps=None):
         owner = "TrainAccuStepsWithLossScaleCell"
+        steps = steps_argument(owner, gradient_accumulation_steps, {"accumulation_steps": accumulation_steps}, 1)
         check_cell_arguments(owner, network, optimizer)
         kind = scale_kind(owner, check_scale_sense(owner, scale_sense))
         # MindSpore's cell takes an update cell or a Tensor; an amp LossScaler's own Parameter then replaces the scale
@@ -89,7 +94,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         self._init_engine(owner, float32_buffers(self.weights, "accu_grads"), window.WindowState(WINDOW_PREFIX),
                           check_clip_norm(owner, clip_norm), noise=noise_state(owner, WINDOW_PREFIX, noise_scale),
                           loss_scale=(kind, updater, scale))
-        self._init_steps(accumulation_steps, "accumulation_steps")
+        self._init_steps(*steps)
         self._init_modes()
         self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{WINDOW_PREFIX}.overflow",
                                        requires_grad=False)

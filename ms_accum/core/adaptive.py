@@ -1,6 +1,9 @@
 """Adaptive accumulation: the number of micro-batches per window chosen from the measured gradient noise scale."""
 import math
 
+from mindspore import ops
+from mindspore import dtype as mstype
+
 from .checks import check_positive_int
 from .schedule import is_int
 
@@ -69,6 +72,11 @@ class AdaptiveAccumulation:
         self.min_steps, self.max_steps = int(min_steps), int(max_steps)
         self.interval, self.max_factor, self.initial_steps = int(interval), float(max_factor), int(initial)
 
+    @property
+    def device_policy(self):
+        """(min_steps, max_steps, interval, max_factor): what :func:`next_steps_on_device` takes."""
+        return (self.min_steps, self.max_steps, self.interval, self.max_factor)
+
     def __repr__(self):
         return (f"AdaptiveAccumulation(min_steps={self.min_steps}, max_steps={self.max_steps}, "
                 f"interval={self.interval}, max_factor={self.max_factor}, initial_steps={self.initial_steps})")
@@ -93,3 +101,24 @@ class AdaptiveAccumulation:
         low = max(self.min_steps, min(current - 1, math.ceil(current / self.max_factor)))
         high = min(self.max_steps, max(current + 1, math.floor(current * self.max_factor)))
         return int(min(max(round(target), low), high))
+
+
+def next_steps_on_device(policy, current, update, smooth_grad_sq, smooth_trace, items, micro_batches):
+    """
+    :meth:`AdaptiveAccumulation.next_steps` in a graph, for a policy applied on the device (inside ``ms.jit`` or a
+    compiled cell). `policy` is the tuple (min_steps, max_steps, interval, max_factor) of Python numbers (graph
+    constants); the others are scalar Tensors: the open window's N and index (from 0), the smoothed estimates after
+    it, its items over all devices and its micro-batches on this device. Returns the next N, int32. The same rule
+    as the host's, rounding half to even as Python's round does (the tests compare the two on a grid).
+    """
+    min_steps, max_steps, interval, max_factor = policy
+    current = ops.cast(current, mstype.float32)
+    per_micro_batch = items / ops.maximum(ops.cast(micro_batches, mstype.float32), 1.0)
+    decide = ops.logical_and((update + 1) % interval == 0, smooth_grad_sq > 0.0)
+    decide = ops.logical_and(decide, ops.logical_and(ops.isfinite(smooth_trace), per_micro_batch > 0.0))
+    noise = ops.maximum(smooth_trace, 0.0) / ops.select(decide, smooth_grad_sq, ops.ones_like(smooth_grad_sq))
+    target = ops.round(noise / ops.select(decide, per_micro_batch, ops.ones_like(per_micro_batch)))
+    low = ops.maximum(ops.minimum(current - 1.0, ops.ceil(current / max_factor)), float(min_steps))
+    high = ops.minimum(ops.maximum(current + 1.0, ops.floor(current * max_factor)), float(max_steps))
+    chosen = ops.minimum(ops.maximum(target, low), high)
+    return ops.cast(ops.select(decide, chosen, current), mstype.int32)

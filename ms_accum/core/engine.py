@@ -24,10 +24,11 @@ from mindspore.nn import DistributedGradReducer, Identity
 
 from . import window
 from ..compat import get_device_num, get_gradients_mean, get_parallel_mode
+from .adaptive import AdaptiveAccumulation, next_steps_on_device
 from .checks import check_positive_int
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
-from .schedule import AccumulationSchedule
+from .schedule import STEPS_NAME, AccumulationSchedule
 
 WINDOW_PREFIX = "accu_window"
 
@@ -82,41 +83,80 @@ class WindowEngine(NoiseMeasure):
         if not hasattr(self, "reducer_flag"):
             self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
                 ParallelMode.STAND_ALONE, False, 1, Identity()
+        self._device_policy = None  # an AdaptiveAccumulation's constants, once _init_steps is given one
         self._eager = False  # PYNATIVE: add each micro-batch with one compiled graph (see _add_micro_batch)
         self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
         self.device_degree = float(self.degree) if self.reducer_flag else 1.0
         self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
 
     # ------------------------------------------------------------------ choosing N
-    def _init_steps(self, steps, steps_name):
-        """N of the windows: an int or a schedule (see :class:`AccumulationSchedule`), named `steps_name` in
-        messages."""
+    def _init_steps(self, steps, steps_name=STEPS_NAME):
+        """N of the windows: an int, a schedule (see :class:`AccumulationSchedule`) or an
+        :class:`AdaptiveAccumulation` policy applied on the device; `steps_name` is the name the caller used, for
+        messages. Needs ``accu_windows`` (count_windows=True)."""
         self.steps_name = steps_name
-        self.accumulation_steps = steps
+        self.adaptive_policy = None
+        self.accu_steps = Parameter(Tensor(1, mstype.int32), name=f"{self.accu_windows.name.rsplit('.', 1)[0]}.steps",
+                                    requires_grad=False)
+        self.gradient_accumulation_steps = steps
 
     @property
-    def accumulation_steps(self):
-        """Micro-batches per update: an int, or the :class:`AccumulationSchedule` when N changes between windows
-        (windows are counted from 0 in ``accu_windows``). Set it before the first call."""
+    def gradient_accumulation_steps(self):
+        """Micro-batches per update: an int, the :class:`AccumulationSchedule` when N changes between windows
+        (windows are counted from 0 in ``accu_windows``), or the :class:`AdaptiveAccumulation` policy (its N in
+        ``accu_steps``). Set it before the first call."""
+        if self.adaptive_policy is not None:
+            return self.adaptive_policy
         schedule = self.accumulation_schedule
         return schedule if schedule.constant is None else schedule.constant
 
-    @accumulation_steps.setter
-    def accumulation_steps(self, value):
-        if not isinstance(value, (dict, AccumulationSchedule)):
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, value):
+        policy = None
+        if isinstance(value, AdaptiveAccumulation):
+            if not self.measure_noise:
+                raise ValueError(f"For '{self.owner_name}', '{self.steps_name}' as an AdaptiveAccumulation policy "
+                                 f"needs the noise scale, but it is not measured. Pass noise_scale=True (or "
+                                 f"'first') as well.")
+            policy, value = value, value.initial_steps
+        elif not isinstance(value, (dict, AccumulationSchedule)):
             check_positive_int(self.owner_name, self.steps_name, value)
         schedule = AccumulationSchedule(value, self.owner_name, self.steps_name)
+        self.adaptive_policy = policy
         self.accumulation_schedule = schedule
-        self._constant_steps = schedule.constant  # decided when compiled: no table lookup for a fixed N
+        # decided when compiled: no table lookup for a fixed N, the device's N for a policy
+        self._constant_steps = schedule.constant if policy is None else None
         self._stage_firsts = Tensor(schedule.firsts, mstype.int32)
         self._stage_counts = Tensor(schedule.counts, mstype.int32)
+        self._device_policy = policy.device_policy if policy is not None else None
+        self.accu_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
+
+    accumulation_steps = gradient_accumulation_steps  # the seed's name for N
 
     def _steps_now(self):
-        """In a graph: the N of the open window (the schedule's entry for ``accu_windows``)."""
+        """In a graph: the N of the open window (the policy's, or the schedule's entry for ``accu_windows``)."""
         if self._constant_steps is not None:
             return self._constant_steps
+        if self._device_policy is not None:
+            return self.accu_steps + 0
         stage = ops.reduce_sum(ops.cast(self.accu_windows >= self._stage_firsts, mstype.int32)) - 1
         return self._stage_counts[stage]
+
+    def next_window_steps(self):
+        """From Python: the N of the open window (or of the next one, between windows). Reads the device for a
+        schedule or a policy."""
+        if self._constant_steps is not None:
+            return self._constant_steps
+        if self._device_policy is not None:
+            return int(self.accu_steps.asnumpy())
+        return self.accumulation_schedule.steps_at(int(self.accu_windows.asnumpy()))
+
+    def _adapt_steps(self):
+        """After the window's noise record: the policy's N for the next window, in ``accu_steps``."""
+        chosen = next_steps_on_device(self._device_policy, self.accu_steps, self.accu_windows,
+                                      self.noise_smooth_grad_sq, self.noise_smooth_trace, self.accu_last_items,
+                                      self.accu_micro_steps)
+        return ops.assign(self.accu_steps, chosen)
 
     # ------------------------------------------------------------------ adding a micro-batch
     def _window_counters(self):
@@ -197,6 +237,8 @@ class WindowEngine(NoiseMeasure):
             overflow = update_scale(self.scale_kind, self.loss_scale_manager, self.accu_scale, overflow)
             next_scale = ops.depend(ops.reshape(self.accu_scale, ()) * 1.0, overflow)
         mean_loss = window.step_unless(overflow, optimizer, grads, mean_loss)
+        if self.accu_windows is not None and self._device_policy is not None:
+            mean_loss = ops.depend(mean_loss, self._adapt_steps())
         if reset:
             mean_loss = self._reset_window(mean_loss)
         return mean_loss, overflow, next_scale

@@ -10,6 +10,37 @@ import math
 import numbers
 
 
+STEPS_NAME = "gradient_accumulation_steps"  # N's one name, as in MindCV, MindFormers, Hugging Face and Keras
+STEPS_ALIASES = ("accumulation_steps", "mini_steps", "accumulate_step")  # the seed's, the driver's, the tutorial's
+
+
+def steps_argument(owner, value, aliases, default=None):
+    """
+    The N a caller gave, under its one name or one of its aliases.
+
+    Args:
+        owner (str): The API, for messages.
+        value: What was given as ``gradient_accumulation_steps`` (None: not given).
+        aliases (dict): {alias: what was given under it (None: not given)}, aliases from :data:`STEPS_ALIASES`.
+        default: What N is when none is given; None makes N required.
+
+    Returns:
+        (N as given, the name it was given under, for messages).
+    """
+    given = ([(STEPS_NAME, value)] if value is not None else []) + [
+        (name, alias_value) for name, alias_value in aliases.items() if alias_value is not None]
+    if len(given) > 1:
+        raise TypeError(f"For '{owner}', N must be given once, as '{STEPS_NAME}', but got "
+                        f"{' and '.join(repr(name) for name, _ in given)}. Pass only {STEPS_NAME}=N "
+                        f"({', '.join(repr(name) for name in aliases)} are older names for it).")
+    if not given:
+        if default is None:
+            raise TypeError(f"For '{owner}', '{STEPS_NAME}' (micro-batches per update) is required, but got none. "
+                            f"Pass {STEPS_NAME}=N, a schedule {{first_update: N}} or an AdaptiveAccumulation.")
+        return default, STEPS_NAME
+    return given[0][1], given[0][0]
+
+
 def is_int(value):
     """An integral number that is not a bool (numpy integers too)."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -16,7 +16,7 @@ from ..core.loss_scale import check_scale_sense
 from ..core.engine import float32_buffers
 from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 from ..core.noise_scale import check_noise_scale, noise_scale_of
-from ..core.schedule import AccumulationSchedule
+from ..core.schedule import AccumulationSchedule, steps_argument
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
 
@@ -121,8 +121,8 @@ class _MicroStep(nn.Cell):
 
 class GradientAccumulation:
     r"""
-    Trains a network with gradient accumulation on one device: `mini_steps` micro-batches per optimizer step, a
-    fixed number, a schedule over the updates, or chosen from the measured noise scale.
+    Trains a network with gradient accumulation on one device: N micro-batches per optimizer step, a fixed number,
+    a schedule over the updates, or chosen from the measured noise scale.
 
     Builds the loss network, the ``grad_sum`` buffers and the three cells (:class:`TrainForwardBackward`,
     :class:`TrainOptim`, :class:`TrainClear`) and runs them over a dataset, with the network in training mode
@@ -174,7 +174,7 @@ class GradientAccumulation:
         >>> data = ds.NumpySlicesDataset({"x": np.ones((64, 4), np.float32), "y": np.zeros((64, 2), np.float32)},
         ...                              shuffle=False).batch(8)
         >>> trainer = ms_accum.GradientAccumulation(net, nn.MSELoss(), nn.SGD(net.trainable_params(), 0.1))
-        >>> losses = trainer.train_process(1, data, mini_steps=4, ckpt_path=None)
+        >>> losses = trainer.train_process(1, data, gradient_accumulation_steps=4, ckpt_path=None)
         epoch: 1 step: 1 loss is ...
         epoch: 1 step: 2 loss is ...
     """
@@ -206,13 +206,14 @@ class GradientAccumulation:
         self._accumulate_flag, self._update_flag = Tensor(False), Tensor(True)
         self.window_steps = self.exact_state.window_steps
 
-    def train_process(self, epoch, train_dataset, mini_steps, callbacks=None, partial_window="flush",
-                      ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0, state_path=None,
-                      save_state_every=0, resume_from=None):
+    def train_process(self, epoch, train_dataset, gradient_accumulation_steps=None, callbacks=None,
+                      partial_window="flush", ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0,
+                      state_path=None, save_state_every=0, resume_from=None, *, mini_steps=None,
+                      accumulation_steps=None):
         r"""
-        Train for `epoch` epochs, one optimizer step every `mini_steps` micro-batches.
+        Train for `epoch` epochs, one optimizer step every `gradient_accumulation_steps` micro-batches.
 
-        `mini_steps` may change between windows: a schedule ``{first_update: N}`` (``{0: 1, 2: 2, 4: 3}``: updates
+        N may change between windows: a schedule ``{first_update: N}`` (``{0: 1, 2: 2, 4: 3}``: updates
         0 and 1 hold one micro-batch, 2 and 3 two, then three), or an :class:`AdaptiveAccumulation` policy. Each
         window is still exactly the large-batch step of its own size, and the optimizer's step (hence a
         learning-rate schedule) still advances once per window; telemetry records each window's N, and an exact
@@ -240,11 +241,11 @@ class GradientAccumulation:
             epoch (int): Number of passes over `train_dataset`, >= 1.
             train_dataset (Dataset): Batched dataset; each row is one micro-batch, passed to the loss network
                 as its inputs (the network's inputs followed by the label).
-            mini_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): Micro-batches per
-                update, >= 1; or a schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`, which also
-                reads one from text); or an :class:`AdaptiveAccumulation` policy (needs the trainer's
-                ``noise_scale=True``). No window may exceed the micro-batches in an epoch unless `partial_window` is
-                ``"carry"``.
+            gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, the
+                micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see
+                :class:`AccumulationSchedule`, which also reads one from text); or an :class:`AdaptiveAccumulation`
+                policy (needs the trainer's ``noise_scale=True``). No window may exceed the micro-batches in an
+                epoch unless `partial_window` is ``"carry"``.
             callbacks (Union[Callback, list[Callback]], optional): MindSpore callbacks. Default: ``None``.
             partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``. Default: ``"flush"``.
             ckpt_path (str, optional): Where to save the network and optimizer state at the end (written
@@ -260,24 +261,28 @@ class GradientAccumulation:
             resume_from (str, optional): A state file written through `state_path`: training continues at the
                 exact micro-batch where it was written, and ends with the parameters of an uninterrupted run
                 (given deterministic data order and kernels; dropout masks are not restored). Default: ``None``.
+            mini_steps, accumulation_steps: Older names of `gradient_accumulation_steps`, accepted in its place
+                (keyword only).
 
         Returns:
             list[float], the mean loss of every update's window, in order. They are read from the device at the
             end (and when printed), so the loop does not wait for every update to finish.
 
         Raises:
-            TypeError: If `epoch` is not an int, or `mini_steps` is none of the types above (see
+            TypeError: If `epoch` is not an int, or `gradient_accumulation_steps` is none of the types above (see
                 :class:`AccumulationSchedule` for a malformed schedule).
             CheckpointError: If `resume_from` is not a state file of this model (see :func:`load_training_state`).
-            ValueError: If `epoch` or `mini_steps` is < 1 (or a schedule is malformed), `initial_epoch` is not in
-                [0, epoch), `partial_window` is unknown, the dataset is empty, the optimizer's learning-rate list
-                has one entry per micro-batch of the run instead of one per update, `mini_steps` (a schedule's or
-                policy's largest N) exceeds the micro-batches in an epoch with `partial_window` other than
-                ``"carry"``, or `mini_steps` is an :class:`AdaptiveAccumulation` without ``noise_scale=True``.
+            ValueError: If `epoch` or N is < 1 (or a schedule is malformed), `initial_epoch` is not in [0, epoch),
+                `partial_window` is unknown, the dataset is empty, the optimizer's learning-rate list has one entry
+                per micro-batch of the run instead of one per update, N (a schedule's or policy's largest) exceeds
+                the micro-batches in an epoch with `partial_window` other than ``"carry"``, or N is an
+                :class:`AdaptiveAccumulation` without ``noise_scale=True``.
         """
         owner = "GradientAccumulation.train_process"
         epoch = check_positive_int(owner, "epoch", epoch)
-        schedule, policy = self._schedule_of(owner, mini_steps)
+        steps, steps_name = steps_argument(owner, gradient_accumulation_steps,
+                                           {"mini_steps": mini_steps, "accumulation_steps": accumulation_steps})
+        schedule, policy = self._schedule_of(owner, steps, steps_name)
         check_choice(owner, "partial_window", partial_window, PARTIAL_WINDOW_POLICIES)
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
             raise ValueError(f"For '{owner}', 'log_every' must be an int >= 0, but got {log_every!r}.")
@@ -291,7 +296,7 @@ class GradientAccumulation:
                              f"drop_remainder=True.")
         largest = policy.max_steps if policy is not None else max(schedule.counts)
         if largest > steps_per_epoch and partial_window != "carry":
-            raise ValueError(f"For '{owner}', 'mini_steps' must be <= the {steps_per_epoch} micro-batches in an "
+            raise ValueError(f"For '{owner}', '{steps_name}' must be <= the {steps_per_epoch} micro-batches in an "
                              f"epoch, but got {largest if policy is None else policy}. Lower it, or pass "
                              f"partial_window='carry' to let windows span epochs.")
         before, updates = schedule.run_plan(steps_per_epoch, epoch, partial_window)
@@ -312,17 +317,17 @@ class GradientAccumulation:
             save_checkpoint_atomic(self.train_state, ckpt_path)
         return [float(loss.asnumpy()) for loss in run.history]
 
-    def _schedule_of(self, owner, mini_steps):
+    def _schedule_of(self, owner, steps, steps_name):
         """(the AccumulationSchedule to plan with, the AdaptiveAccumulation policy or None)."""
-        if isinstance(mini_steps, AdaptiveAccumulation):
+        if isinstance(steps, AdaptiveAccumulation):
             if not self.optim.measure_noise:
-                raise ValueError(f"For '{owner}', 'mini_steps' as an AdaptiveAccumulation policy needs the noise "
+                raise ValueError(f"For '{owner}', '{steps_name}' as an AdaptiveAccumulation policy needs the noise "
                                  f"scale, but the trainer was built with noise_scale=False. Build it with "
                                  f"GradientAccumulation(..., noise_scale=True).")
-            return AccumulationSchedule(mini_steps.initial_steps), mini_steps
-        if not isinstance(mini_steps, (dict, AccumulationSchedule)):
-            check_positive_int(owner, "mini_steps", mini_steps)
-        return AccumulationSchedule(mini_steps, owner, "mini_steps"), None
+            return AccumulationSchedule(steps.initial_steps), steps
+        if not isinstance(steps, (dict, AccumulationSchedule)):
+            check_positive_int(owner, steps_name, steps)
+        return AccumulationSchedule(steps, owner, steps_name), None
 
     def _accumulate(self, data):
         """Add one micro-batch to the open window."""
@@ -342,13 +347,13 @@ class GradientAccumulation:
         return outputs
 
 
-def updates_per_epoch(steps, mini_steps, partial_window):
+def updates_per_epoch(steps, gradient_accumulation_steps, partial_window):
     """
     Updates the driver makes in an epoch, the callbacks' ``batch_num``.
 
     Args:
         steps (int): Micro-batches per epoch.
-        mini_steps (int): Micro-batches per update.
+        gradient_accumulation_steps (int): Micro-batches per update.
         partial_window (str): ``"flush"`` (a partial window is one more update), ``"drop"`` or ``"carry"``
             (windows that end inside the epoch, rounded down; with "carry" an epoch may end one more).
 
@@ -363,7 +368,9 @@ def updates_per_epoch(steps, mini_steps, partial_window):
         >>> ms_accum.updates_per_epoch(1875, 4, "flush"), ms_accum.updates_per_epoch(1875, 4, "drop")
         (469, 468)
     """
-    return math.ceil(steps / mini_steps) if partial_window == "flush" else steps // mini_steps
+    if partial_window == "flush":
+        return math.ceil(steps / gradient_accumulation_steps)
+    return steps // gradient_accumulation_steps
 
 
 @dataclass

@@ -16,7 +16,9 @@ from mindspore.train.model import Model
 
 from ..compat import (check_model_internals, register_sink_loop, reset_op_ids, set_training_dataset,
                       transfer_tensor_to_tuple)
+from ..core.adaptive import AdaptiveAccumulation
 from ..core.checks import check_lr_schedule, check_positive_int, check_resume_or_initial_epoch, check_state_saving
+from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationModes
 from .driver import updates_per_epoch
 from .state import StateWriter, dataset_starting_at, load_training_state
@@ -26,13 +28,13 @@ check_model_internals(Model)
 
 
 def _check_fixed_steps(owner, cell):
-    """Model_ACCU lays its windows out per epoch and per sink loop: it runs one N, not a schedule."""
-    if not isinstance(cell.accumulation_steps, int):
-        raise ValueError(f"For '{owner}', the cell's 'accumulation_steps' must be one int: Model_ACCU lays out its "
-                         f"windows per epoch (and per sink loop in dataset sink mode), but got "
-                         f"{cell.accumulation_steps!r}. Pass accumulation_steps=N to Model_ACCU, or train a schedule "
-                         f"with the cell's own loop (it follows the schedule when called micro-batch by micro-batch) "
-                         f"or with GradientAccumulation.")
+    """Dataset sink mode compiles its two graphs for one loop size each: it runs one N, not a schedule or a
+    policy."""
+    if not isinstance(cell.gradient_accumulation_steps, int):
+        raise ValueError(f"For '{owner}', the cell's 'gradient_accumulation_steps' must be one int in dataset sink "
+                         f"mode: each window's two graphs are compiled for a sink loop of N-1 and 1 steps, but got "
+                         f"{cell.gradient_accumulation_steps!r}. Train with dataset_sink_mode=False, which follows a "
+                         f"schedule or an AdaptiveAccumulation window by window, or pass one int N.")
 
 
 def _rank_and_world(cell):
@@ -46,7 +48,7 @@ def _rank_and_world(cell):
 class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know from the tutorial)
     r"""
     A :class:`mindspore.train.Model` that trains a :class:`TrainAccuStepsCell` (or its loss-scale variant) with
-    one optimizer step per `accumulation_steps` micro-batches.
+    one optimizer step per N micro-batches.
 
     Callbacks see one step per update: ``cur_step_num`` counts updates, ``batch_num`` is updates per epoch (per
     sink in sink mode), ``net_outputs`` is the update call's output (the window's mean loss; a tuple with the
@@ -60,10 +62,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
 
     Args:
         network (Cell): A :class:`TrainAccuStepsCell` or :class:`TrainAccuStepsWithLossScaleCell`.
-        accumulation_steps (int, optional): Micro-batches per update; replaces the cell's value. Default: the
-            cell's `accumulation_steps`, which must then be one int: Model_ACCU does not follow a schedule (its
-            windows are laid out per epoch and per sink loop); train a schedule with :class:`GradientAccumulation`
-            or the cell's own loop.
+        gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation], optional): N,
+            replacing the cell's. Without sink mode each window is laid out with the cell's N for it (an int, its
+            schedule's entry, or its policy's choice); dataset sink mode takes one int. ``accumulation_steps`` is
+            accepted in its place (keyword only). Default: the cell's.
         state_path (str, optional): Without sink mode, where to keep the exact training state (the cell's
             parameters, a half-filled window included, and the position in the data), written atomically with
             the previous generation kept beside it. In data parallel each rank passes its own path. Default:
@@ -77,8 +79,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
 
     Raises:
         TypeError: If `network` is not an accumulation cell, `loss_fn` or `optimizer` is given, or
-            `accumulation_steps` is not an int.
-        ValueError: If `accumulation_steps` is < 1, or is not given and the cell holds a schedule; at train time,
+            N is given twice or is not an int, a schedule or a policy.
+        ValueError: If N is < 1; at train time, if a schedule or policy meets dataset sink mode,
             if N exceeds the micro-batches of an epoch, in sink mode does not divide `sink_size`, or the
             optimizer's learning-rate list has one entry per
             micro-batch of the run instead of one per update.
@@ -91,25 +93,31 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         >>> import ms_accum
         >>> net = nn.Dense(4, 2)
         >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
-        >>> cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, accumulation_steps=4)
+        >>> cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer,
+        ...                                    gradient_accumulation_steps=4)
         >>> model = ms_accum.Model_ACCU(cell)
         >>> # model.train(epoch, dataset, callbacks=[LossMonitor()], dataset_sink_mode=True)
     """
 
     def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None, eval_indexes=None,
-                 amp_level="O0", boost_level="O0", accumulation_steps=None, state_path=None, save_state_every=0,
-                 **kwargs):
+                 amp_level="O0", boost_level="O0", gradient_accumulation_steps=None, state_path=None,
+                 save_state_every=0, *, accumulation_steps=None, **kwargs):
         if not isinstance(network, AccumulationModes):
             raise TypeError(f"For 'Model_ACCU', 'network' must be a TrainAccuStepsCell or "
                             f"TrainAccuStepsWithLossScaleCell, but got {type(network).__name__}. Wrap the loss "
-                            f"network: Model_ACCU(TrainAccuStepsCell(loss_net, optimizer, accumulation_steps=N)).")
+                            f"network: Model_ACCU(TrainAccuStepsCell(loss_net, optimizer, "
+                            f"gradient_accumulation_steps=N)).")
         if loss_fn is not None or optimizer is not None:
             raise TypeError("For 'Model_ACCU', 'loss_fn' and 'optimizer' must be None because the accumulation "
                             "cell already holds them, but got "
                             f"{type(loss_fn).__name__ if loss_fn is not None else type(optimizer).__name__}.")
-        if accumulation_steps is not None:
-            network.accumulation_steps = check_positive_int("Model_ACCU", "accumulation_steps", accumulation_steps)
-        _check_fixed_steps("Model_ACCU", network)
+        steps, name = steps_argument("Model_ACCU", gradient_accumulation_steps,
+                                     {"accumulation_steps": accumulation_steps}, network.gradient_accumulation_steps)
+        if name != STEPS_NAME or gradient_accumulation_steps is not None:
+            if not isinstance(steps, (dict, AccumulationSchedule, AdaptiveAccumulation)):
+                check_positive_int("Model_ACCU", name, steps)
+            network.steps_name = name
+            network.gradient_accumulation_steps = steps
         check_state_saving("Model_ACCU", state_path, save_state_every)
         super().__init__(network, None, None, metrics, eval_network, eval_indexes, amp_level, boost_level,
                          **kwargs)
@@ -118,9 +126,11 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._resume_from = None
 
     @property
-    def accumulation_steps(self):
-        """Micro-batches per update (the cell's value)."""
-        return self._train_network.accumulation_steps
+    def gradient_accumulation_steps(self):
+        """Micro-batches per update (the cell's: an int, a schedule or a policy)."""
+        return self._train_network.gradient_accumulation_steps
+
+    accumulation_steps = gradient_accumulation_steps  # the seed's name
 
     def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, sink_size=-1, initial_epoch=0,
               resume_from=None):
@@ -145,7 +155,6 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 with `initial_epoch`.
         """
         epoch = check_positive_int("Model_ACCU.train", "epoch", epoch)
-        _check_fixed_steps("Model_ACCU.train", self._train_network)
         check_resume_or_initial_epoch("Model_ACCU.train", resume_from, initial_epoch)
         self._resume_from = resume_from
         mode = self._train_network.accumulation
@@ -161,21 +170,35 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                            "compiled on the first window of 'train'. Call 'train' directly.")
 
     def _check_window_fits(self, steps):
-        n = self.accumulation_steps
-        if n > steps:
-            raise ValueError(f"For 'Model_ACCU.train', 'accumulation_steps' must be <= the {steps} micro-batches "
-                             f"of an epoch, but got {n}. Lower it, or use a larger data set.")
+        n = self.gradient_accumulation_steps
+        largest = n if isinstance(n, int) else getattr(n, "max_steps", None) or max(n.counts)
+        if largest > steps:
+            raise ValueError(f"For 'Model_ACCU.train', '{self._train_network.steps_name}' must be <= the {steps} "
+                             f"micro-batches of an epoch, but got {n}. Lower it, or use a larger data set.")
+
+    def _plan_updates(self, steps, epoch):
+        """(updates per epoch for the callbacks' batch_num, the run's updates or None when a policy decides)."""
+        n = self.gradient_accumulation_steps
+        if isinstance(n, int):
+            per_epoch = updates_per_epoch(steps, n, "flush")
+            return per_epoch, per_epoch * epoch
+        if isinstance(n, AccumulationSchedule):
+            _, updates = n.run_plan(steps, epoch, "flush")
+            return max(1, updates // epoch), updates
+        return updates_per_epoch(steps, n.initial_steps, "flush"), None
 
     # ---------------------------------------------------------------- non-sink: micro-batch by micro-batch
     def _train_process(self, epoch, train_dataset, list_callback=None, cb_params=None, initial_epoch=0,
                        valid_infos=None):
-        """Alternate the two modes per micro-batch; callbacks fire once per update."""
-        n = self.accumulation_steps
+        """Alternate the two modes per micro-batch, each window as long as the cell's N for it (an int, its
+        schedule's entry or its policy's choice); callbacks fire once per update. A window still open at an
+        epoch's end is applied as a smaller one."""
         steps = train_dataset.get_dataset_size()
         self._check_window_fits(steps)
-        check_lr_schedule("Model_ACCU.train", self._train_network.optimizer, epoch * steps,
-                          epoch * updates_per_epoch(steps, n, "flush"))
         cell = self._train_network
+        per_epoch, updates = self._plan_updates(steps, epoch)
+        if updates is not None:
+            check_lr_schedule("Model_ACCU.train", cell.optimizer, epoch * steps, updates)
         micro_done = initial_epoch * steps
         rank, world = _rank_and_world(cell)
         if self._resume_from is not None:
@@ -186,8 +209,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             dataset_helper, _ = self._exec_preprocess(is_train=True, dataset=train_dataset, dataset_sink_mode=False,
                                                       epoch_num=epoch)
         cb_params.dataset_sink_mode = False
-        cb_params.batch_num = updates_per_epoch(steps, n, "flush")
+        cb_params.batch_num = per_epoch
         self.batch_num = cb_params.batch_num
+        pending = int(cell.accu_micro_steps.asnumpy()) if self._resume_from is not None else 0
+        window_steps = cell.next_window_steps() if pending else 0
         run_context = RunContext(cb_params)
         list_callback.on_train_begin(run_context)
         for i in range(micro_done // steps, epoch):
@@ -197,20 +222,22 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             list_callback.on_train_epoch_begin(run_context)
             for index, next_element in enumerate(dataset_helper, start=micro_done % steps):
                 next_element = transfer_tensor_to_tuple(next_element)
-                position = index % n
-                update = position == n - 1 or index == steps - 1
-                if position == 0:
+                if not pending:
+                    window_steps = cell.next_window_steps()
                     cb_params.cur_step_num += 1
                     self._current_step_num = int((cb_params.cur_step_num - 1) % cb_params.batch_num + 1)
                     cb_params.train_dataset_element = next_element
                     list_callback.on_train_step_begin(run_context)
+                pending += 1
+                update = pending == window_steps or index == steps - 1
                 self._check_network_mode(cell, True)
                 cell.set_accumulation(not update)
                 outputs = cell(*next_element)
                 micro_done += 1
                 if update:
                     cb_params.net_outputs = outputs
-                    cb_params.window_record = self._window_record(cb_params, outputs, position + 1)
+                    cb_params.window_record = self._window_record(cb_params, outputs, pending, window_steps)
+                    pending = 0
                     list_callback.on_train_step_end(run_context)
                 writer.after(micro_done, cb_params.cur_step_num, at_update_boundary=update)
                 if update and run_context.get_stop_requested():
@@ -230,7 +257,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     def _train_dataset_sink_process(self, epoch, train_dataset, list_callback=None, cb_params=None, sink_size=-1,
                                     initial_epoch=0, valid_infos=None):
         """Per window: the accumulation graph sunk for N-1 steps, then the update graph sunk for 1 step."""
-        n = self.accumulation_steps
+        _check_fixed_steps("Model_ACCU.train", self._train_network)
+        n = self.gradient_accumulation_steps
         if self._resume_from is not None or self._save_state_every:
             raise ValueError("For 'Model_ACCU.train', exact state saving and 'resume_from' work without dataset "
                              "sink mode; pass dataset_sink_mode=False, or resume at an epoch with 'initial_epoch'.")
@@ -242,7 +270,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._check_window_fits(sink_size)
         if sink_size % n:
             raise ValueError(f"For 'Model_ACCU.train', 'sink_size' (the dataset size {dataset_size} when -1) must "
-                             f"be a multiple of accumulation_steps {n} in dataset sink mode, but got {sink_size}. "
+                             f"be a multiple of gradient_accumulation_steps {n} in dataset sink mode, but got "
+                             f"{sink_size}. "
                              f"Pass sink_size=k*{n}, or drop or pad batches.")
         cycles = sink_size // n
         check_lr_schedule("Model_ACCU.train", self._train_network.optimizer, epoch * sink_size, epoch * cycles)
@@ -272,7 +301,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 list_callback.on_train_step_begin(run_context)
                 self._run_sink_graph(sink_net, train_dataset, accumulate=True, loop=n - 1)
                 cb_params.net_outputs = self._run_sink_graph(sink_net, train_dataset, accumulate=False, loop=1)
-                cb_params.window_record = self._window_record(cb_params, cb_params.net_outputs, n)
+                cb_params.window_record = self._window_record(cb_params, cb_params.net_outputs, n, n)
                 list_callback.on_train_step_end(run_context)
                 if run_context.get_stop_requested():
                     break
@@ -289,12 +318,12 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         list_callback.on_train_end(run_context)
         return None
 
-    def _window_record(self, cb_params, outputs, micro_batches):
+    def _window_record(self, cb_params, outputs, micro_batches, window_steps):
         """A function building the update's WindowRecord on demand (it reads the device only when called)."""
         cell = self._train_network
         return partial(window_record, cb_params, outputs, micro_batches,
                        (cell.accu_last_items, cell.accu_last_grad_norm, cell.accu_last_clipped), cell.optimizer,
-                       cell.noise_records, self.accumulation_steps)
+                       cell.noise_records, window_steps)
 
     def _run_sink_graph(self, sink_net, dataset, accumulate, loop):
         """Select the mode and phase right before the call (set_train resets the phase), then launch."""
