@@ -84,6 +84,15 @@ def concat(batches):
     return np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches])
 
 
+def windows_of_sizes(batches, sizes):
+    """`batches` cut into consecutive windows of the given sizes."""
+    out, start = [], 0
+    for size in sizes:
+        out.append(batches[start:start + size])
+        start += size
+    return out
+
+
 def params_of(net):
     """name -> numpy copy of every parameter."""
     return {p.name: p.asnumpy().copy() for p in net.get_parameters()}

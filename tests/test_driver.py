@@ -10,20 +10,13 @@ from mindspore import nn
 from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
 
 import ms_accum
-from helpers import assert_params_close, build, micro_batches, numpy_dataset, params_of, reference_train
+from helpers import (assert_params_close, build, micro_batches, numpy_dataset, params_of, reference_train,
+                     windows_of_sizes)
 
 
 def _trainer(optimizer="momentum"):
     net, loss, opt = build(optimizer)
     return ms_accum.GradientAccumulation(net, loss, opt), net, opt
-
-
-def _windows(batches, sizes):
-    out, start = [], 0
-    for size in sizes:
-        out.append(batches[start:start + size])
-        start += size
-    return out
 
 
 @pytest.mark.parametrize("policy, epochs, window_sizes", [
@@ -39,7 +32,7 @@ def test_partial_window_policies(policy, epochs, window_sizes, exec_mode):
     stream = batches * epochs
     if policy == "drop":
         stream = batches[:8] + batches[:8]
-    expected = reference_train("momentum", _windows(stream, window_sizes))
+    expected = reference_train("momentum", windows_of_sizes(stream, window_sizes))
     assert_params_close(params_of(net), expected, context=f"{policy}, {exec_mode}")
     assert len(losses) == len(window_sizes)
     assert opt.global_step.asnumpy()[0] == len(window_sizes)
@@ -56,7 +49,7 @@ def test_graph_mode_compiles_the_network_once_for_every_micro_batch():
     trainer.train_process(2, numpy_dataset(batches), 4, ckpt_path=None, log_every=0)
     assert len(trainer.micro_step.compile_cache) == 1, trainer.micro_step.compile_cache
     assert not trainer.forward_backward.compile_cache, "the forward-backward cell was compiled on its own as well"
-    expected = reference_train("momentum", _windows(batches * 2, [4] * 4))
+    expected = reference_train("momentum", windows_of_sizes(batches * 2, [4] * 4))
     assert_params_close(params_of(net), expected, context="one graph")
 
 def test_carry_flushes_a_window_still_open_after_the_last_epoch():
@@ -65,7 +58,7 @@ def test_carry_flushes_a_window_still_open_after_the_last_epoch():
     losses = trainer.train_process(3, numpy_dataset(batches), 4, partial_window="carry", ckpt_path=None,
                                    log_every=0)
     assert len(losses) == 3  # 9 micro-batches: windows of 4, 4, then the last 1 flushed
-    expected = reference_train("sgd", _windows(batches * 3, [4, 4, 1]))
+    expected = reference_train("sgd", windows_of_sizes(batches * 3, [4, 4, 1]))
     assert_params_close(params_of(net), expected, context="carry across 3 epochs")
 
 
@@ -73,7 +66,7 @@ def test_unequal_last_batch_is_weighted_by_samples():
     batches = micro_batches([4, 4, 4, 3])
     trainer, net, _ = _trainer("adam")
     trainer.train_process(1, numpy_dataset(batches), 2, ckpt_path=None, log_every=0)
-    assert_params_close(params_of(net), reference_train("adam", _windows(batches, [2, 2])), context="last batch 3")
+    assert_params_close(params_of(net), reference_train("adam", windows_of_sizes(batches, [2, 2])), context="last batch 3")
 
 
 def test_prints_the_window_mean_loss_over_samples(capsys):
@@ -99,7 +92,7 @@ def test_returns_every_window_mean_loss_read_at_the_end(exec_mode):
     forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum)
     optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
     expected = []
-    for window in _windows(batches, [2, 2, 2]):
+    for window in windows_of_sizes(batches, [2, 2, 2]):
         for x, y in window:
             forward_backward(ms.Tensor(x), ms.Tensor(y))
         expected.append(float(optim().asnumpy()))

@@ -12,7 +12,8 @@ from mindspore import nn
 from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
 
 import ms_accum
-from helpers import assert_params_close, build, micro_batches, numpy_dataset, params_of, reference_train
+from helpers import (assert_params_close, build, micro_batches, numpy_dataset, params_of, reference_train,
+                     windows_of_sizes)
 from test_accu_cells import CELLS, make_cell
 
 
@@ -60,6 +61,38 @@ def test_accumulation_steps_argument_replaces_the_cells():
     assert model.accumulation_steps == 3 == cell.accumulation_steps
     model.train(1, numpy_dataset(batches), dataset_sink_mode=False)
     assert_params_close(params_of(net), reference_train("momentum", windows_of(batches, 3)), context="N=3")
+
+
+@pytest.mark.parametrize("policy, epochs, window_sizes", [
+    ("flush", 2, [4, 4, 2, 4, 4, 2]),
+    ("drop", 2, [4, 4, 4, 4]),
+    ("carry", 3, [4, 4, 4, 4, 4, 4, 4, 2]),
+])
+def test_partial_window_policies_without_sink(policy, epochs, window_sizes, exec_mode):
+    """The driver's three policies through the shared loop: 10 micro-batches an epoch, windows of 4."""
+    batches = micro_batches([4] * 10)
+    cell, net, opt = make_cell("plain", steps=4)
+    log = StepLog()
+    ms_accum.Model_ACCU(cell).train(epochs, numpy_dataset(batches), callbacks=[log], partial_window=policy)
+    stream = (batches[:8] if policy == "drop" else batches) * epochs
+    assert_params_close(params_of(net), reference_train("momentum", windows_of_sizes(stream, window_sizes)),
+                        context=f"{policy}, {exec_mode}")
+    assert opt.global_step.asnumpy()[0] == len(window_sizes) == log.steps[-1][1]
+    assert not any(p.asnumpy().any() for p in cell.accu_grads), "buffers not empty after training"
+
+
+@pytest.mark.parametrize("kind", list(CELLS))
+def test_drop_discards_the_open_window(kind, exec_mode):
+    """drop(): the buffers, counters and overflow flag cleared, no step, and the window not counted."""
+    cell, net, opt = make_cell(kind, steps=4)
+    before = params_of(net)
+    x, y = micro_batches([4])[0]
+    cell.set_accumulation(True)
+    cell(ms.Tensor(x), ms.Tensor(y))
+    assert int(cell.drop().asnumpy()) == 1
+    assert_params_close(params_of(net), before, context="drop")
+    assert not any(p.asnumpy().any() for p in cell.accu_grads) and int(cell.accu_micro_steps.asnumpy()) == 0
+    assert int(cell.accu_windows.asnumpy()) == 0 and opt.global_step.asnumpy()[0] == 0
 
 
 def test_sink_mode_request_on_cpu_runs_the_same_alternation(capsys):

@@ -100,6 +100,11 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
                                        requires_grad=False)
         self.saturation_mode = overflow_saturates(self)
 
+    def _clear_window(self, result):
+        """The window's overflow flag is cleared with its buffers."""
+        result = ops.depend(result, ops.assign(self.accu_overflow, ops.zeros_like(self.accu_overflow)))
+        return window.reset_window(self.window_map, self.accu_grads, self._window_counters(), result)
+
     def _local_overflow(self):
         """The window's overflow flag on this device, or-ed over its micro-batches (see construct)."""
         return self.accu_overflow + 0.0
@@ -126,6 +131,4 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         if self._accumulate_now:
             return loss, self.accu_overflow > 0.0, scaling_sens
         mean_loss, overflow, next_scale = self._end_window(self.optimizer)
-        mean_loss = ops.depend(ops.depend(mean_loss, loss),
-                               ops.assign(self.accu_overflow, ops.zeros_like(self.accu_overflow)))
-        return mean_loss, overflow, next_scale
+        return ops.depend(mean_loss, loss), overflow, next_scale

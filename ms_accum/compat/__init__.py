@@ -125,6 +125,70 @@ def overflow_saturates(cell):
                                              and cell._ascend_check_overflow_mode == "SATURATION_MODE")
 
 
+# ---------------------------------------------------------------- private attributes of MindSpore objects
+# Model_ACCU runs mindspore.train.Model's own steps around its loops; these read or set Model's private state
+# (the same names in 2.7.0 to 2.10.0, checked for the methods by check_model_internals below).
+
+
+def train_network(model):
+    """The training cell a Model trains (``Model._train_network``)."""
+    return model._train_network  # pylint: disable=protected-access
+
+
+def check_network_mode(model, network, is_train=True):
+    """``Model._check_network_mode``: put `network` in training mode after an evaluation; returns it."""
+    return model._check_network_mode(network, is_train)  # pylint: disable=protected-access
+
+
+def exec_train_preprocess(model, dataset, epoch):
+    """``Model._exec_preprocess`` for training without sink: the dataset helper to iterate."""
+    helper, _ = model._exec_preprocess(is_train=True, dataset=dataset,  # pylint: disable=protected-access
+                                       dataset_sink_mode=False, epoch_num=epoch)
+    return helper
+
+
+def eval_during_train(model, valid_infos, cb_params, callbacks):
+    """``Model._eval_during_train``: the evaluation Model.train runs at an epoch's end when asked."""
+    model._eval_during_train(valid_infos, cb_params, callbacks)  # pylint: disable=protected-access
+
+
+def flush_from_cache(model, cb_params):
+    """``Model._flush_from_cache``: what Model does for embedding caches at an epoch's end."""
+    model._flush_from_cache(cb_params)  # pylint: disable=protected-access
+
+
+def store_training_step_info(model, cb_params):
+    """``Model._store_training_step_info``: the step information Model keeps for failure recovery."""
+    model._store_training_step_info(cb_params)  # pylint: disable=protected-access
+
+
+def set_current_position(model, epoch, step):
+    """Model's ``_current_epoch_num`` and ``_current_step_num``, read by its exception checkpoints."""
+    model._current_epoch_num = epoch  # pylint: disable=protected-access
+    model._current_step_num = step  # pylint: disable=protected-access
+
+
+def mark_backbone_training(model):
+    """Model's ``_backbone_is_train``: the backbone was put in training mode (sink mode sets it itself)."""
+    model._backbone_is_train = True  # pylint: disable=protected-access
+
+
+def needs_dataset_reset(model):
+    """Model's ``_need_reset_data``: whether the training dataset must be registered for a reset."""
+    return model._need_reset_data  # pylint: disable=protected-access
+
+
+def base_sink_process(model, *args):
+    """``mindspore.train.Model._train_dataset_sink_process`` itself, for a subclass that overrides it."""
+    from mindspore.train.model import Model  # pylint: disable=import-outside-toplevel
+    return Model._train_dataset_sink_process(model, *args)  # pylint: disable=protected-access
+
+
+def keep_cell_config_visible(wrapper, network):
+    """``Cell._get_attr_from_cell``: keep `network`'s amp level and jit config visible on its `wrapper`."""
+    wrapper._get_attr_from_cell(network)  # pylint: disable=protected-access
+
+
 # Model_ACCU overrides these methods of mindspore.train.Model and calls the others; Model calls the overrides
 # positionally, so their parameters must stay as written here (the same in 2.7.0, 2.8.0, 2.9.0 and 2.10.0).
 MODEL_METHODS = {

@@ -243,8 +243,23 @@ class WindowEngine(NoiseMeasure):
             mean_loss = self._reset_window(mean_loss)
         return mean_loss, overflow, next_scale
 
+    @jit
+    def drop(self):
+        """
+        Discard the open window: buffers and counters cleared, no optimizer step, and the window not counted (the
+        next window takes its place in a schedule).
+
+        Returns:
+            Tensor, int32 scalar: the micro-batches the discarded window held.
+        """
+        return self._clear_window(self.accu_micro_steps + 0)
+
+    def _clear_window(self, result):
+        """Zero the buffers and counters after `result` is computed (the window not counted); returns `result`."""
+        return window.reset_window(self.window_map, self.accu_grads, self._window_counters(), result)
+
     def _reset_window(self, result):
         """Zero the buffers and counters after `result` is computed, and count the window; returns `result`."""
         if self.accu_windows is not None:
             result = ops.depend(result, ops.assign_add(self.accu_windows, ops.ones_like(self.accu_windows)))
-        return window.reset_window(self.window_map, self.accu_grads, self._window_counters(), result)
+        return self._clear_window(result)

@@ -15,7 +15,7 @@ items.
 from mindspore import Tensor, context, nn, ops
 from mindspore import dtype as mstype
 
-from ..compat import forget_pynative_recording
+from ..compat import forget_pynative_recording, keep_cell_config_visible
 
 
 def _leading_dims(inputs):
@@ -98,7 +98,7 @@ class LossAndItems(nn.Cell):
         super().__init__(auto_prefix=False)
         self.owner = owner
         self.network = network
-        self._get_attr_from_cell(network)  # keep the network's amp level and jit config visible to wrappers
+        keep_cell_config_visible(self, network)  # the network's amp level and jit config, visible to wrappers
         self.loss_only = False  # set by micro_batch_forward for one PYNATIVE call: return the loss alone
         self.items = None  # in that call, the micro-batch's items (a number or a Tensor) wait here
 

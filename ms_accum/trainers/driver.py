@@ -5,7 +5,6 @@ from functools import partial
 
 from mindspore import Parameter, Tensor, context, nn, ops
 from mindspore import dtype as mstype
-from mindspore.train.callback import RunContext
 
 from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_lr_schedule, check_optimizer,
                       check_optimizer_trains, check_positive_int, check_resume_or_initial_epoch, check_state_saving)
@@ -17,11 +16,9 @@ from ..core.engine import float32_buffers
 from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 from ..core.noise_scale import check_noise_scale, noise_scale_of
 from ..core.schedule import AccumulationSchedule, steps_argument
+from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
-
-PARTIAL_WINDOW_POLICIES = ("flush", "drop", "carry")
-
 
 class TrainState(nn.Cell):
     r"""
@@ -335,13 +332,12 @@ class GradientAccumulation:
             return self.micro_step(self._accumulate_flag, *data)
         return self.forward_backward(*data)
 
-    def _end_window(self, data=None):
-        """Add the window's last micro-batch `data` (None: already added), step the optimizer once from the window
-        and clear it; returns TrainOptim's outputs (the window's mean loss, or (mean loss, overflow, loss scale))."""
-        if data is not None and context.get_context("mode") == context.GRAPH_MODE:
+    def _end_window(self, data):
+        """Add the window's last micro-batch `data`, step the optimizer once from the window and clear it; returns
+        TrainOptim's outputs (the window's mean loss, or (mean loss, overflow, loss scale))."""
+        if context.get_context("mode") == context.GRAPH_MODE:
             return self.micro_step(self._update_flag, *data)
-        if data is not None:
-            self.forward_backward(*data)
+        self.forward_backward(*data)
         outputs = self.optim()
         self.clear()
         return outputs
@@ -391,104 +387,78 @@ class _Plan:
     total_updates: int
 
 
-class _Run:
-    """The state of one train_process call: counters, callback parameters and the loop itself."""
+class _Run(LoopFrontEnd):
+    """The driver's side of one train_process call: its callback parameters, N on the host, the history."""
 
     def __init__(self, owner, plan):
         self.owner = owner
         self.plan = plan
-        self.epoch = plan.epoch
         self.schedule, self.policy = plan.schedule, plan.policy
-        self.window_steps = 0  # the N of the open window, set when it begins
         self.adaptive_steps = int(owner.window_steps.asnumpy())  # the policy's N (restored by a resume)
-        self.partial_window = plan.partial_window
-        self.log_every = plan.log_every
         self.history = []  # each update's mean-loss tensor, read from the device only when printed or at the end
-        self.micro_done = plan.start_micro
-        self.state_writer = StateWriter(owner.exact_state, plan.state_path, plan.save_state_every,
-                                        plan.epoch * plan.steps_per_epoch, plan.start_micro)
-        self.pending = int(owner.forward_backward.accu_micro_steps.asnumpy())  # a resumed window may be open
         self.updates_in_epoch = 0
-        steps = plan.steps_per_epoch
         cb_params = InternalCallbackParam()
         cb_params.train_network = owner.train_state
         cb_params.network = owner.network
         cb_params.optimizer = owner.optimizer
-        cb_params.epoch_num = self.epoch
+        cb_params.epoch_num = plan.epoch
         cb_params.batch_num = max(1, plan.total_updates // plan.epoch)  # per epoch; the mean for a schedule
         cb_params.total_updates = plan.total_updates
-        cb_params.cur_epoch_num = plan.start_micro // steps
+        cb_params.cur_epoch_num = plan.start_micro // plan.steps_per_epoch
         cb_params.cur_step_num = plan.start_updates
         cb_params.dataset_sink_mode = False
         cb_params.mode = "train"
         cb_params.net_outputs = None
         cb_params.window_micro_steps = 0
         self.cb_params = cb_params
-        self.run_context = RunContext(cb_params)
 
     def loop(self, train_dataset):
-        """Run every epoch; callbacks fire at train, epoch and update boundaries."""
-        cb_params, run_context = self.cb_params, self.run_context
-        cb_params.train_dataset = train_dataset
-        steps = self.plan.steps_per_epoch
-        with dataset_starting_at(train_dataset, self.micro_done):
-            iterator = train_dataset.create_tuple_iterator(num_epochs=self.epoch)
-        if self.pending:  # a resumed window: the N it began with
-            self.window_steps = self._steps_of(cb_params.cur_step_num - 1)
-        with CallbackManager(self.plan.callbacks) as callbacks:
-            callbacks.on_train_begin(run_context)
-            for epoch_index in range(self.micro_done // steps + 1, self.epoch + 1):
-                cb_params.cur_epoch_num = epoch_index
-                self.updates_in_epoch = 0
-                callbacks.on_train_epoch_begin(run_context)
-                for data in iterator:
-                    if not self.pending:
-                        self._begin_window(callbacks)
-                    self.pending += 1
-                    self.micro_done += 1
-                    if self.pending == self.window_steps:
-                        self._update(callbacks, data)
-                    else:
-                        self.owner._accumulate(data)  # pylint: disable=protected-access
-                    if self.micro_done % steps:  # the epoch's last micro-batch is saved after the epoch-end policy
-                        self._maybe_save_state()
-                    if run_context.get_stop_requested():
-                        break
-                self._end_epoch(callbacks, last=epoch_index == self.epoch)
-                self._maybe_save_state()
-                callbacks.on_train_epoch_end(run_context)
-                if run_context.get_stop_requested():
-                    break
-            callbacks.on_train_end(run_context)
+        """Run every epoch through the shared window loop."""
+        plan, owner = self.plan, self.owner
+        self.cb_params.train_dataset = train_dataset
+        writer = StateWriter(owner.exact_state, plan.state_path, plan.save_state_every,
+                             plan.epoch * plan.steps_per_epoch, plan.start_micro)
+        pending = int(owner.forward_backward.accu_micro_steps.asnumpy())  # a resumed window may be open
+        with dataset_starting_at(train_dataset, plan.start_micro):
+            iterator = train_dataset.create_tuple_iterator(num_epochs=plan.epoch)
+        with CallbackManager(plan.callbacks) as callbacks:
+            WindowLoop(self, plan.epoch, plan.steps_per_epoch, plan.partial_window, self.cb_params, callbacks,
+                       plan.start_micro, pending, writer).run(lambda epoch: iterator)
 
-    def _maybe_save_state(self):
-        """Write the state file when `save_state_every` micro-batches have passed."""
-        self.state_writer.after(self.micro_done, self.cb_params.cur_step_num, at_update_boundary=not self.pending)
-
-    def _end_epoch(self, callbacks, last):
-        """Apply the partial-window policy to a window still open at the end of an epoch."""
-        if not self.pending:
-            return
-        if self.partial_window == "flush" or (self.partial_window == "carry" and last):
-            self._update(callbacks)
-        elif self.partial_window == "drop":
-            self.owner.clear()
-            self.pending = 0
-            self.cb_params.cur_step_num -= 1  # the window begun is not an update: the next one takes its number
-
-    def _begin_window(self, callbacks):
-        """A window opens with the N the schedule or policy gives it: callbacks see the start of one step."""
-        self.cb_params.cur_step_num += 1
-        self.window_steps = self._steps_of(self.cb_params.cur_step_num - 1)
-        callbacks.on_train_step_begin(self.run_context)
-
-    def _steps_of(self, update):
+    def window_steps(self, update):
         """The N of window `update` (from 0): the schedule's, or the one the adaptive policy last chose."""
         if self.policy is None:
             return self.schedule.steps_at(update)
         return self.adaptive_steps
 
-    def _adapt(self, update, micro_batches):
+    def accumulate(self, data):
+        self.owner._accumulate(data)  # pylint: disable=protected-access
+
+    def update(self, data):
+        return self.owner._end_window(data)  # pylint: disable=protected-access
+
+    def drop(self):
+        self.owner.clear()
+
+    def window_record(self, cb_params, outputs, micro_batches, window_steps):
+        optim = self.owner.optim
+        return partial(window_record, cb_params, outputs, micro_batches,
+                       (optim.accu_last_items, optim.accu_last_grad_norm, optim.accu_last_clipped),
+                       self.owner.optimizer, optim.noise_records, window_steps)
+
+    def updated(self, cb_params, update, micro_batches, window_steps, outputs):
+        self._adapt(update, micro_batches, window_steps)
+        self.updates_in_epoch += 1
+        mean_loss = outputs[0] if isinstance(outputs, tuple) else outputs
+        self.history.append(mean_loss)
+        if self.plan.log_every and self.updates_in_epoch % self.plan.log_every == 0:
+            print(f"epoch: {cb_params.cur_epoch_num} step: {self.updates_in_epoch} loss is "
+                  f"{float(mean_loss.asnumpy()):.6f}", flush=True)
+
+    def epoch_ends(self, cb_params, callbacks):
+        self.updates_in_epoch = 0
+
+    def _adapt(self, update, micro_batches, window_steps):
         """After window `update`: let the adaptive policy choose the next windows' N (it reads the device only at
         its decisions)."""
         policy = self.policy
@@ -497,29 +467,8 @@ class _Run:
         optim = self.owner.optim
         _, _, smooth_grad_sq, smooth_trace = (float(value.asnumpy()) for value in optim.noise_records)
         items = float(optim.accu_last_items.asnumpy())
-        steps = policy.next_steps(self.window_steps, update, noise_scale_of(smooth_grad_sq, smooth_trace),
+        steps = policy.next_steps(window_steps, update, noise_scale_of(smooth_grad_sq, smooth_trace),
                                   items / micro_batches)
         if steps != self.adaptive_steps:
             self.adaptive_steps = steps
             self.owner.window_steps.set_data(Tensor(steps, mstype.int32))  # for the exact state file
-
-    def _update(self, callbacks, data=None):
-        """Add the window's last micro-batch `data` (None: already added), take one optimizer step from the window,
-        then clear it; callbacks see the end of the step."""
-        cb_params = self.cb_params
-        self.updates_in_epoch += 1
-        cb_params.window_micro_steps = self.pending
-        optim = self.owner.optim
-        outputs = self.owner._end_window(data)  # pylint: disable=protected-access
-        cb_params.window_record = partial(window_record, cb_params, outputs, self.pending,
-                                          (optim.accu_last_items, optim.accu_last_grad_norm, optim.accu_last_clipped),
-                                          self.owner.optimizer, optim.noise_records, self.window_steps)
-        self._adapt(cb_params.cur_step_num - 1, self.pending)
-        self.pending = 0
-        cb_params.net_outputs = outputs
-        mean_loss = outputs[0] if isinstance(outputs, tuple) else outputs
-        self.history.append(mean_loss)
-        if self.log_every and self.updates_in_epoch % self.log_every == 0:
-            print(f"epoch: {cb_params.cur_epoch_num} step: {self.updates_in_epoch} loss is "
-                  f"{float(mean_loss.asnumpy()):.6f}", flush=True)
-        callbacks.on_train_step_end(self.run_context)

@@ -14,13 +14,15 @@ from mindspore.train.callback import RunContext
 from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
 from mindspore.train.model import Model
 
-from ..compat import (check_model_internals, register_sink_loop, reset_op_ids, set_training_dataset,
-                      transfer_tensor_to_tuple)
+from ..compat import (base_sink_process, check_model_internals, check_network_mode, eval_during_train,
+                      exec_train_preprocess, flush_from_cache, mark_backbone_training, needs_dataset_reset,
+                      register_sink_loop, reset_op_ids, set_current_position, set_training_dataset,
+                      store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.adaptive import AdaptiveAccumulation
-from ..core.checks import check_lr_schedule, check_positive_int, check_resume_or_initial_epoch, check_state_saving
+from ..core.checks import check_choice, check_lr_schedule, check_positive_int, check_resume_or_initial_epoch, check_state_saving
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationModes
-from .driver import updates_per_epoch
+from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
 
@@ -43,6 +45,53 @@ def _rank_and_world(cell):
         return 0, 1
     from mindspore.communication import get_group_size, get_rank  # pylint: disable=import-outside-toplevel
     return get_rank(), get_group_size()
+
+
+class _ModelFront(LoopFrontEnd):
+    """Model_ACCU's side of the shared window loop: the cell in the mode each micro-batch needs, and what
+    :class:`mindspore.train.Model` does around epochs (evaluation during training, the dataset's reset)."""
+
+    def __init__(self, model, train_dataset, valid_infos):
+        self.model, self.cell = model, train_network(model)
+        self.train_dataset, self.valid_infos = train_dataset, valid_infos
+
+    def window_steps(self, update):
+        return self.cell.next_window_steps()
+
+    def _run(self, data, accumulate):
+        check_network_mode(self.model, self.cell)
+        self.cell.set_accumulation(accumulate)
+        return self.cell(*data)
+
+    def accumulate(self, data):
+        self._run(data, True)
+
+    def update(self, data):
+        return self._run(data, False)
+
+    def drop(self):
+        self.cell.drop()
+
+    def window_record(self, cb_params, outputs, micro_batches, window_steps):
+        return self.model._window_record(cb_params, outputs, micro_batches, window_steps)
+
+    def step_begins(self, cb_params, data):
+        set_current_position(self.model, cb_params.cur_epoch_num,
+                             int((cb_params.cur_step_num - 1) % cb_params.batch_num + 1))
+        cb_params.train_dataset_element = data
+
+    def epoch_begins(self, cb_params):
+        set_current_position(self.model, cb_params.cur_epoch_num, 0)
+
+    def epoch_ends(self, cb_params, callbacks):
+        reset_op_ids()
+        eval_during_train(self.model, self.valid_infos, cb_params, callbacks)
+        self.train_dataset.reset()
+        flush_from_cache(self.model, cb_params)
+
+    def epoch_ended(self, cb_params):
+        cb_params.pop("metrics", None)
+        cb_params.pop("eval_results", None)
 
 
 class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know from the tutorial)
@@ -124,18 +173,19 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._registered_loops = set()
         self._state_path, self._save_state_every = state_path, save_state_every
         self._resume_from = None
+        self._partial_window = "flush"
 
     @property
     def gradient_accumulation_steps(self):
         """Micro-batches per update (the cell's: an int, a schedule or a policy)."""
-        return self._train_network.gradient_accumulation_steps
+        return train_network(self).gradient_accumulation_steps
 
     accumulation_steps = gradient_accumulation_steps  # the seed's name
 
     def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, sink_size=-1, initial_epoch=0,
-              resume_from=None):
+              resume_from=None, partial_window="flush"):
         """
-        :meth:`mindspore.train.Model.train`, plus exact resume without sink mode.
+        :meth:`mindspore.train.Model.train`, plus exact resume and the partial-window policy without sink mode.
 
         The cell's mode (its ``accumulation`` attribute) is set for every micro-batch during training and
         restored afterwards.
@@ -146,23 +196,29 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 included) and ends with the parameters of an uninterrupted run, given deterministic data order and
                 kernels. In data parallel the ranks first agree on the newest position all of them saved. Not with
                 `dataset_sink_mode` on GPU/Ascend, nor with `initial_epoch`. Default: ``None``.
+            partial_window (str): Without sink mode, what becomes of a window still open at an epoch's end, as in
+                :meth:`GradientAccumulation.train_process`: ``"flush"`` applies it as a smaller window, ``"drop"``
+                discards it, ``"carry"`` keeps it open into the next epoch (flushed after the last). Sink mode
+                needs whole windows (`sink_size` a multiple of N). Default: ``"flush"``.
             Others: as in :meth:`mindspore.train.Model.train`.
 
         Raises:
             CheckpointError: If `resume_from` is not a state file of this cell and rank, or the ranks saved no
                 common position.
-            ValueError: As listed for the class, if `epoch` is not an int >= 1, or if `resume_from` is combined
-                with `initial_epoch`.
+            ValueError: As listed for the class, if `epoch` is not an int >= 1, `partial_window` is unknown, or
+                `resume_from` is combined with `initial_epoch`.
         """
         epoch = check_positive_int("Model_ACCU.train", "epoch", epoch)
+        self._partial_window = check_choice("Model_ACCU.train", "partial_window", partial_window,
+                                            PARTIAL_WINDOW_POLICIES)
         check_resume_or_initial_epoch("Model_ACCU.train", resume_from, initial_epoch)
         self._resume_from = resume_from
-        mode = self._train_network.accumulation
+        mode = train_network(self).accumulation
         try:
             return super().train(epoch, train_dataset, callbacks, dataset_sink_mode, sink_size, initial_epoch)
         finally:
             self._resume_from = None
-            self._train_network.accumulation = mode
+            train_network(self).accumulation = mode
 
     def build(self, *args, **kwargs):
         """Not supported: it would compile a third 'train' graph and bind the dataset to it."""
@@ -172,30 +228,27 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     def _check_window_fits(self, steps):
         n = self.gradient_accumulation_steps
         largest = n if isinstance(n, int) else getattr(n, "max_steps", None) or max(n.counts)
-        if largest > steps:
-            raise ValueError(f"For 'Model_ACCU.train', '{self._train_network.steps_name}' must be <= the {steps} "
-                             f"micro-batches of an epoch, but got {n}. Lower it, or use a larger data set.")
+        if largest > steps and self._partial_window != "carry":
+            raise ValueError(f"For 'Model_ACCU.train', '{train_network(self).steps_name}' must be <= the {steps} "
+                             f"micro-batches of an epoch, but got {n}. Lower it, or use a larger data set, or pass "
+                             f"partial_window='carry' (without sink mode) to let windows span epochs.")
 
     def _plan_updates(self, steps, epoch):
         """(updates per epoch for the callbacks' batch_num, the run's updates or None when a policy decides)."""
         n = self.gradient_accumulation_steps
-        if isinstance(n, int):
-            per_epoch = updates_per_epoch(steps, n, "flush")
-            return per_epoch, per_epoch * epoch
-        if isinstance(n, AccumulationSchedule):
-            _, updates = n.run_plan(steps, epoch, "flush")
-            return max(1, updates // epoch), updates
-        return updates_per_epoch(steps, n.initial_steps, "flush"), None
+        if isinstance(n, AdaptiveAccumulation):
+            return max(1, AccumulationSchedule(n.initial_steps).run_plan(steps, 1, self._partial_window)[1]), None
+        _, updates = AccumulationSchedule(n).run_plan(steps, epoch, self._partial_window)
+        return max(1, updates // epoch), updates
 
     # ---------------------------------------------------------------- non-sink: micro-batch by micro-batch
     def _train_process(self, epoch, train_dataset, list_callback=None, cb_params=None, initial_epoch=0,
                        valid_infos=None):
-        """Alternate the two modes per micro-batch, each window as long as the cell's N for it (an int, its
-        schedule's entry or its policy's choice); callbacks fire once per update. A window still open at an
-        epoch's end is applied as a smaller one."""
+        """The shared window loop (``loop.py``): each window as long as the cell's N for it, callbacks once per
+        update, the partial-window policy at each epoch's end."""
         steps = train_dataset.get_dataset_size()
         self._check_window_fits(steps)
-        cell = self._train_network
+        cell = train_network(self)
         per_epoch, updates = self._plan_updates(steps, epoch)
         if updates is not None:
             check_lr_schedule("Model_ACCU.train", cell.optimizer, epoch * steps, updates)
@@ -206,65 +259,30 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                                                                      world)
         writer = StateWriter(cell, self._state_path, self._save_state_every, epoch * steps, micro_done, rank, world)
         with dataset_starting_at(train_dataset, micro_done):
-            dataset_helper, _ = self._exec_preprocess(is_train=True, dataset=train_dataset, dataset_sink_mode=False,
-                                                      epoch_num=epoch)
+            dataset_helper = exec_train_preprocess(self, train_dataset, epoch)
         cb_params.dataset_sink_mode = False
         cb_params.batch_num = per_epoch
         self.batch_num = cb_params.batch_num
         pending = int(cell.accu_micro_steps.asnumpy()) if self._resume_from is not None else 0
-        window_steps = cell.next_window_steps() if pending else 0
-        run_context = RunContext(cb_params)
-        list_callback.on_train_begin(run_context)
-        for i in range(micro_done // steps, epoch):
-            cb_params.cur_epoch_num = i + 1
-            self._current_epoch_num = cb_params.cur_epoch_num
-            self._current_step_num = 0
-            list_callback.on_train_epoch_begin(run_context)
-            for index, next_element in enumerate(dataset_helper, start=micro_done % steps):
-                next_element = transfer_tensor_to_tuple(next_element)
-                if not pending:
-                    window_steps = cell.next_window_steps()
-                    cb_params.cur_step_num += 1
-                    self._current_step_num = int((cb_params.cur_step_num - 1) % cb_params.batch_num + 1)
-                    cb_params.train_dataset_element = next_element
-                    list_callback.on_train_step_begin(run_context)
-                pending += 1
-                update = pending == window_steps or index == steps - 1
-                self._check_network_mode(cell, True)
-                cell.set_accumulation(not update)
-                outputs = cell(*next_element)
-                micro_done += 1
-                if update:
-                    cb_params.net_outputs = outputs
-                    cb_params.window_record = self._window_record(cb_params, outputs, pending, window_steps)
-                    pending = 0
-                    list_callback.on_train_step_end(run_context)
-                writer.after(micro_done, cb_params.cur_step_num, at_update_boundary=update)
-                if update and run_context.get_stop_requested():
-                    break
-            reset_op_ids()
-            self._eval_during_train(valid_infos, cb_params, list_callback)
-            train_dataset.reset()
-            self._flush_from_cache(cb_params)
-            list_callback.on_train_epoch_end(run_context)
-            cb_params.pop("metrics", None)
-            cb_params.pop("eval_results", None)
-            if run_context.get_stop_requested():
-                break
-        list_callback.on_train_end(run_context)
+
+        def epoch_data(_):
+            return (transfer_tensor_to_tuple(element) for element in dataset_helper)
+        front = _ModelFront(self, train_dataset, valid_infos)
+        WindowLoop(front, epoch, steps, self._partial_window, cb_params, list_callback, micro_done, pending,
+                   writer).run(epoch_data)
 
     # ---------------------------------------------------------------- sink: two sunk graphs per window
     def _train_dataset_sink_process(self, epoch, train_dataset, list_callback=None, cb_params=None, sink_size=-1,
                                     initial_epoch=0, valid_infos=None):
         """Per window: the accumulation graph sunk for N-1 steps, then the update graph sunk for 1 step."""
-        _check_fixed_steps("Model_ACCU.train", self._train_network)
+        _check_fixed_steps("Model_ACCU.train", train_network(self))
         n = self.gradient_accumulation_steps
         if self._resume_from is not None or self._save_state_every:
             raise ValueError("For 'Model_ACCU.train', exact state saving and 'resume_from' work without dataset "
                              "sink mode; pass dataset_sink_mode=False, or resume at an epoch with 'initial_epoch'.")
         if n == 1:
-            return super()._train_dataset_sink_process(epoch, train_dataset, list_callback, cb_params, sink_size,
-                                                       initial_epoch, valid_infos)
+            return base_sink_process(self, epoch, train_dataset, list_callback, cb_params, sink_size, initial_epoch,
+                                     valid_infos)
         dataset_size = train_dataset.get_dataset_size()
         sink_size = dataset_size if sink_size == -1 else sink_size
         self._check_window_fits(sink_size)
@@ -274,7 +292,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                              f"{sink_size}. "
                              f"Pass sink_size=k*{n}, or drop or pad batches.")
         cycles = sink_size // n
-        check_lr_schedule("Model_ACCU.train", self._train_network.optimizer, epoch * sink_size, epoch * cycles)
+        check_lr_schedule("Model_ACCU.train", train_network(self).optimizer, epoch * sink_size, epoch * cycles)
         dataset_sink_num = math.ceil(epoch * sink_size / dataset_size)
         train_dataset.__total_batch__ = epoch * sink_size
         cb_params.sink_size = sink_size
@@ -284,20 +302,19 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         helper = self._make_sink_helper(train_dataset, sink_size, dataset_sink_num)
         sink_net = self._connect(helper)
         sink_net.set_train(True)
-        self._backbone_is_train = True
+        mark_backbone_training(self)
         cb_params.train_network = sink_net
         cb_params.dataset_helper = helper
         run_context = RunContext(cb_params)
         list_callback.on_train_begin(run_context)
         for i in range(initial_epoch, epoch):
             cb_params.cur_epoch_num = i + 1
-            self._current_epoch_num = cb_params.cur_epoch_num
-            self._current_step_num = 0
+            set_current_position(self, cb_params.cur_epoch_num, 0)
             list_callback.on_train_epoch_begin(run_context)
             for _ in range(cycles):
                 cb_params.cur_step_num += 1
-                self._current_step_num = int((cb_params.cur_step_num - 1) % cycles + 1)
-                self._store_training_step_info(cb_params)
+                set_current_position(self, cb_params.cur_epoch_num, int((cb_params.cur_step_num - 1) % cycles + 1))
+                store_training_step_info(self, cb_params)
                 list_callback.on_train_step_begin(run_context)
                 self._run_sink_graph(sink_net, train_dataset, accumulate=True, loop=n - 1)
                 cb_params.net_outputs = self._run_sink_graph(sink_net, train_dataset, accumulate=False, loop=1)
@@ -307,7 +324,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                     break
             helper.continue_send()
             reset_op_ids()
-            self._eval_during_train(valid_infos, cb_params, list_callback)
+            eval_during_train(self, valid_infos, cb_params, list_callback)
             list_callback.on_train_epoch_end(run_context)
             cb_params.pop("metrics", None)
             cb_params.pop("eval_results", None)
@@ -320,15 +337,15 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
 
     def _window_record(self, cb_params, outputs, micro_batches, window_steps):
         """A function building the update's WindowRecord on demand (it reads the device only when called)."""
-        cell = self._train_network
+        cell = train_network(self)
         return partial(window_record, cb_params, outputs, micro_batches,
                        (cell.accu_last_items, cell.accu_last_grad_norm, cell.accu_last_clipped), cell.optimizer,
                        cell.noise_records, window_steps)
 
     def _run_sink_graph(self, sink_net, dataset, accumulate, loop):
         """Select the mode and phase right before the call (set_train resets the phase), then launch."""
-        sink_net = self._check_network_mode(sink_net, True)
-        self._train_network.set_accumulation(accumulate)
+        sink_net = check_network_mode(self, sink_net)
+        train_network(self).set_accumulation(accumulate)
         phase = ACCUMULATE_PHASE if accumulate else UPDATE_PHASE
         sink_net.phase = phase
         if phase not in self._registered_loops:
@@ -341,13 +358,13 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         """Create the device queue with a loop size of 1 (any N; no divisibility check on N-1)."""
         dataset.__loop_size__ = 1
         helper = DatasetHelper(dataset, True, sink_size, dataset_sink_num)
-        if self._need_reset_data:
+        if needs_dataset_reset(self):
             set_training_dataset(helper)
         return helper
 
     def _connect(self, helper):
         """The sink network: GetNext in front of the (unwrapped) accumulation cell."""
-        return connect_network_with_dataset(self._train_network, helper)
+        return connect_network_with_dataset(train_network(self), helper)
 
     @staticmethod
     def _register_loop_size(dataset, loop, phase):
