@@ -3,7 +3,7 @@ from mindspore import Parameter, Tensor, context, mutable, nn, ops
 from mindspore import dtype as mstype
 
 from ..core import window
-from ..core.checks import check_clip_norm, check_optimizer
+from ..core.checks import check_bool, check_clip_norm, check_optimizer
 from ..core.engine import WINDOW_PREFIX, WindowEngine, data_parallel_reducer, float32_buffers
 from ..core.loss_scale import scale_kind, scale_parameter
 from ..core.noise_scale import noise_state
@@ -52,6 +52,9 @@ class Accumulator(WindowEngine, nn.Cell):
             ``"first"``: the first of each window, cheaper and noisier): each window yields unbiased estimates
             of |G|^2 and tr(Sigma), in the units `num_items` counts (micro-batches when it is omitted), read through
             ``noise_records`` (see ``docs/noise_scale.md``). Default: ``False``.
+        average (bool): ``True`` applies the window's mean gradient weighted by `num_items`; ``False`` the raw sum
+            of its micro-batch gradients (the tutorial's behaviour). ``False`` excludes `noise_scale`.
+            Default: ``True``.
 
     Inputs:
         - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter.
@@ -98,7 +101,7 @@ class Accumulator(WindowEngine, nn.Cell):
     """
 
     def __init__(self, optimizer, gradient_accumulation_steps=None, clip_norm=None, loss_scaler=None,
-                 noise_scale=False, *, accumulate_step=None, accumulation_steps=None):
+                 noise_scale=False, average=True, *, accumulate_step=None, accumulation_steps=None):
         super().__init__(auto_prefix=False)
         owner = "Accumulator"
         steps = steps_argument(owner, gradient_accumulation_steps, {"accumulate_step": accumulate_step,
@@ -108,7 +111,8 @@ class Accumulator(WindowEngine, nn.Cell):
             data_parallel_reducer(optimizer.parameters)
         kind = scale_kind(owner, loss_scaler, "loss_scaler")
         self._init_engine(owner, float32_buffers(optimizer.parameters, "accu_grads"), window.WindowState(WINDOW_PREFIX),
-                          check_clip_norm(owner, clip_norm), noise=noise_state(owner, WINDOW_PREFIX, noise_scale),
+                          check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
+                          noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
                           loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
                           items_source="passed to the Accumulator", rebuild="a new Accumulator")
         self._init_steps(*steps)

@@ -9,7 +9,7 @@ every ``accumulation_steps``-th call), the matching phase is selected right befo
 from mindspore import nn, ops
 
 from ..core import window
-from ..core.checks import check_cell, check_clip_norm, check_optimizer, check_optimizer_trains, check_sens
+from ..core.checks import check_bool, check_cell, check_clip_norm, check_optimizer, check_optimizer_trains, check_sens
 from ..core.engine import WINDOW_PREFIX, WindowEngine
 from ..core.noise_scale import noise_state
 from ..core.schedule import steps_argument
@@ -154,6 +154,9 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             tr(Sigma), read through ``noise_records`` and :class:`WindowTelemetry` (see ``docs/noise_scale.md``).
             ``True`` measures every micro-batch, ``"first"`` only the first of each window on each device (one
             gradient pass per window instead of one per micro-batch; a noisier estimate). Default: ``False``.
+        average (bool): ``True`` applies the mean gradient over the window's samples or items; ``False`` the raw
+            sum of its micro-batch gradients (the tutorial's behaviour; reduced across devices as MindSpore's reducer
+            does). ``False`` excludes `noise_scale`. Default: ``True``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -186,14 +189,15 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
     """
 
     def __init__(self, network, optimizer, sens=1.0, gradient_accumulation_steps=None, clip_norm=None,
-                 noise_scale=False, *, accumulation_steps=None):
+                 noise_scale=False, average=True, *, accumulation_steps=None):
         owner = "TrainAccuStepsCell"
         steps = steps_argument(owner, gradient_accumulation_steps, {"accumulation_steps": accumulation_steps}, 1)
         check_cell_arguments(owner, network, optimizer)
         super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
         self._init_engine(owner, self.weights.clone(prefix="accu_grads", init="zeros"),
                           window.WindowState(WINDOW_PREFIX), check_clip_norm(owner, clip_norm),
-                          noise=noise_state(owner, WINDOW_PREFIX, noise_scale))
+                          check_bool(owner, "average", average),
+                          noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average))
         self._init_steps(*steps)
         self._init_modes()
 

@@ -4,7 +4,7 @@ from mindspore import dtype as mstype
 
 from ..compat import overflow_saturates
 from ..core import window
-from ..core.checks import check_clip_norm
+from ..core.checks import check_bool, check_clip_norm
 from ..core.engine import WINDOW_PREFIX, WindowEngine, float32_buffers
 from ..core.loss_scale import SCALER, check_scale_sense, scale_kind
 from ..core.noise_scale import noise_state
@@ -45,6 +45,9 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         noise_scale (Union[bool, str]): Measure the gradient noise scale, as in :class:`TrainAccuStepsCell`
             (``True``: every micro-batch; ``"first"``: the first of each window on each device); an overflowing
             window gives no estimate. Default: ``False``.
+        average (bool): ``True`` applies the mean gradient over the window's samples or items; ``False`` the raw
+            sum of its micro-batch gradients (the tutorial's behaviour; reduced across devices as MindSpore's reducer
+            does). ``False`` excludes `noise_scale`. Default: ``True``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -81,7 +84,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
     """
 
     def __init__(self, network, optimizer, scale_sense, gradient_accumulation_steps=None, clip_norm=None,
-                 noise_scale=False, *, accumulation_steps=None):
+                 noise_scale=False, average=True, *, accumulation_steps=None):
         owner = "TrainAccuStepsWithLossScaleCell"
         steps = steps_argument(owner, gradient_accumulation_steps, {"accumulation_steps": accumulation_steps}, 1)
         check_cell_arguments(owner, network, optimizer)
@@ -92,7 +95,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         scale = scale_sense.scale_value if kind == SCALER else self.scale_sense
         updater = scale_sense if kind == SCALER else self.loss_scaling_manager
         self._init_engine(owner, float32_buffers(self.weights, "accu_grads"), window.WindowState(WINDOW_PREFIX),
-                          check_clip_norm(owner, clip_norm), noise=noise_state(owner, WINDOW_PREFIX, noise_scale),
+                          check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
+                          noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
                           loss_scale=(kind, updater, scale))
         self._init_steps(*steps)
         self._init_modes()

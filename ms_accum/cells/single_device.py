@@ -111,7 +111,7 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
         seed = self.accu_scale * self.sens if self.scale_kind is not None else self.sens
         grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, seed, self._eager))
         grads = self.grad_reducer(grads)
-        return self._add_micro_batch(loss, items, grads, items if self.average else ops.ones_like(items))
+        return self._add_micro_batch(loss, items, grads)
 
 
 class TrainOptim(WindowEngine, nn.Cell):

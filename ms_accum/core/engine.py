@@ -167,13 +167,15 @@ class WindowEngine(NoiseMeasure):
         self._eager = context.get_context("mode") == context.PYNATIVE_MODE
 
     def _add_micro_batch(self, loss, items, grads, weight=None):
-        """accu_grads += weight * grads (weight: the items by default); counters take in the micro-batch.
+        """accu_grads += weight * grads (weight: the items by default, 1 when the cell sums instead of averaging);
+        counters take in the micro-batch.
 
         In PYNATIVE_MODE this runs as one compiled graph, with the gradients handed over as a mutable tuple (as
         constants, MindSpore would compile a new graph per call): a few small operators per parameter, launched
         one by one, cost about 3 ms per LeNet micro-batch otherwise.
         """
-        weight = items if weight is None else weight
+        if weight is None:
+            weight = items if self.average else ops.ones_like(items)
         if self._eager:
             return self._add_compiled(loss, items, mutable(grads), weight)
         return self._add(loss, items, grads, weight)

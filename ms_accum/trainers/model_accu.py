@@ -19,7 +19,8 @@ from ..compat import (base_sink_process, check_model_internals, check_network_mo
                       register_sink_loop, reset_op_ids, set_current_position, set_training_dataset,
                       store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.adaptive import AdaptiveAccumulation
-from ..core.checks import check_choice, check_lr_schedule, check_positive_int, check_resume_or_initial_epoch, check_state_saving
+from ..core.checks import (check_choice, check_lr_schedule, check_positive_int, check_resume_or_initial_epoch,
+                           check_state_saving)
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationModes
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop

@@ -1,0 +1,140 @@
+"""Every front end carries every form of the window's features, through the one engine.
+
+Loss scaling in MindSpore's three forms (an update cell, a mindspore.amp loss scaler, a scale Tensor) and the raw
+sum (average=False) on the three cells, the parallel loss-scale cell and Accumulator, both modes, against
+references built without ms_accum: value_and_grad on the concatenated window (or summed per micro-batch for the
+raw sum) and the same optimizer.
+"""
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor, amp, nn
+
+import ms_accum
+from helpers import assert_params_close, build, micro_batches, params_of
+
+SCALE = 2.0 ** 10
+FORMS = {
+    "update_cell": lambda: nn.DynamicLossScaleUpdateCell(SCALE, 2, 100),
+    "amp_dynamic": lambda: amp.DynamicLossScaler(SCALE, 2, 100),
+    "amp_static": lambda: amp.StaticLossScaler(SCALE),
+    "tensor": lambda: Tensor(SCALE, ms.float32),
+}
+DYNAMIC = {"update_cell", "amp_dynamic"}
+PATHS = ("cells", "parallel", "accumulator")
+
+
+class _Path:
+    """One front end, driven window by window; `scale` is the loss-scale form or None."""
+
+    def __init__(self, path, scale=None, average=True):
+        self.net, loss, self.opt = build("momentum")
+        self.path = path
+        loss_net = nn.WithLossCell(self.net, loss)
+        if path == "cells":
+            grad_sum = self.opt.parameters.clone(prefix="grad_sum", init="zeros")
+            self.forward_backward = ms_accum.TrainForwardBackward(loss_net, self.opt, grad_sum, average=average,
+                                                                  scale_sense=scale)
+            self.optim = ms_accum.TrainOptim(self.opt, grad_sum, average=average, scale_sense=scale)
+            self.clear = ms_accum.TrainClear(grad_sum)
+        elif path == "parallel":
+            cls = ms_accum.TrainAccuStepsCell if scale is None else ms_accum.TrainAccuStepsWithLossScaleCell
+            extra = {} if scale is None else {"scale_sense": scale}
+            self.cell = cls(loss_net, self.opt, average=average, **extra)
+        else:
+            self.accumulator = ms_accum.Accumulator(self.opt, 100, loss_scaler=scale, average=average)
+            net, accumulator, seed = self.net, self.accumulator, self.accumulator.accu_scale
+
+            def forward(x, y):
+                value = loss(net(x), y)
+                return value if seed is None else value * seed
+            grad_fn = ms.value_and_grad(forward, None, self.opt.parameters)
+
+            def step(x, y):
+                _, grads = grad_fn(x, y)
+                return accumulator(grads, x.shape[0])
+            self.step = ms.jit(step) if ms.get_context("mode") == ms.GRAPH_MODE else step
+
+    def window(self, batches):
+        """Train one window; returns the overflow decision (False without loss scaling)."""
+        for index, (x, y) in enumerate(batches):
+            last = index == len(batches) - 1
+            if self.path == "cells":
+                self.forward_backward(Tensor(x), Tensor(y))
+            elif self.path == "parallel":
+                out = self.cell.set_accumulation(not last)(Tensor(x), Tensor(y))
+            else:
+                self.step(Tensor(x), Tensor(y))
+        if self.path == "cells":
+            out = self.optim()
+            self.clear()
+        elif self.path == "accumulator":
+            self.accumulator.flush()
+            return bool(self.accumulator.last_overflow.asnumpy()) if self.accumulator.scale_kind else False
+        return bool(out[1].asnumpy()) if isinstance(out, tuple) else False
+
+    def scale_now(self):
+        holder = {"cells": lambda: self.optim, "parallel": lambda: self.cell,
+                  "accumulator": lambda: self.accumulator}[self.path]()
+        return float(holder.accu_scale.asnumpy())
+
+
+def _reference(windows, average=True):
+    """Momentum stepped once per window: the gradient of the window's mean loss (or the raw sum of its
+    micro-batches' mean-loss gradients), by value_and_grad with no ms_accum code."""
+    net, loss, opt = build("momentum")
+
+    def forward(x, y):
+        return loss(net(x), y)
+    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
+    for window in windows:
+        if average:
+            _, grads = grad_fn(Tensor(np.concatenate([x for x, _ in window])),
+                               Tensor(np.concatenate([y for _, y in window])))
+        else:
+            parts = [grad_fn(Tensor(x), Tensor(y))[1] for x, y in window]
+            grads = tuple(sum(g[i] for g in parts[1:]) + parts[0][i] for i in range(len(parts[0])))
+        opt(grads)
+    return params_of(net)
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+@pytest.mark.parametrize("path", PATHS)
+def test_every_loss_scale_form_skips_an_overflowing_window_on_every_path(path, form, exec_mode):
+    """A window with an inf in one micro-batch is skipped whole (parameters exact), the scale halves once for a
+    dynamic form, and the next window equals its large batch."""
+    batches = micro_batches((4, 3, 4, 4, 2, 4), seed=5)
+    bad = [(x.copy(), y) for x, y in batches[:3]]
+    bad[1][0][0, 0, 0, 0] = np.inf
+    run = _Path(path, FORMS[form]())
+    before = params_of(run.net)
+    assert run.window(bad), f"{path}/{form}: the overflowing window was not reported"
+    for name, value in params_of(run.net).items():
+        np.testing.assert_array_equal(value, before[name], err_msg=f"{path}/{form}: {name} moved")
+    assert run.scale_now() == (SCALE / 2 if form in DYNAMIC else SCALE), f"{path}/{form}: scale not updated once"
+    assert not run.window(batches[3:])
+    assert_params_close(params_of(run.net), _reference([batches[3:]]), context=f"{path}/{form}/{exec_mode}")
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_raw_sum_on_every_path(path, exec_mode):
+    """average=False applies the sum of the micro-batches' mean-loss gradients (the tutorial's behaviour)."""
+    batches = micro_batches((4, 3, 4, 4, 2, 4), seed=7)
+    windows = [batches[:3], batches[3:]]
+    run = _Path(path, average=False)
+    for window in windows:
+        run.window(window)
+    assert_params_close(params_of(run.net), _reference(windows, average=False), context=f"{path}/{exec_mode}")
+
+
+@pytest.mark.parametrize("path", ["parallel", "accumulator"])
+def test_the_raw_sum_excludes_the_noise_scale(path):
+    net, loss, opt = build("momentum")
+    owner = "Accumulator" if path == "accumulator" else "TrainAccuStepsCell"
+    with pytest.raises(ValueError, match=rf"For '{owner}', 'noise_scale' needs the window's weighted mean gradient "
+                                         r"\(average=True\), but got average=False"):
+        if path == "accumulator":
+            ms_accum.Accumulator(opt, 2, noise_scale=True, average=False)
+        else:
+            ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, noise_scale=True, average=False)
