@@ -5,21 +5,21 @@
 
 Each optimizer step applies the mean gradient of --accumulation_steps micro-batches of --batch_size samples,
 the same update as one batch of accumulation_steps*batch_size (times the number of devices in parallel modes).
-With the driver, N may follow a schedule (--accumulation_schedule 0:1,2:2,4:3) or be chosen between windows from
-the measured gradient noise scale (--adaptive_steps 1:16); --noise_scale records the noise scale of every window
-in the telemetry.
+With every trainer, N may follow a schedule (--accumulation_schedule 0:1,2:2,4:3) or be chosen between windows
+from the measured gradient noise scale (--adaptive_steps 2:16); --noise_scale records the noise scale of every
+window; --raw_sum and --partial_window work alike (dataset sink mode takes one N and whole windows).
 Checkpoints (network and optimizer state) are written at the end of every epoch as
 checkpoint_lenet-<epoch>_<update>.ckpt, in --ckpt_path (one device) or --ckpt_path/rank_<r> (parallel).
 
 Trainers: 'driver' (one device: GradientAccumulation over the three single-device cells), 'model_accu'
 (TrainAccuStepsCell trained by Model_ACCU; required by the parallel modes, and the one that uses dataset sink mode
-on GPU/Ascend) or 'functional' (one device: a mindspore.value_and_grad loop with ms_accum.Accumulator). Parallel modes are launched with msrun, for example on 2 CPU processes:
+on GPU/Ascend) or 'functional' (one device: a mindspore.value_and_grad loop with ms_accum.Accumulator). Parallel
+modes are launched with msrun, for example on 2 CPU processes:
 
     msrun --worker_num=2 --local_worker_num=2 --master_addr=127.0.0.1 --master_port=8118 --join=True \
         --log_dir=runs/msrun_logs model_zoo_lenet/train.py --parallel_mode data_parallel ...
 """
 import argparse
-import math
 import os
 import sys
 import time
@@ -71,17 +71,17 @@ def parse_args(argv):
     parser.add_argument("--ckpt_path", default="runs/lenet", help="directory for checkpoints")
     parser.add_argument("--epoch_size", type=positive_int, default=10)
     parser.add_argument("--batch_size", type=positive_int, default=32, help="micro-batch size")
-    parser.add_argument("--accumulation_steps", type=positive_int, default=4,
-                        help="micro-batches per optimizer step (default: %(default)s)")
+    parser.add_argument("--gradient_accumulation_steps", "--accumulation_steps", dest="accumulation_steps",
+                        type=positive_int, default=4, help="N, micro-batches per optimizer step (default: %(default)s)")
     parser.add_argument("--accumulation_schedule", type=schedule_argument, default=None, metavar="U:N,...",
                         help="micro-batches per update by update index, replacing --accumulation_steps: 0:1,2:2,4:3 "
-                             "runs updates 0-1 with 1, 2-3 with 2, then 3 (--trainer driver)")
+                             "runs updates 0-1 with 1, 2-3 with 2, then 3 (not with --dataset_sink_mode)")
     parser.add_argument("--noise_scale", action="store_true",
                         help="measure the gradient noise scale of every window (telemetry columns grad_sq, "
-                             "noise_trace, noise_scale; --trainer driver or model_accu)")
+                             "noise_trace, noise_scale; the functional trainer prints it at each epoch's end)")
     parser.add_argument("--adaptive_steps", type=steps_range, default=None, metavar="MIN:MAX",
                         help="choose N between windows from the measured noise scale, in MIN..MAX, starting at MIN "
-                             "(--trainer driver with --lr_schedule constant; implies --noise_scale)")
+                             "(with --lr_schedule constant; implies --noise_scale; not with --dataset_sink_mode)")
     parser.add_argument("--adaptive_interval", type=positive_int, default=10, metavar="WINDOWS",
                         help="windows between two decisions of --adaptive_steps (default: 10)")
     parser.add_argument("--lr", type=positive_float, default=0.05,
@@ -175,11 +175,9 @@ def accumulation_plan(args, trainer_kind):
                                         ("--adaptive_steps", args.adaptive_steps)) if value is not None]
     if len(varying) > 1:
         raise ValueError("'--accumulation_schedule' and '--adaptive_steps' both set N: pass one of them.")
-    if varying and trainer_kind != "driver":
-        raise ValueError(f"'{varying[0]}' is an option of '--trainer driver'; {trainer_kind} runs one "
-                         f"--accumulation_steps.")
-    if args.noise_scale and trainer_kind == "functional":
-        raise ValueError("'--noise_scale' is an option of '--trainer driver' and '--trainer model_accu'.")
+    if varying and args.dataset_sink_mode:
+        raise ValueError(f"'{varying[0]}' needs N to change between windows, but '--dataset_sink_mode' compiles its "
+                         f"graphs for one --accumulation_steps: drop one of them.")
     if args.adaptive_steps is None:
         return None, args.accumulation_schedule or AccumulationSchedule(args.accumulation_steps)
     if args.lr_schedule != "constant":
@@ -255,9 +253,9 @@ def main(argv=None):
     if trainer_kind in ("driver", "functional") and (args.parallel_mode != "stand_alone" or args.dataset_sink_mode):
         raise ValueError(f"'--trainer {trainer_kind}' runs on one device without sink mode; use '--trainer "
                          f"model_accu' with --parallel_mode or --dataset_sink_mode.")
-    if trainer_kind != "driver" and (args.raw_sum or args.partial_window != "flush"):
-        raise ValueError(f"'--raw_sum' and '--partial_window' other than 'flush' are options of '--trainer driver'; "
-                         f"{trainer_kind} always averages and flushes a partial window at the end of an epoch.")
+    if args.dataset_sink_mode and args.partial_window != "flush":
+        raise ValueError(f"'--partial_window {args.partial_window}' needs windows cut by epoch, but "
+                         f"'--dataset_sink_mode' sinks whole windows only: drop one of them.")
     policy, plan = accumulation_plan(args, trainer_kind)
     set_device(args.device_target)
     set_mode(args.mode, args.device_target)
@@ -276,13 +274,13 @@ def main(argv=None):
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     n = args.accumulation_steps
     sink_size = steps // n * n if args.dataset_sink_mode else -1
-    if trainer_kind == "driver":
-        before, total_updates = plan.run_plan(steps, args.epoch_size, args.partial_window)
-        updates_per_epoch = max(1, total_updates // args.epoch_size)
-    else:
-        updates_per_epoch = sink_size // n if args.dataset_sink_mode else math.ceil(steps / n)
+    if args.dataset_sink_mode:
+        updates_per_epoch = sink_size // n
         total_updates = updates_per_epoch * args.epoch_size
         before = [updates_per_epoch * epoch for epoch in range(args.epoch_size + 1)]
+    else:
+        before, total_updates = plan.run_plan(steps, args.epoch_size, args.partial_window)
+        updates_per_epoch = max(1, total_updates // args.epoch_size)
     if not 0 <= args.warmup_epochs <= args.epoch_size:
         raise ValueError(f"'--warmup_epochs' must be an int in [0, --epoch_size {args.epoch_size}], but got "
                          f"{args.warmup_epochs}.")
@@ -299,8 +297,9 @@ def main(argv=None):
     elif trainer_kind == "functional":
         state_cell = ms_accum.TrainState(nn.WithLossCell(net, loss), optimizer)
     else:
-        state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=n,
-                                                 clip_norm=args.clip_norm, noise_scale=args.noise_scale)
+        state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer,
+                                                 gradient_accumulation_steps=policy or plan, clip_norm=args.clip_norm,
+                                                 noise_scale=args.noise_scale, average=not args.raw_sum)
     resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
     if exact:
         check_same_schedule(optimizer, resume)
@@ -325,8 +324,10 @@ def main(argv=None):
           f"epochs {initial_epoch + 1}.."
           f"{args.epoch_size}", flush=True)
     if trainer_kind == "functional":
-        last = train_functional(net, loss, optimizer, dataset, args.epoch_size, n, directory, args.clip_norm,
-                                initial_epoch, args.log_every)
+        last = train_functional(net, loss, optimizer, dataset, args.epoch_size, policy or plan, directory,
+                                args.clip_norm, initial_epoch, args.log_every, noise_scale=args.noise_scale,
+                                average=not args.raw_sum, partial_window=args.partial_window,
+                                initial_updates=before[initial_epoch])
         print(f"last checkpoint: {last}", flush=True)
         return 0
     state_path = os.path.join(directory, STATE_FILE)
@@ -349,7 +350,8 @@ def main(argv=None):
     else:
         model = ms_accum.Model_ACCU(state_cell, state_path=state_path, save_state_every=save_state_every)
         model.train(args.epoch_size, dataset, callbacks=callbacks, dataset_sink_mode=args.dataset_sink_mode,
-                    sink_size=sink_size, initial_epoch=initial_epoch, resume_from=resume if exact else None)
+                    sink_size=sink_size, initial_epoch=initial_epoch, resume_from=resume if exact else None,
+                    partial_window=args.partial_window)
     print(f"last checkpoint: {checkpoints.latest_ckpt_file_name}", flush=True)
     if world > 1:
         release_parallel()

@@ -123,7 +123,7 @@ def test_functional_trainer_and_clipping_train_lenet_like_the_driver(tmp_path):
               "--lr", 0.1, "--clip_norm", 0.5, "--log_every", 1)
     _, out, _ = run_script("train.py", "--trainer", "functional", "--ckpt_path", tmp_path / "f", "--epoch_size", 1,
                            *common)
-    assert re.search(r"^epoch 1 update 5/5: micro-batch loss [0-9.]+$", out, re.M), out
+    assert re.search(r"^epoch 1 micro-batch 20/20: 5 updates so far, micro-batch loss [0-9.]+$", out, re.M), out
     run_script("train.py", "--trainer", "driver", "--ckpt_path", tmp_path / "d", "--epoch_size", 1, *common)
     functional = ms.load_checkpoint(str(tmp_path / "f" / "checkpoint_lenet-1_5.ckpt"))
     driver = ms.load_checkpoint(str(tmp_path / "d" / "checkpoint_lenet-1_5.ckpt"))
@@ -138,6 +138,27 @@ def test_functional_trainer_and_clipping_train_lenet_like_the_driver(tmp_path):
                "--resume", tmp_path / "f" / "checkpoint_lenet-1_5.ckpt", *common)
     resumed = ms.load_checkpoint(str(tmp_path / "f" / "checkpoint_lenet-2_5.ckpt"))
     assert int(resumed["global_step"].asnumpy()[0]) == 10
+
+
+@pytest.mark.slow
+def test_every_trainer_takes_a_schedule_the_noise_scale_and_partial_windows(tmp_path):
+    """The driver, Model_ACCU and the functional loop with the same schedule, noise scale and dropped partial
+    window end the epoch with the same parameters (20 micro-batches: windows of 1, 1, 2, 2, 3, 3, 3, 3, then 2
+    dropped): each is exact, so they agree."""
+    common = ("--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 32, "--accumulation_schedule",
+              "0:1,2:2,4:3", "--noise_scale", "--partial_window", "drop", "--lr", 0.1, "--epoch_size", 1,
+              "--log_every", 0)
+    params = {}
+    for trainer in ("driver", "model_accu", "functional"):
+        run_script("train.py", "--trainer", trainer, "--ckpt_path", tmp_path / trainer, *common)
+        [name] = [f for f in os.listdir(tmp_path / trainer) if f.startswith("checkpoint_lenet-1_")]
+        params[trainer] = ms.load_checkpoint(str(tmp_path / trainer / name))
+        assert int(params[trainer]["global_step"].asnumpy()[0]) == 8, (trainer, name)
+    for trainer in ("model_accu", "functional"):
+        for param in LeNet5().get_parameters():
+            want = params["driver"][param.name].asnumpy()
+            err = np.abs(params[trainer][param.name].asnumpy() - want).max() / np.abs(want).max()
+            assert err <= 1e-4, f"{param.name}: {trainer} and the driver differ by {err:.3g}"
 
 
 class _TutorialForwardBackward(nn.Cell):
@@ -240,8 +261,9 @@ class TestCommandLineErrors:
                                                                         "'--adaptive_steps' both set N"),
         (("--adaptive_steps", "2:8"), "'--adaptive_steps' needs '--lr_schedule constant', but got '--lr_schedule "
                                       "cosine'"),
-        (("--accumulation_schedule", "0:2", "--trainer", "model_accu"), "'--accumulation_schedule' is an option of "
-                                                                        "'--trainer driver'"),
+        (("--accumulation_schedule", "0:2", "--trainer", "model_accu", "--dataset_sink_mode"),
+         "'--accumulation_schedule' needs N to change between windows, but '--dataset_sink_mode' compiles its graphs "
+         "for one --accumulation_steps"),
     ])
     def test_schedule_flags(self, flags, message):
         assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, *flags, check=False), message)

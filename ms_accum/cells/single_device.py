@@ -6,7 +6,7 @@ each micro-batch's gradient is weighted by what it weighs (``weighting.py``) whi
 divided by the window's total before the optimizer sees it. ``average=False`` reproduces the tutorial's raw sum
 instead.
 """
-from mindspore import jit, nn, ops
+from mindspore import jit, nn
 
 from ..core import window
 from ..core.checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
