@@ -164,6 +164,61 @@ def test_the_private_import_scan_finds_what_it_looks_for(tmp_path):
     assert [line for line, _ in _private_mindspore_imports(str(sample))] == [1, 2, 3]
 
 
+def _mindspore_private_attributes():
+    """The private attribute and method names of the MindSpore objects ms_accum builds on (classes and instances
+    of Cell, the training cells, optimizers, Model, loss-scale cells, Parameter, Tensor)."""
+    net = nn.Dense(2, 2)
+    optimizer = nn.Momentum(net.trainable_params(), 0.1, 0.9)
+    loss_net = nn.WithLossCell(net, nn.MSELoss())
+    objects = [nn.Cell(), net, optimizer, loss_net, nn.TrainOneStepCell(loss_net, optimizer),
+               nn.TrainOneStepWithLossScaleCell(loss_net, optimizer, ms.Tensor(1.0)),
+               Model(net, nn.MSELoss(), optimizer), nn.DynamicLossScaleUpdateCell(2.0, 2, 10),
+               ms.Parameter(ms.Tensor(1.0), name="p"), ms.Tensor(1.0)]
+    names = set()
+    for obj in objects:
+        for cls in type(obj).__mro__:
+            if cls.__module__.startswith("mindspore"):
+                names |= {name for name in vars(cls) if name.startswith("_") and not name.startswith("__")}
+        names |= {name for name in getattr(obj, "__dict__", {}) if name.startswith("_") and not name.startswith("__")}
+    return names
+
+
+def _private_mindspore_attributes(path, names):
+    """(line, name) of every use of a MindSpore private attribute in the file at `path`: read or set (``x._name``),
+    or overridden by a method of the same name (but the Model methods Model_ACCU overrides on purpose, which
+    compat checks at import)."""
+    found = []
+    for node in ast.walk(ast.parse(open(path, encoding="utf-8").read(), path)):
+        if isinstance(node, ast.Attribute) and node.attr in names:
+            found.append((node.lineno, node.attr))
+        elif isinstance(node, ast.ClassDef):
+            found += [(item.lineno, f"def {item.name}") for item in node.body
+                      if isinstance(item, ast.FunctionDef) and item.name in names
+                      and item.name not in _compat.MODEL_METHODS]
+    return found
+
+
+def test_no_module_but_compat_touches_a_private_mindspore_attribute():
+    names = _mindspore_private_attributes()
+    offenders = {}
+    for path in _python_files("ms_accum", "model_zoo_lenet", "benchmarks"):
+        if os.path.relpath(path, ROOT).startswith(os.path.join("ms_accum", "compat")):
+            continue
+        found = _private_mindspore_attributes(path, names)
+        if found:
+            offenders[os.path.relpath(path, ROOT)] = found
+    assert not offenders, f"read, set or override these through ms_accum/compat: {offenders}"
+
+
+def test_the_private_attribute_scan_finds_what_it_looks_for(tmp_path):
+    sample = tmp_path / "sample.py"
+    sample.write_text("cell = model._train_network\nmodel._current_step_num = 0\nok = model.train\n"
+                      "class A:\n    def _apply(self):\n        pass\n    def _train_process(self):\n        pass\n")
+    names = _mindspore_private_attributes()
+    assert sorted(_private_mindspore_attributes(str(sample), names)) == [(1, "_train_network"),
+                                                                          (2, "_current_step_num"), (5, "def _apply")]
+
+
 def test_model_accu_resets_operator_ids_once_per_epoch_where_the_release_does(monkeypatch):
     """2.7's Model resets MindRT operator ids at every epoch's end under msrun; Model_ACCU's loop must do the same
     there (faked here: one CPU process has no distributed MindRT), and nothing where the release does not."""

@@ -156,7 +156,7 @@ class Accumulator(WindowEngine, nn.Cell):
         added = self._add_micro_batch(None, items, grads)
         done = ops.depend(self.accu_micro_steps, added) >= self._steps_now()
         if done:
-            done = ops.depend(done, self._apply())
+            done = ops.depend(done, self._finish_window())
         return done
 
     def flush(self):
@@ -168,10 +168,10 @@ class Accumulator(WindowEngine, nn.Cell):
         """
         pending = self.accu_micro_steps > 0
         if pending:
-            pending = ops.depend(pending, self._apply())
+            pending = ops.depend(pending, self._finish_window())
         return pending
 
-    def _apply(self):
+    def _finish_window(self):
         """The window's update (or, on overflow, none), the loss scaler adjusted once, the buffers cleared."""
         unweighted = self.unweighted + 0
         if ops.logical_and(unweighted > 0, unweighted < self.accu_micro_steps):
@@ -183,7 +183,7 @@ class Accumulator(WindowEngine, nn.Cell):
         return ops.depend(self._apply_window(), ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
 
     def _apply_window(self):
-        """_apply once the window's weighting is known to be consistent."""
+        """_finish_window once the window's weighting is known to be consistent."""
         result, overflow, _ = self._end_window(self.optimizer)
         if self.scale_kind is None:
             return result
