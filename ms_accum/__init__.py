@@ -22,7 +22,7 @@ from .core.schedule import AccumulationSchedule
 from .trainers.state import load_training_state, save_training_state
 from .trainers.telemetry import WindowRecord, WindowTelemetry
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "TrainForwardBackward",

@@ -163,6 +163,33 @@ def test_model_accu_resumes_from_any_micro_batch(stop_after, uninterrupted_model
     assert float(cell.scale_sense.asnumpy()) == scale > 1024.0
 
 
+def test_a_state_file_of_ms_accum_0_1_0_resumes_and_a_newer_format_is_refused(uninterrupted_model, tmp_path,
+                                                                              monkeypatch):
+    """0.1.0 wrote no format number and its cells had no '<prefix>.steps': such a file (this one, stripped of
+    both) still resumes exactly; a file of a newer format is refused, naming the versions."""
+    expected, _ = uninterrupted_model
+    state = str(tmp_path / "state.ckpt")
+    model, _, _ = make_model(seed=1, state_path=state, save_state_every=1)
+    die_after(monkeypatch, ms_accum.TrainAccuStepsWithLossScaleCell, 10)
+    with pytest.raises(_Killed):
+        model.train(EPOCHS, data(), dataset_sink_mode=False)
+    monkeypatch.undo()
+    saved = ms.load_checkpoint(state)
+    assert int(saved["ms_accum_state_format"].asnumpy()) == 2 and "accu_window.steps" in saved
+    old = [{"name": name, "data": value} for name, value in saved.items()
+           if name not in ("ms_accum_state_format", "accu_window.steps")]
+    for path in (state, state.replace(".ckpt", ".prev.ckpt")):
+        ms.save_checkpoint(old, path)
+    resumed, net, _ = make_model(seed=99)
+    resumed.train(EPOCHS, data(), dataset_sink_mode=False, resume_from=state)
+    for name, want in expected.items():
+        np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=name)
+    ms.save_checkpoint(old + [{"name": "ms_accum_state_format", "data": ms.Tensor(3, ms.int32)}], state)
+    with pytest.raises(ms_accum.CheckpointError, match=r"is a state file of format 3, written by a newer ms_accum "
+                                                       r"than this one \(which reads formats 1 to 2\)"):
+        make_model(seed=99)[0].train(EPOCHS, data(), dataset_sink_mode=False, resume_from=state)
+
+
 # ------------------------------------------------------------------ state generations and rank agreement
 def _positions_in(state_path):
     from ms_accum.trainers.state import previous_generation

@@ -16,6 +16,14 @@ MICRO_STEPS_DONE = "ms_accum_micro_steps_done"
 UPDATES_DONE = "ms_accum_updates_done"
 RANK = "ms_accum_rank"
 WORLD = "ms_accum_world"
+FORMAT = "ms_accum_state_format"
+STATE_FORMAT = 2  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the cells' '<prefix>.steps'
+
+
+def _added_since_format_1(name):
+    """Parameters a state file of ms_accum 0.1.0 cannot hold: the N an adaptive policy chose ('<prefix>.steps'),
+    which no 0.1.0 cell had; left at its initial value, it is right for every N 0.1.0 could take."""
+    return name.endswith(".steps")
 
 
 def previous_generation(state_path):
@@ -64,7 +72,7 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
     """
     return save_checkpoint_atomic(cell, state_path, keep_previous=previous_generation(state_path),
                                   append_dict={MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done,
-                                               RANK: rank, WORLD: world})
+                                               RANK: rank, WORLD: world, FORMAT: STATE_FORMAT})
 
 
 def _generation(path, rank, world):
@@ -73,6 +81,11 @@ def _generation(path, rank, world):
     if not is_state_file(params):
         raise CheckpointError(f"'resume_from' must be a training state file (written with 'state_path'), but "
                               f"{path!r} does not record the position in the data.")
+    saved_format = int(params[FORMAT].asnumpy()) if FORMAT in params else 1
+    if saved_format > STATE_FORMAT:
+        raise CheckpointError(f"'resume_from' {path!r} is a state file of format {saved_format}, written by a newer "
+                              f"ms_accum than this one (which reads formats 1 to {STATE_FORMAT}). Upgrade ms_accum, "
+                              f"or resume from an epoch checkpoint.")
     saved_rank = int(params[RANK].asnumpy()) if RANK in params else 0
     saved_world = int(params[WORLD].asnumpy()) if WORLD in params else 1
     if saved_world != world:
@@ -137,7 +150,8 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1):
 
     Raises:
         CheckpointError: If the file is missing or unreadable, belongs to another model, another rank or another
-            device count, records no position, was written at or past the end of this run, or the ranks hold no
+            device count, was written by a newer ms_accum (a state file of ms_accum 0.1.0 is read), records no
+            position, was written at or past the end of this run, or the ranks hold no
             common position.
 
     Supported Platforms:
@@ -165,7 +179,8 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1):
     if not 0 <= position < total_micro_steps:
         raise CheckpointError(f"'resume_from' {path!r} was written after {position} micro-batches, but this run "
                               f"has only {total_micro_steps}: raise 'epoch' to continue it.")
-    load_into(cell, params, path, arg_name="resume_from", what="a training state of this model")
+    load_into(cell, params, path, arg_name="resume_from", what="a training state of this model",
+              optional=_added_since_format_1 if FORMAT not in params else None)
     return position, int(params[UPDATES_DONE].asnumpy())
 
 
