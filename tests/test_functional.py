@@ -8,7 +8,7 @@ from mindspore import Tensor, amp, nn
 
 import ms_accum
 from helpers import (assert_params_close, build, build_tagger, concat, functional_reference, micro_batches,
-                     params_of, token_batches, token_reference)
+                     params_of, reference_train, token_batches, token_reference)
 
 
 def train(optimizer, batches, steps, style, weigh=True, flush=False, seed=0, loss_scaler=None):
@@ -88,6 +88,27 @@ def test_flush_applies_the_partial_window_with_its_own_weight(style):
     assert flags == [False, True, False, True, False, True]
     assert not bool(accumulator.flush().asnumpy()), "an empty window has nothing to flush"
     assert opt.global_step.asnumpy()[0] == 3
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_drop_discards_the_partial_window(style):
+    """drop(): the open window's gradients discarded, no step, and the window not counted; the next window is
+    its own large batch."""
+    batches = micro_batches([4, 3, 5, 4, 2])
+    net, loss, opt = build("momentum")
+    accumulator = ms_accum.Accumulator(opt, 3)
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+
+    def step(x, y):
+        return accumulator(grad_fn(x, y)[1], x.shape[0])
+    step = ms.jit(step) if style == "jit" else step
+    for x, y in batches[:2]:
+        step(Tensor(x), Tensor(y))
+    assert int(accumulator.drop().asnumpy()) == 2
+    assert int(accumulator.accu_windows.asnumpy()) == 0 and int(opt.global_step.asnumpy()[0]) == 0
+    for x, y in batches[2:]:
+        step(Tensor(x), Tensor(y))
+    assert_params_close(params_of(net), reference_train("momentum", [batches[2:]]), context=f"drop, {style}")
 
 
 def test_learning_rate_schedule_advances_once_per_window():

@@ -8,7 +8,7 @@ import pytest
 
 import mindspore as ms
 import mindspore.train.model as model_module
-from mindspore import nn
+from mindspore import amp, nn
 from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
 
 import ms_accum
@@ -288,6 +288,35 @@ def test_sink_size_must_be_a_multiple_of_the_window(fake_device):
                                          r"gradient_accumulation_steps 4 in dataset sink mode, but got 10"):
         ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 10)), dataset_sink_mode=True)
     assert not fake_device.events
+
+
+SINK_FEATURES = {
+    "clip_norm": dict(clip_norm=0.05),
+    "raw_sum": dict(average=False),
+    "noise_scale": dict(noise_scale=True),
+    "loss_scale": dict(scale_sense=ms.Tensor(2.0 ** 10, ms.float32)),
+    "mixed_precision_o2": dict(amp_level="O2"),
+}
+
+
+@pytest.mark.parametrize("feature", sorted(SINK_FEATURES))
+def test_sink_mode_carries_the_cells_features(fake_device, feature):
+    """The sunk graphs run the cell with its features: sink mode (device seams faked) ends where the same cell
+    trained without sink ends, and that path is checked against large-batch references elsewhere."""
+    batches = micro_batches((4, 3, 4, 2, 4, 4, 3, 4, 4, 2, 4, 3))
+    finals = []
+    for sink in (True, False):
+        net, loss, opt = build("momentum")
+        kwargs = dict(SINK_FEATURES[feature])
+        if "amp_level" in kwargs:
+            net = amp.auto_mixed_precision(net, kwargs.pop("amp_level"))
+        cls = ms_accum.TrainAccuStepsWithLossScaleCell if "scale_sense" in kwargs else ms_accum.TrainAccuStepsCell
+        cell = cls(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=4, **kwargs)
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), dataset_sink_mode=sink)  # 3 windows
+        finals.append(({name: value.astype(np.float32) for name, value in params_of(net).items()}, [float(v.asnumpy()) for v in cell.noise_records or ()]))
+    assert fake_device.events, "the sink branch was not taken"
+    assert_params_close(finals[0][0], finals[1][0], context=f"sink with {feature}")
+    np.testing.assert_allclose(finals[0][1], finals[1][1], rtol=1e-5, err_msg="noise records")
 
 
 @pytest.mark.parametrize("steps", [{0: 1, 2: 2}, "adaptive"])

@@ -12,7 +12,7 @@ import mindspore as ms
 from mindspore import Tensor, amp, nn
 
 import ms_accum
-from helpers import assert_params_close, build, micro_batches, params_of
+from helpers import assert_params_close, build, micro_batches, numpy_dataset, params_of
 
 SCALE = 2.0 ** 10
 FORMS = {
@@ -117,6 +117,22 @@ def test_every_loss_scale_form_skips_an_overflowing_window_on_every_path(path, f
     assert_params_close(params_of(run.net), _reference([batches[3:]]), context=f"{path}/{form}/{exec_mode}")
 
 
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_the_driver_takes_every_loss_scale_form(form, exec_mode):
+    """The driver over a dataset: the overflowing first window skipped (counted by telemetry), the second equal to
+    its large batch, the scale halved once for a dynamic form."""
+    batches = micro_batches((4, 3, 4, 4, 2, 4), seed=5)
+    batches[1] = (batches[1][0].copy(), batches[1][1])
+    batches[1][0][0, 0, 0, 0] = np.inf
+    net, loss, opt = build("momentum")
+    trainer = ms_accum.GradientAccumulation(net, loss, opt, scale_sense=FORMS[form]())
+    telemetry = ms_accum.WindowTelemetry()
+    trainer.train_process(1, numpy_dataset(batches), 3, callbacks=[telemetry], ckpt_path=None, log_every=0)
+    assert [r.overflow for r in telemetry.records] == [True, False], telemetry.records
+    assert float(trainer.optim.accu_scale.asnumpy()) == (SCALE / 2 if form in DYNAMIC else SCALE)
+    assert_params_close(params_of(net), _reference([batches[3:]]), context=f"driver/{form}/{exec_mode}")
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_the_raw_sum_on_every_path(path, exec_mode):
     """average=False applies the sum of the micro-batches' mean-loss gradients (the tutorial's behaviour)."""
@@ -126,6 +142,21 @@ def test_the_raw_sum_on_every_path(path, exec_mode):
     for window in windows:
         run.window(window)
     assert_params_close(params_of(run.net), _reference(windows, average=False), context=f"{path}/{exec_mode}")
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_the_raw_sum_through_both_trainers(trainer, exec_mode):
+    batches = micro_batches((4, 3, 4, 4, 2, 4), seed=7)
+    net, loss, opt = build("momentum")
+    if trainer == "driver":
+        ms_accum.GradientAccumulation(net, loss, opt, average=False).train_process(
+            1, numpy_dataset(batches), 3, ckpt_path=None, log_every=0)
+    else:
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=3,
+                                           average=False)
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches))
+    assert_params_close(params_of(net), _reference([batches[:3], batches[3:]], average=False),
+                        context=f"{trainer}/{exec_mode}")
 
 
 @pytest.mark.parametrize("path", ["parallel", "accumulator"])

@@ -190,6 +190,53 @@ def test_a_state_file_of_ms_accum_0_1_0_resumes_and_a_newer_format_is_refused(un
         make_model(seed=99)[0].train(EPOCHS, data(), dataset_sink_mode=False, resume_from=state)
 
 
+def _own_loop(path, seed):
+    """A user's own loop on one of the front ends without a trainer: (run one micro-batch, the cell to save)."""
+    from helpers import build  # pylint: disable=import-outside-toplevel
+    net, loss, opt = build("momentum", seed)
+    loss_net = nn.WithLossCell(net, loss)
+    if path == "cells":
+        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+        forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
+        optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
+
+        def run(index, x, y):
+            forward_backward(x, y)
+            if index % 3 == 2:
+                optim()
+                clear()
+        return net, run, forward_backward
+    if path == "parallel":
+        cell = ms_accum.TrainAccuStepsCell(loss_net, opt, gradient_accumulation_steps=3)
+        return net, lambda index, x, y: cell(x, y), cell
+    accumulator = ms_accum.Accumulator(opt, 3)
+    grad_fn = ms.value_and_grad(loss_net, None, opt.parameters)
+    return net, lambda index, x, y: accumulator(grad_fn(x, y)[1], x.shape[0]), accumulator
+
+
+@pytest.mark.parametrize("path", ["cells", "parallel", "accumulator"])
+def test_a_users_own_loop_resumes_mid_window_with_save_training_state(path, tmp_path):
+    """The cell a user's loop trains holds the network, the optimizer and the open window: saved after 4 of 9
+    micro-batches (a window of 3 half full) into a state file and loaded into freshly built objects, the rest
+    of the run ends where the uninterrupted run ends."""
+    from helpers import micro_batches  # pylint: disable=import-outside-toplevel
+    batches = [(ms.Tensor(x), ms.Tensor(y)) for x, y in micro_batches([4] * 9)]
+    net, run, _ = _own_loop(path, seed=0)
+    for index, (x, y) in enumerate(batches):
+        run(index, x, y)
+    expected = params_of(net)
+    net, run, saved = _own_loop(path, seed=0)
+    for index, (x, y) in enumerate(batches[:4]):
+        run(index, x, y)
+    state = ms_accum.save_training_state(saved, str(tmp_path / "state.ckpt"), micro_steps_done=4, updates_done=2)
+    net, run, fresh = _own_loop(path, seed=7)
+    done, _ = ms_accum.load_training_state(fresh, state, total_micro_steps=9)
+    for index, (x, y) in enumerate(batches[done:], start=done):
+        run(index, x, y)
+    for name, want in expected.items():
+        np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=f"{path}: {name}")
+
+
 # ------------------------------------------------------------------ state generations and rank agreement
 def _positions_in(state_path):
     from ms_accum.trainers.state import previous_generation

@@ -245,7 +245,6 @@ class WindowEngine(NoiseMeasure):
             mean_loss = self._reset_window(mean_loss)
         return mean_loss, overflow, next_scale
 
-    @jit
     def drop(self):
         """
         Discard the open window: buffers and counters cleared, no optimizer step, and the window not counted (the
