@@ -333,6 +333,24 @@ def test_sink_mode_refuses_n_that_changes(fake_device, steps):
     assert not fake_device.events
 
 
+@pytest.mark.parametrize("kwargs", [dict(resume_from="state.ckpt"), dict(state_path="state.ckpt", every=1)],
+                         ids=["resume_from", "state_path"])
+def test_sink_mode_refuses_exact_state(fake_device, kwargs, tmp_path):
+    """Exact state is written and read between micro-batches, which sink mode does not return to Python for."""
+    cell, _, _ = make_cell("plain", steps=2)
+    every = kwargs.pop("every", 0)
+    if "state_path" in kwargs:
+        model = ms_accum.Model_ACCU(cell, state_path=str(tmp_path / kwargs.pop("state_path")), save_state_every=every)
+    else:
+        model = ms_accum.Model_ACCU(cell)
+        kwargs["resume_from"] = str(tmp_path / kwargs["resume_from"])
+    with pytest.raises(ValueError, match=r"For 'Model_ACCU.train', exact state saving and 'resume_from' work "
+                                         r"without dataset sink mode; pass dataset_sink_mode=False, or resume at an "
+                                         r"epoch with 'initial_epoch'"):
+        model.train(1, numpy_dataset(micro_batches((4,) * 4)), dataset_sink_mode=True, **kwargs)
+    assert not fake_device.events
+
+
 def _gpu_unavailable_reason():
     probe = subprocess.run([sys.executable, "-c", "import mindspore as ms; ms.set_device('GPU'); "
                             "print(ms.ops.ones((1,), ms.float32).asnumpy())"], capture_output=True, text=True,
