@@ -109,8 +109,10 @@ def test_rtol_is_checked():
 
 
 def test_accumulation_steps_larger_than_the_batch():
-    with pytest.raises(ValueError, match="'accumulation_steps' must be <= the batch size 12, but got 13"):
+    with pytest.raises(ValueError, match="'gradient_accumulation_steps' must be <= the batch size 12, but got 13"):
         ms_accum.check_equivalence(SmallConvNet, LOSS, lambda p: nn.SGD(p, 0.1), batch(), 13)
+    with pytest.raises(ValueError, match="'accumulation_steps' must be <= the batch size 12, but got 13"):
+        ms_accum.check_equivalence(SmallConvNet, LOSS, lambda p: nn.SGD(p, 0.1), batch(), accumulation_steps=13)
 
 
 def run_check(*args):

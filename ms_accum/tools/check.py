@@ -54,7 +54,8 @@ def main(argv=None):
     parser.add_argument("--num-classes", type=positive_int, required=True,
                         help="labels are drawn from 0..num_classes-1")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="the large batch (default: %(default)s)")
-    parser.add_argument("--accumulation-steps", type=positive_int, default=4)
+    parser.add_argument("--gradient-accumulation-steps", "--accumulation-steps", dest="accumulation_steps",
+                        type=positive_int, default=4, help="N, the micro-batches the batch is split into")
     parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default="momentum")
     parser.add_argument("--lr", type=positive_float, default=0.01)
     parser.add_argument("--cell", choices=list(CELLS), default="three_cells")

@@ -17,6 +17,7 @@ import mindspore as ms
 from mindspore import Tensor, nn
 
 from ..core.checks import check_bool, check_finite_positive, check_positive_int
+from ..core.schedule import steps_argument
 from ..cells.parallel import TrainAccuStepsCell
 from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 
@@ -134,8 +135,8 @@ def _relative(got, want, scale, allowance=0.0):
     return diff / scale if scale > 0 else diff
 
 
-def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulation_steps, seed=0, rtol=1e-5,
-                      cell="three_cells", average=True):
+def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_accumulation_steps=None, seed=0,
+                      rtol=1e-5, cell="three_cells", average=True, *, accumulation_steps=None):
     r"""
     Compare one accumulated window with one large-batch step, from identical initial parameters.
 
@@ -167,8 +168,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
         make_optimizer (Callable[[list], Cell]): Builds an optimizer over the given parameters.
         inputs (tuple): The large batch: numpy arrays or Tensors sharing their first (batch) dimension, in the
             order the loss network takes them (network inputs, then the label).
-        accumulation_steps (int): Micro-batches to split the batch into (``numpy.array_split``: sizes may differ
-            by one).
+        gradient_accumulation_steps (int): N, the micro-batches to split the batch into (``numpy.array_split``:
+            sizes may differ by one); ``accumulation_steps`` is accepted in its place (keyword only).
         seed (int): Seed for the network copies. Default: ``0``.
         rtol (float): Largest relative difference that passes, for both figures. Default: ``1e-5``.
         cell (str): ``"three_cells"`` (TrainForwardBackward/TrainOptim/TrainClear) or ``"accu_steps"``
@@ -180,8 +181,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
         EquivalenceReport, whose ``passed`` gives the verdict and ``str()`` a table.
 
     Raises:
-        TypeError: If `accumulation_steps` is not an int, `rtol` is not a number or `average` is not a bool.
-        ValueError: If `accumulation_steps` is < 1 or larger than the batch, `rtol` is not a finite number > 0,
+        TypeError: If N is missing, given twice or not an int, `rtol` is not a number or `average` is not a bool.
+        ValueError: If N is < 1 or larger than the batch, `rtol` is not a finite number > 0,
             `cell` is unknown, or `average` is ``False`` with ``cell="accu_steps"``.
 
     Supported Platforms:
@@ -198,7 +199,9 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
         True
     """
     owner = "check_equivalence"
-    check_positive_int(owner, "accumulation_steps", accumulation_steps)
+    accumulation_steps, steps_name = steps_argument(owner, gradient_accumulation_steps,
+                                                    {"accumulation_steps": accumulation_steps})
+    check_positive_int(owner, steps_name, accumulation_steps)
     check_finite_positive(owner, "rtol", rtol)
     check_bool(owner, "average", average)
     if cell not in CELLS:
@@ -207,7 +210,7 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, accumulatio
         raise ValueError(f"For '{owner}', 'average=False' is an option of cell='three_cells', but got cell={cell!r}.")
     arrays = [x.asnumpy() if isinstance(x, Tensor) else np.asarray(x) for x in inputs]
     if accumulation_steps > len(arrays[0]):
-        raise ValueError(f"For '{owner}', 'accumulation_steps' must be <= the batch size {len(arrays[0])}, but got "
+        raise ValueError(f"For '{owner}', '{steps_name}' must be <= the batch size {len(arrays[0])}, but got "
                          f"{accumulation_steps}.")
     micro = [tuple(map(Tensor, batch)) for batch in zip(*(np.array_split(a, accumulation_steps) for a in arrays))]
 
@@ -262,13 +265,13 @@ def _accumulate(copy, micro, cell, average):
         TrainClear(grad_sum)()
         return applied, optimizer.parameters
     _, loss_net, optimizer = copy()  # a copy that only accumulates, to read the window's gradient
-    probe = TrainAccuStepsCell(loss_net, optimizer, accumulation_steps=len(micro)).set_accumulation(True)
+    probe = TrainAccuStepsCell(loss_net, optimizer, gradient_accumulation_steps=len(micro)).set_accumulation(True)
     for batch in micro:
         probe(*batch)
     items = float(probe.accu_items.asnumpy())
     applied = [g.asnumpy().astype(np.float64) / items for g in probe.accu_grads]
     _, loss_net, optimizer = copy()
-    steps_cell = TrainAccuStepsCell(loss_net, optimizer, accumulation_steps=len(micro))
+    steps_cell = TrainAccuStepsCell(loss_net, optimizer, gradient_accumulation_steps=len(micro))
     for batch in micro:
         steps_cell(*batch)
     return applied, optimizer.parameters

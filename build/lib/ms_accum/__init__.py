@@ -1,0 +1,55 @@
+"""ms_accum: gradient accumulation for MindSpore.
+
+Single device: :class:`TrainForwardBackward`, :class:`TrainOptim` and :class:`TrainClear` share ``grad_sum``
+buffers; :class:`GradientAccumulation` drives them over a dataset, with a fixed N, an
+:class:`AccumulationSchedule` or an :class:`AdaptiveAccumulation` policy driven by the measured noise scale.
+Parallel: :class:`TrainAccuStepsCell` and :class:`TrainAccuStepsWithLossScaleCell` accumulate and communicate
+once per window; :class:`Model_ACCU` trains them, alternating two graphs in dataset sink mode.
+Functional (value_and_grad loops): :class:`Accumulator`.
+"""
+from .core.adaptive import AdaptiveAccumulation
+from .cells.parallel_loss_scale import TrainAccuStepsWithLossScaleCell
+from .cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, TrainAccuStepsCell
+from .tools.batchnorm import adjust_batchnorm_momentum
+from .trainers.checkpoint import (CheckpointError, is_accumulation_buffer, load_network_checkpoint, read_checkpoint,
+                         save_checkpoint_atomic)
+from .trainers.driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, TrainState, updates_per_epoch
+from .tools.equivalence import EquivalenceReport, check_equivalence
+from .cells.functional import Accumulator
+from .trainers.model_accu import Model_ACCU
+from .cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
+from .core.schedule import AccumulationSchedule
+from .trainers.state import load_training_state, save_training_state
+from .trainers.telemetry import WindowRecord, WindowTelemetry
+
+__version__ = "0.2.0"
+
+__all__ = [
+    "TrainForwardBackward",
+    "TrainOptim",
+    "TrainClear",
+    "GradientAccumulation",
+    "TrainState",
+    "PARTIAL_WINDOW_POLICIES",
+    "updates_per_epoch",
+    "AccumulationSchedule",
+    "AdaptiveAccumulation",
+    "TrainAccuStepsCell",
+    "TrainAccuStepsWithLossScaleCell",
+    "Model_ACCU",
+    "Accumulator",
+    "adjust_batchnorm_momentum",
+    "check_equivalence",
+    "EquivalenceReport",
+    "WindowTelemetry",
+    "WindowRecord",
+    "ACCUMULATE_PHASE",
+    "UPDATE_PHASE",
+    "save_checkpoint_atomic",
+    "read_checkpoint",
+    "load_network_checkpoint",
+    "is_accumulation_buffer",
+    "CheckpointError",
+    "save_training_state",
+    "load_training_state",
+]

@@ -1,0 +1,210 @@
+"""Accumulator: gradient accumulation for the functional training loop of MindSpore 2.x (value_and_grad)."""
+from mindspore import Parameter, Tensor, context, mutable, nn, ops
+from mindspore import dtype as mstype
+
+from ..core import window
+from ..core.checks import check_bool, check_clip_norm, check_optimizer
+from ..core.engine import WINDOW_PREFIX, WindowEngine, data_parallel_reducer, float32_buffers
+from ..core.loss_scale import scale_kind, scale_parameter
+from ..core.noise_scale import noise_state
+from ..core.schedule import steps_argument
+from ..core.weighting import as_weight
+
+
+class Accumulator(WindowEngine, nn.Cell):
+    r"""
+    Gradient accumulation for a loop written with :func:`mindspore.value_and_grad`, the MindSpore 2.x tutorial's
+    ``Accumulator`` done right.
+
+    After ``loss, grads = grad_fn(*micro_batch)``, where `grads` is the gradient of the micro-batch's **mean**
+    loss (do not divide the loss by N, as the tutorial does: the accumulator averages),
+    ``accumulator(grads, num_items)`` adds the micro-batch's gradient weighted by `num_items` (its samples, or
+    the tokens its loss averaged over; omitted, every micro-batch weighs the same: give it for every micro-batch of
+    a window or for none, since a window that mixes the two is refused). Every N-th
+    call steps the optimizer once with the window's weighted mean gradient (so a learning-rate schedule advances
+    once per window), clipped by its global norm when `clip_norm` is given, and clears the buffers;
+    :meth:`flush` applies a partial window (at the end of an epoch, say). In data parallel the gradients and item
+    counts are reduced across devices once per window.
+
+    With a `loss_scaler` (:class:`mindspore.amp.DynamicLossScaler` or :class:`mindspore.amp.StaticLossScaler`),
+    `grads` is the gradient of ``loss_scaler.scale(loss)``: the accumulator unscales it, skips the whole window
+    when any of its micro-batches overflowed (an inf or nan in the float32 buffers; parameters and optimizer state
+    untouched), and calls ``loss_scaler.adjust`` once per window. Do not call ``unscale`` or ``adjust`` yourself.
+
+    It works called from Python in PYNATIVE_MODE and inside a :func:`mindspore.jit`-compiled train step. No
+    full-size ``zeros`` copy is kept.
+
+    Args:
+        optimizer (Cell): The optimizer; `grads` follow its `parameters`.
+        gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, the
+            micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`):
+            windows are counted from 0 in its ``accu_windows`` Parameter (a flushed window counts), so the schedule
+            follows a saved and reloaded Accumulator; or an :class:`AdaptiveAccumulation` policy, decided on the
+            device after each window, inside a compiled step too (needs `noise_scale`). In a compiled step a change
+            of N compiles nothing. The tutorial's ``accumulate_step`` (and ``accumulation_steps``) is accepted in
+            its place, keyword only.
+        clip_norm (float, optional): Clip each window's gradient to this global norm, once per window, as
+            ``ops.clip_by_global_norm`` would clip the large batch's gradient. Default: ``None`` (no clipping).
+        loss_scaler (Union[mindspore.amp.LossScaler, Cell, Tensor], optional): The scaler the loss was scaled
+            with; a loss-scale update cell (:class:`mindspore.nn.DynamicLossScaleUpdateCell`) or a scale Tensor
+            is taken too: scale the loss by ``accumulator.accu_scale``. Default: ``None``.
+        noise_scale (Union[bool, str]): Measure the gradient noise scale (``True``: every micro-batch;
+            ``"first"``: the first of each window, cheaper and noisier): each window yields unbiased estimates
+            of |G|^2 and tr(Sigma), in the units `num_items` counts (micro-batches when it is omitted), read through
+            ``noise_records`` (see ``docs/noise_scale.md``). Default: ``False``.
+        average (bool): ``True`` applies the window's mean gradient weighted by `num_items`; ``False`` the raw sum
+            of its micro-batch gradients (the tutorial's behaviour). ``False`` excludes `noise_scale`.
+            Default: ``True``.
+
+    Inputs:
+        - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter.
+        - **num_items** (Union[Tensor, int, float], optional) - What the micro-batch weighs, > 0. Default:
+          ``None`` (weight 1; then omit it for every micro-batch of the window).
+
+    Outputs:
+        Tensor, bool scalar: whether this call ended a window (its update was applied, or skipped for an
+        overflow).
+
+    Raises:
+        TypeError: If `optimizer` is not an optimizer, N is missing, given twice or not an integer, `clip_norm` is not a
+            number, `loss_scaler` is not a :class:`mindspore.amp.LossScaler`, or `noise_scale` is neither a bool
+            nor a str.
+        ValueError: If N is < 1 (or a malformed schedule, or a policy without `noise_scale`) or `clip_norm` is not
+            a finite number > 0; when called, if `grads` does not hold one gradient per optimizer parameter, each
+            of its shape; when a window ends, if a micro-batch of it had `num_items` <= 0, or some of its
+            micro-batches had `num_items` and others not (the optimizer is not stepped).
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import numpy as np
+        >>> import mindspore as ms
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> loss_fn = nn.MSELoss()
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> accumulator = ms_accum.Accumulator(optimizer, gradient_accumulation_steps=4)
+        >>> def forward(x, y):
+        ...     return loss_fn(net(x), y)
+        >>> grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+        >>> @ms.jit
+        ... def train_step(x, y):
+        ...     loss, grads = grad_fn(x, y)
+        ...     return loss, accumulator(grads, x.shape[0])
+        >>> x, y = ms.Tensor(np.ones((8, 4), np.float32)), ms.Tensor(np.zeros((8, 2), np.float32))
+        >>> for _ in range(4):
+        ...     loss, updated = train_step(x, y)
+        >>> bool(updated)
+        True
+    """
+
+    def __init__(self, optimizer, gradient_accumulation_steps=None, clip_norm=None, loss_scaler=None,
+                 noise_scale=False, average=True, *, accumulate_step=None, accumulation_steps=None):
+        super().__init__(auto_prefix=False)
+        owner = "Accumulator"
+        steps = steps_argument(owner, gradient_accumulation_steps, {"accumulate_step": accumulate_step,
+                                                                    "accumulation_steps": accumulation_steps})
+        self.optimizer = check_optimizer(owner, optimizer)
+        self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
+            data_parallel_reducer(optimizer.parameters)
+        kind = scale_kind(owner, loss_scaler, "loss_scaler")
+        self._init_engine(owner, float32_buffers(optimizer.parameters, "accu_grads"), window.WindowState(WINDOW_PREFIX),
+                          check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
+                          noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
+                          loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
+                          items_source="passed to the Accumulator", rebuild="a new Accumulator")
+        self._init_steps(*steps)
+        self.loss_scaler = loss_scaler
+        self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)
+        self.last_overflow = Parameter(Tensor(False, mstype.bool_), name=f"{WINDOW_PREFIX}.last_overflow",
+                                       requires_grad=False)
+        self.unweighted = Parameter(Tensor(0, mstype.int32), name=f"{WINDOW_PREFIX}.unweighted", requires_grad=False)
+
+    @property
+    def inner_grads(self):
+        """The float32 gradient buffers (the tutorial's name)."""
+        return self.accu_grads
+
+    @property
+    def accumulate_step(self):
+        """The tutorial's name for :attr:`gradient_accumulation_steps`."""
+        return self.gradient_accumulation_steps
+
+    def __call__(self, grads, num_items=None):
+        """Check `grads` against the optimizer's parameters before anything is added; in GRAPH_MODE, hand them
+        over as a mutable tuple, so that one compiled graph serves every call (constant tensors would be folded
+        into a new graph each time)."""
+        if not isinstance(grads, (tuple, list)):
+            raise TypeError(f"For 'Accumulator', 'grads' must be a tuple of Tensors, one per optimizer parameter, "
+                            f"but got {type(grads).__name__}.")
+        _check_grads(grads, self.shapes, [tuple(g.shape) if isinstance(g, Tensor) else None for g in grads])
+        grads = tuple(grads)
+        self._note_mode()
+        if context.get_context("mode") == context.GRAPH_MODE:
+            grads = mutable(grads)
+            if isinstance(num_items, (int, float)) and not isinstance(num_items, bool):
+                num_items = Tensor(num_items, mstype.float32)
+        return super().__call__(grads, num_items)
+
+    def construct(self, grads, num_items=None):
+        _check_grads(grads, self.shapes, _shapes_of(grads))
+        items = as_weight("Accumulator", num_items)
+        if num_items is None:  # decided when the call is compiled: no runtime branch
+            items = ops.depend(items, ops.assign_add(self.unweighted, ops.ones_like(self.unweighted)))
+        added = self._add_micro_batch(None, items, grads)
+        done = ops.depend(self.accu_micro_steps, added) >= self._steps_now()
+        if done:
+            done = ops.depend(done, self._finish_window())
+        return done
+
+    def flush(self):
+        """
+        Apply the window still open (fewer than N micro-batches), weighted by its own items.
+
+        Returns:
+            Tensor, bool scalar: whether there was a window to apply.
+        """
+        pending = self.accu_micro_steps > 0
+        if pending:
+            pending = ops.depend(pending, self._finish_window())
+        return pending
+
+    def _finish_window(self):
+        """The window's update (or, on overflow, none), the loss scaler adjusted once, the buffers cleared."""
+        unweighted = self.unweighted + 0
+        if ops.logical_and(unweighted > 0, unweighted < self.accu_micro_steps):
+            raise ValueError(f"For 'Accumulator', 'num_items' must be given for every micro-batch of a window or for "
+                             f"none, but {unweighted} of this window's {self.accu_micro_steps + 0} micro-batches had "
+                             f"none: each would weigh 1 beside the others' item counts. Pass num_items on every "
+                             f"call (for example the micro-batch's sample count, x.shape[0]). The window was not "
+                             f"applied; to go on, save the network and build a new Accumulator.")
+        return ops.depend(self._apply_window(), ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
+
+    def _apply_window(self):
+        """_finish_window once the window's weighting is known to be consistent."""
+        result, overflow, _ = self._end_window(self.optimizer)
+        if self.scale_kind is None:
+            return result
+        return ops.depend(result, ops.assign(self.last_overflow, overflow))
+
+
+def _shapes_of(grads):
+    """The dense gradients' shapes (None for a sparse RowTensor), known when the graph is compiled."""
+    shapes = ()
+    for grad in grads:
+        shapes = shapes + ((grad.shape if isinstance(grad, Tensor) else None),)
+    return shapes
+
+
+def _check_grads(grads, expected, shapes):
+    """Raise unless there is one gradient per optimizer parameter, each of the parameter's shape."""
+    if len(grads) != len(expected):
+        raise ValueError(f"For 'Accumulator', 'grads' must hold one gradient per optimizer parameter ({len(expected)}"
+                         f"), but got {len(grads)}. Differentiate with respect to optimizer.parameters.")
+    for index in range(len(expected)):
+        if shapes[index] is not None and tuple(shapes[index]) != tuple(expected[index]):
+            raise ValueError(f"For 'Accumulator', 'grads' must follow optimizer.parameters in order and shape, but "
+                             f"gradient {index} has shape {list(shapes[index])} where the parameter has "
+                             f"{list(expected[index])}. Differentiate with respect to optimizer.parameters.")

@@ -1,0 +1,211 @@
+"""TrainAccuStepsCell: accumulation for parallel training, one gradient reduction per window.
+
+A call runs in one of two modes: accumulate (forward, backward, add into ``accu_grads``; no communication, no
+optimizer) or update (add the last micro-batch, reduce once across devices, one optimizer step, reset). In
+GRAPH_MODE the mode is frozen into the compiled graph, so each mode has its own graph phase; whichever way the
+mode is chosen (the ``accumulation`` attribute, :meth:`set_accumulation`, or left to the cell, which updates
+every ``accumulation_steps``-th call), the matching phase is selected right before the call.
+"""
+from mindspore import nn, ops
+
+from ..core import window
+from ..core.checks import check_bool, check_cell, check_clip_norm, check_optimizer, check_optimizer_trains, check_sens
+from ..core.engine import WINDOW_PREFIX, WindowEngine
+from ..core.noise_scale import noise_state
+from ..core.schedule import steps_argument
+from ..core.weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
+
+ACCUMULATE_PHASE = "train_accumulate"
+UPDATE_PHASE = "train_update"
+
+
+def check_cell_arguments(owner, network, optimizer):
+    """The checks both parallel cells make before MindSpore's own constructor sees the arguments."""
+    check_cell(owner, "network", network)
+    check_optimizer_trains(owner, check_optimizer(owner, optimizer), network)
+
+
+class AccumulationModes:
+    """
+    Mixin for the parallel cells: which calls accumulate and which update, and the compiled graph that goes with
+    each. Expects `accumulation_steps`, `accu_micro_steps`, `owner_name` and `network` (a LossAndItems).
+    """
+
+    def _init_modes(self):
+        self._mode = None            # None: automatic; True/False: chosen by the user or Model_ACCU
+        self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
+        self._auto_held = None       # micro-batches in the open window as the automatic mode counts them
+        self._auto_steps = None      # the N of the open window as the automatic mode knows it
+
+    @property
+    def accumulation(self):
+        """
+        The mode of the next calls: ``True`` accumulates only, ``False`` accumulates and updates, ``None``
+        (default) lets the cell decide: it accumulates ``accumulation_steps - 1`` calls and updates on the next.
+        Setting it selects the matching compiled graph in GRAPH_MODE.
+        """
+        return self._mode
+
+    @accumulation.setter
+    def accumulation(self, value):
+        if value is not None and not isinstance(value, bool):
+            raise TypeError(f"For '{self.owner_name}', 'accumulation' must be a bool, or None to let the cell update "
+                            f"every accumulation_steps-th call, but got {value!r} of type {type(value).__name__}.")
+        self._mode = value
+        self._auto_held = self._auto_steps = None
+        self._select(self._decide())
+
+    def set_accumulation(self, accumulation):
+        """
+        Choose the mode of the next calls, and the graph phase that goes with it.
+
+        Args:
+            accumulation (bool): ``True`` to accumulate only, ``False`` to accumulate and update, ``None`` to let
+                the cell update every `accumulation_steps`-th call.
+
+        Returns:
+            The cell itself.
+
+        Raises:
+            TypeError: If `accumulation` is not a bool or None.
+        """
+        self.accumulation = accumulation
+        return self
+
+    def set_train(self, mode=True):
+        """As :meth:`mindspore.nn.Cell.set_train`, keeping the graph phase of the chosen mode."""
+        super().set_train(mode)
+        if mode:
+            self._select(self._accumulate_now)
+        return self
+
+    def _decide(self):
+        """Whether the next call accumulates only."""
+        if self._mode is not None:
+            return self._mode
+        if self._auto_held is None:  # unknown after an explicit mode or a resume: ask the device once
+            self._auto_held = int(self.accu_micro_steps.asnumpy())
+        return self._auto_held + 1 < self._host_steps()
+
+    def _host_steps(self):
+        """The N of the open window, for the automatic mode (read from the device once per window for a schedule
+        or a policy)."""
+        if self._auto_steps is None:
+            self._auto_steps = self.next_window_steps()
+        return self._auto_steps
+
+    def _select(self, accumulate):
+        self._accumulate_now = accumulate
+        self.phase = ACCUMULATE_PHASE if accumulate else UPDATE_PHASE
+
+    def __call__(self, *args, **kwargs):
+        accumulate = self._decide()
+        self._select(accumulate)
+        self._note_mode()
+        try:
+            out = super().__call__(*args, **kwargs)
+        except BaseException:
+            self._auto_held = self._auto_steps = None
+            forget_failed_forward(self.network)
+            raise
+        if self._mode is None:
+            self._auto_held = self._auto_held + 1 if accumulate else 0
+            if not accumulate:
+                self._auto_steps = None
+        return out
+
+
+class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
+    r"""
+    A :class:`mindspore.nn.TrainOneStepCell` that accumulates gradients over N micro-batches
+    and communicates once per window.
+
+    An accumulating call runs forward and backward and adds the micro-batch's gradient, weighted by its samples
+    or items, into ``accu_grads`` (no gradient reduction, no optimizer). An updating call also adds its
+    micro-batch, then divides by the window's items on all devices, reduces once across devices
+    (``DistributedGradReducer`` in DATA_PARALLEL), takes one optimizer step and resets the buffers. The step
+    equals one large-batch step on all samples (or items) of the window, on all devices.
+
+    Which calls update: by default every N-th call (a plain loop ``for x, y in data: cell(x,
+    y)`` is right); or the mode set with ``cell.accumulation = flag`` or :meth:`set_accumulation` (``None``
+    returns to the default). In GRAPH_MODE each mode has its own compiled graph, selected before every call.
+    :class:`Model_ACCU` sets the mode itself.
+
+    What a micro-batch weighs is decided as in :class:`TrainForwardBackward`: its samples (the inputs' common
+    leading dimension), or ``num_items`` when the loss network returns ``(loss, num_items)``.
+
+    Args:
+        network (Cell): The loss network, returning the mean loss over its micro-batch or
+            ``(loss, num_items)``.
+        optimizer (Cell): The optimizer.
+        sens (numbers.Number): Gradient seed, as in :class:`mindspore.nn.TrainOneStepCell`. Default: ``1.0``.
+        gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, the
+            micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`;
+            windows counted in the ``accu_windows`` Parameter, so it survives a saved state); or an
+            :class:`AdaptiveAccumulation` policy, decided on the device after each window (its N in the
+            ``accu_steps`` Parameter; needs `noise_scale`). The automatic mode and :class:`Model_ACCU` without sink
+            follow all three; dataset sink mode takes an int. ``accumulation_steps`` is accepted in its place
+            (keyword only). Default: ``1``.
+        clip_norm (float, optional): Clip the window's gradient (averaged, reduced across devices) to this global
+            norm, once per window, as ``ops.clip_by_global_norm`` would clip the large batch's gradient; ``None``
+            for no clipping. Default: ``None``.
+        noise_scale (Union[bool, str]): Measure the gradient noise scale: the measured micro-batches' squared
+            gradient norms are summed over every device, and each window yields unbiased estimates of |G|^2 and
+            tr(Sigma), read through ``noise_records`` and :class:`WindowTelemetry` (see ``docs/noise_scale.md``).
+            ``True`` measures every micro-batch, ``"first"`` only the first of each window on each device (one
+            gradient pass per window instead of one per micro-batch; a noisier estimate). Default: ``False``.
+        average (bool): ``True`` applies the mean gradient over the window's samples or items; ``False`` the raw
+            sum of its micro-batch gradients (the tutorial's behaviour; reduced across devices as MindSpore's reducer
+            does). ``False`` excludes `noise_scale`. Default: ``True``.
+
+    Inputs:
+        - **\*inputs** (Tuple(Tensor)) - One micro-batch.
+
+    Outputs:
+        Tensor: the micro-batch's loss when accumulating; on the update call, the mean loss over the window's
+        samples or items on this device.
+
+    Raises:
+        TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, N is given twice or is not an
+            integer, or `noise_scale` is neither a bool nor a str.
+        ValueError: If none of the optimizer's parameters is a parameter of `network`, N is
+            < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or not finite; when called, as listed
+            for :class:`TrainForwardBackward` and :class:`TrainOptim`.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import numpy as np
+        >>> from mindspore import Tensor, nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer,
+        ...                                    gradient_accumulation_steps=2)
+        >>> x, y = Tensor(np.ones((8, 4), np.float32)), Tensor(np.zeros((8, 2), np.float32))
+        >>> loss = cell(x, y)          # accumulates
+        >>> mean_loss = cell(x, y)     # updates: the mean loss over both micro-batches
+    """
+
+    def __init__(self, network, optimizer, sens=1.0, gradient_accumulation_steps=None, clip_norm=None,
+                 noise_scale=False, average=True, *, accumulation_steps=None):
+        owner = "TrainAccuStepsCell"
+        steps = steps_argument(owner, gradient_accumulation_steps, {"accumulation_steps": accumulation_steps}, 1)
+        check_cell_arguments(owner, network, optimizer)
+        super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
+        self._init_engine(owner, self.weights.clone(prefix="accu_grads", init="zeros"),
+                          window.WindowState(WINDOW_PREFIX), check_clip_norm(owner, clip_norm),
+                          check_bool(owner, "average", average),
+                          noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average))
+        self._init_steps(*steps)
+        self._init_modes()
+
+    def construct(self, *inputs):
+        loss, items = micro_batch_forward(self.network, inputs, self._eager)
+        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, self.sens, self._eager))
+        loss = self._add_micro_batch(loss, items, grads)
+        if self._accumulate_now:
+            return loss
+        mean_loss, _, _ = self._end_window(self.optimizer)
+        return ops.depend(mean_loss, loss)

@@ -1,0 +1,162 @@
+"""Argument checks shared by every ms_accum entry point.
+
+Each check raises with one message shape: "For 'Owner', 'arg' must be <expected>, but got <received>."
+"""
+import math
+import numbers
+
+from mindspore import Parameter, ParameterTuple, Tensor
+from mindspore.nn import Cell, CellList
+
+GRAD_SUM_RECIPE = "optimizer.parameters.clone(prefix='grad_sum', init='zeros')"
+
+
+def check_positive_int(owner, arg_name, value):
+    """Return `value` as an int if it is an integral number >= 1 (numpy integers too; bools and floats are
+    refused), else raise TypeError or ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"For '{owner}', '{arg_name}' must be an int >= 1, but got {value!r} "
+                        f"of type {type(value).__name__}.")
+    if value < 1:
+        raise ValueError(f"For '{owner}', '{arg_name}' must be an int >= 1, but got {value}.")
+    return int(value)
+
+
+def check_cell(owner, arg_name, value):
+    """Return `value` if it is a mindspore.nn.Cell."""
+    if not isinstance(value, Cell):
+        raise TypeError(f"For '{owner}', '{arg_name}' must be a mindspore.nn.Cell, but got "
+                        f"{type(value).__name__}.")
+    return value
+
+
+def check_optimizer(owner, optimizer):
+    """Return `optimizer` if it is a Cell holding its `parameters` as a ParameterTuple (any mindspore.nn optimizer)."""
+    if not isinstance(optimizer, Cell) or not isinstance(getattr(optimizer, "parameters", None), ParameterTuple):
+        raise TypeError(f"For '{owner}', 'optimizer' must be a mindspore.nn optimizer (a Cell with 'parameters'), "
+                        f"for example nn.Momentum(net.trainable_params(), 0.01, 0.9), but got "
+                        f"{type(optimizer).__name__}.")
+    return optimizer
+
+
+def check_optimizer_trains(owner, optimizer, network, arg_name="network"):
+    """Raise if none of the optimizer's parameters is a parameter of `network`: every gradient would be zero and
+    nothing would train (an optimizer built on another network, say)."""
+    own = {id(p) for p in network.get_parameters()}
+    if not any(id(p) in own for p in optimizer.parameters):
+        names = [p.name for p in optimizer.parameters]
+        raise ValueError(f"For '{owner}', the optimizer's parameters must be parameters of '{arg_name}', but none of "
+                         f"its {len(names)} ({names[:3]}{' ...' if len(names) > 3 else ''}) is: every gradient "
+                         f"would be zero and nothing would train. Build the optimizer on the network you train, "
+                         f"for example nn.Momentum(net.trainable_params(), 0.01, 0.9).")
+    return optimizer
+
+
+def check_choice(owner, arg_name, value, choices):
+    """Return `value` if it is one of `choices`, else raise ValueError."""
+    if value not in choices:
+        raise ValueError(f"For '{owner}', '{arg_name}' must be one of {list(choices)}, but got {value!r}.")
+    return value
+
+
+def check_bool(owner, arg_name, value):
+    """Return `value` if it is a bool, else raise TypeError."""
+    if not isinstance(value, bool):
+        raise TypeError(f"For '{owner}', '{arg_name}' must be a bool, but got {value!r} "
+                        f"of type {type(value).__name__}.")
+    return value
+
+
+def check_sens(owner, value):
+    """Return `value` as a float if it is a non-zero finite real number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value == 0:
+        raise ValueError(f"For '{owner}', 'sens' must be a non-zero finite number, but got {value!r}.")
+    return float(value)
+
+
+def check_finite_positive(owner, arg_name, value, alternative=""):
+    """Return `value` as a float if it is a finite real number > 0, else raise TypeError or ValueError; the message
+    offers `alternative` too (", or None for ...")."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"For '{owner}', '{arg_name}' must be a finite number > 0{alternative}, but got {value!r} "
+                        f"of type {type(value).__name__}.")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"For '{owner}', '{arg_name}' must be a finite number > 0{alternative}, but got {value!r}.")
+    return float(value)
+
+
+def check_clip_norm(owner, clip_norm):
+    """Return `clip_norm` as a float if it is a finite number > 0, or None (no clipping)."""
+    if clip_norm is None:
+        return None
+    return check_finite_positive(owner, "clip_norm", clip_norm, ", or None for no clipping")
+
+
+def check_grad_sum(owner, grad_sum, optimizer=None, network=None, arg_name="grad_sum"):
+    """
+    Return `grad_sum` if it is a ParameterTuple shaped like the optimizer's parameters and sharing no Parameter
+    with the optimizer or the network (buffers that alias the weights would be zeroed by every clear).
+    """
+    if not isinstance(grad_sum, ParameterTuple) or not all(isinstance(p, Parameter) for p in grad_sum):
+        raise TypeError(f"For '{owner}', '{arg_name}' must be a ParameterTuple, such as {GRAD_SUM_RECIPE}, "
+                        f"but got {type(grad_sum).__name__}.")
+    if not grad_sum:
+        raise ValueError(f"For '{owner}', '{arg_name}' must hold at least one Parameter, but got an empty tuple.")
+    owned = []
+    if optimizer is not None:
+        owned += list(optimizer.get_parameters())
+        got = [tuple(p.shape) for p in grad_sum]
+        expected = [tuple(p.shape) for p in optimizer.parameters]
+        if got != expected:
+            raise ValueError(f"For '{owner}', '{arg_name}' must match the optimizer's parameters one for one "
+                             f"(shapes {expected}), but got shapes {got}. Build it with {GRAD_SUM_RECIPE}.")
+    if network is not None:
+        owned += list(network.get_parameters())
+    check_not_aliased(owner, arg_name, grad_sum, owned)
+    return grad_sum
+
+
+def check_not_aliased(owner, arg_name, buffers, owned):
+    """Raise if a buffer is one of the `owned` Parameters (the network's weights or the optimizer's state)."""
+    owned_ids = {id(p) for p in owned}
+    shared = [p.name for p in buffers if id(p) in owned_ids]
+    if shared:
+        raise ValueError(f"For '{owner}', '{arg_name}' must be separate buffers, but it holds the network's or "
+                         f"optimizer's own Parameters {shared[:3]}{' ...' if len(shared) > 3 else ''}: clearing "
+                         f"it would zero the weights. Build it with {GRAD_SUM_RECIPE}.")
+
+
+def check_state_saving(owner, state_path, save_state_every):
+    """Raise unless `save_state_every` is an int >= 0, and > 0 only together with a `state_path`."""
+    if isinstance(save_state_every, bool) or not isinstance(save_state_every, int) or save_state_every < 0 \
+            or (save_state_every and state_path is None):
+        raise ValueError(f"For '{owner}', 'save_state_every' must be an int >= 0, and > 0 only with a "
+                         f"'state_path', but got {save_state_every!r} with state_path={state_path!r}.")
+
+
+def check_resume_or_initial_epoch(owner, resume_from, initial_epoch):
+    """Raise if both a state file and an initial epoch say where training starts."""
+    if resume_from is not None and initial_epoch:
+        raise ValueError(f"For '{owner}', pass either 'resume_from' or 'initial_epoch', not both: the state file "
+                         f"records where training stopped.")
+
+
+def check_lr_schedule(owner, optimizer, micro_steps, updates):
+    """
+    Raise if the optimizer's learning-rate list has one entry per micro-batch instead of one per update.
+
+    A list or 1-D Tensor learning rate is indexed by the optimizer's global_step, which advances once per window;
+    one built with `micro_steps` entries (the count of micro-batches in the whole run) was built for the wrong
+    unit and would stretch the schedule by the accumulation factor.
+    """
+    if micro_steps == updates or not getattr(optimizer, "dynamic_lr", False):
+        return
+    rates = optimizer.learning_rate
+    for rate in rates if isinstance(rates, (tuple, list, CellList)) else (rates,):
+        table = getattr(rate, "learning_rate", rate)  # a list or Tensor rate is wrapped in _IteratorLearningRate
+        length = table.shape[0] if isinstance(table, Tensor) and len(table.shape) == 1 else None
+        if length == micro_steps:
+            raise ValueError(f"For '{owner}', the optimizer's learning-rate schedule must have one entry per update "
+                             f"({updates}), but got {length} entries, one per micro-batch. The optimizer's "
+                             f"global_step advances once per accumulation window: build the schedule for "
+                             f"{updates} steps.")

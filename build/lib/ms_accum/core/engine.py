@@ -1,0 +1,266 @@
+"""The window engine: adding a micro-batch and ending a window, written once for every path.
+
+Every accumulating cell of ms_accum (the three single-device cells, the parallel cells, :class:`Accumulator`) is a
+thin front end over :class:`WindowEngine`. The engine binds the rules of ``window.py`` to the cell's buffers, its
+counters and its choices, decided once when the cell is built:
+
+- adding a micro-batch (:meth:`WindowEngine._add_micro_batch`): its gradient weighted by its items, its items,
+  loss and noise sums; in PYNATIVE_MODE as one compiled graph;
+- ending a window (:meth:`WindowEngine._end_window`): the item checks, the division by the window's items on all
+  devices (and by the loss scale), the one reduction across devices, clipping, the noise-scale record, the
+  overflow decision taken on every device alike, the optimizer step or its skip, the loss-scale update once per
+  window, and the reset;
+- choosing N (:meth:`WindowEngine._init_steps`, :meth:`WindowEngine._steps_now`): an int or a schedule
+  ``{first_update: N}`` counted in the ``accu_windows`` Parameter.
+
+The engine knows nothing of datasets, Model or training loops.
+"""
+from mindspore import Parameter, ParameterTuple, Tensor, context, jit, mutable, ops
+from mindspore import dtype as mstype
+from mindspore.common.initializer import initializer
+from mindspore.communication.management import GlobalComm
+from mindspore.context import ParallelMode
+from mindspore.nn import DistributedGradReducer, Identity
+
+from . import window
+from ..compat import get_device_num, get_gradients_mean, get_parallel_mode
+from .adaptive import AdaptiveAccumulation, next_steps_on_device
+from .checks import check_positive_int
+from .loss_scale import update_scale
+from .noise_scale import NoiseMeasure
+from .schedule import STEPS_NAME, AccumulationSchedule
+
+WINDOW_PREFIX = "accu_window"
+
+
+def float32_buffers(weights, prefix):
+    """Zero float32 buffers shaped like `weights`, named '<prefix>.<weight name>'."""
+    return ParameterTuple(Parameter(initializer("zeros", p.shape, mstype.float32), name=f"{prefix}.{p.name}",
+                                    requires_grad=False) for p in weights)
+
+
+def data_parallel_reducer(weights):
+    """What :class:`mindspore.nn.TrainOneStepCell` sets up for the parallel context in force: (parallel mode,
+    whether gradients are reduced, the device count, the reducer)."""
+    parallel_mode = get_parallel_mode()
+    reducer_flag = parallel_mode in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL)
+    if not reducer_flag:
+        return parallel_mode, False, 1, Identity()
+    degree = get_device_num()
+    return parallel_mode, True, degree, DistributedGradReducer(weights, get_gradients_mean(), degree)
+
+
+class WindowEngine(NoiseMeasure):
+    """
+    Mixin: the rules of an accumulation window bound to one cell's buffers, counters and choices.
+
+    A front end calls :meth:`_init_engine` in its constructor, then :meth:`_add_micro_batch` for each micro-batch
+    and :meth:`_end_window` at a window's end. The cell's attributes after :meth:`_init_engine`, on every path:
+    ``accu_grads`` (the buffers), ``accu_items``, ``accu_micro_steps``, ``accu_loss``, ``accu_min_items`` (the open
+    window), ``accu_last_items``, ``accu_last_grad_norm``, ``accu_last_clipped`` (the last window applied),
+    ``accu_windows`` (windows ended, or None where the caller counts them), ``accu_scale`` (the loss scale's
+    Parameter, or None), and the noise-scale Parameters of :class:`NoiseMeasure`.
+
+    Reduction across devices uses the attributes :class:`mindspore.nn.TrainOneStepCell` sets (`grad_reducer`,
+    `reducer_flag`, `degree`, `parallel_mode`); a cell that is not a TrainOneStepCell gets them from
+    :func:`data_parallel_reducer` or, on one device, from :meth:`_init_engine`'s defaults.
+    """
+
+    def _init_engine(self, owner, buffers, state, clip_norm=None, average=True, noise=None, loss_scale=None,
+                     count_windows=True, items_source="returned by the loss network", rebuild="new cells"):
+        """Bind the engine. `state`: the window's :class:`window.WindowState`; `noise`: a NoiseState or None;
+        `loss_scale`: (kind, updater, scale Parameter) from ``loss_scale.py``, or None."""
+        self.owner_name, self.items_source, self.rebuild_hint = owner, items_source, rebuild
+        self.accu_grads = buffers
+        self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
+        self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped = state.last
+        self.accu_windows = Parameter(Tensor(0, mstype.int32), name=f"{state.prefix}.windows",
+                                      requires_grad=False) if count_windows else None
+        self.clip_norm, self.average = clip_norm, average
+        self.window_map = ops.HyperMap()
+        self._init_noise(noise)
+        self.scale_kind, self.loss_scale_manager, self.accu_scale = loss_scale or (None, None, None)
+        if not hasattr(self, "reducer_flag"):
+            self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
+                ParallelMode.STAND_ALONE, False, 1, Identity()
+        self._device_policy = None  # an AdaptiveAccumulation's constants, once _init_steps is given one
+        self._eager = False  # PYNATIVE: add each micro-batch with one compiled graph (see _add_micro_batch)
+        self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
+        self.device_degree = float(self.degree) if self.reducer_flag else 1.0
+        self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
+
+    # ------------------------------------------------------------------ choosing N
+    def _init_steps(self, steps, steps_name=STEPS_NAME):
+        """N of the windows: an int, a schedule (see :class:`AccumulationSchedule`) or an
+        :class:`AdaptiveAccumulation` policy applied on the device; `steps_name` is the name the caller used, for
+        messages. Needs ``accu_windows`` (count_windows=True)."""
+        self.steps_name = steps_name
+        self.adaptive_policy = None
+        self.accu_steps = Parameter(Tensor(1, mstype.int32), name=f"{self.accu_windows.name.rsplit('.', 1)[0]}.steps",
+                                    requires_grad=False)
+        self.gradient_accumulation_steps = steps
+
+    @property
+    def gradient_accumulation_steps(self):
+        """Micro-batches per update: an int, the :class:`AccumulationSchedule` when N changes between windows
+        (windows are counted from 0 in ``accu_windows``), or the :class:`AdaptiveAccumulation` policy (its N in
+        ``accu_steps``). Set it before the first call."""
+        if self.adaptive_policy is not None:
+            return self.adaptive_policy
+        schedule = self.accumulation_schedule
+        return schedule if schedule.constant is None else schedule.constant
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, value):
+        policy = None
+        if isinstance(value, AdaptiveAccumulation):
+            if not self.measure_noise:
+                raise ValueError(f"For '{self.owner_name}', '{self.steps_name}' as an AdaptiveAccumulation policy "
+                                 f"needs the noise scale, but it is not measured. Pass noise_scale=True (or "
+                                 f"'first') as well.")
+            policy, value = value, value.initial_steps
+        elif not isinstance(value, (dict, AccumulationSchedule)):
+            check_positive_int(self.owner_name, self.steps_name, value)
+        schedule = AccumulationSchedule(value, self.owner_name, self.steps_name)
+        self.adaptive_policy = policy
+        self.accumulation_schedule = schedule
+        # decided when compiled: no table lookup for a fixed N, the device's N for a policy
+        self._constant_steps = schedule.constant if policy is None else None
+        self._stage_firsts = Tensor(schedule.firsts, mstype.int32)
+        self._stage_counts = Tensor(schedule.counts, mstype.int32)
+        self._device_policy = policy.device_policy if policy is not None else None
+        self.accu_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
+
+    accumulation_steps = gradient_accumulation_steps  # the seed's name for N
+
+    def _steps_now(self):
+        """In a graph: the N of the open window (the policy's, or the schedule's entry for ``accu_windows``)."""
+        if self._constant_steps is not None:
+            return self._constant_steps
+        if self._device_policy is not None:
+            return self.accu_steps + 0
+        stage = ops.reduce_sum(ops.cast(self.accu_windows >= self._stage_firsts, mstype.int32)) - 1
+        return self._stage_counts[stage]
+
+    def next_window_steps(self):
+        """From Python: the N of the open window (or of the next one, between windows). Reads the device for a
+        schedule or a policy."""
+        if self._constant_steps is not None:
+            return self._constant_steps
+        if self._device_policy is not None:
+            return int(self.accu_steps.asnumpy())
+        return self.accumulation_schedule.steps_at(int(self.accu_windows.asnumpy()))
+
+    def _adapt_steps(self):
+        """After the window's noise record: the policy's N for the next window, in ``accu_steps``."""
+        chosen = next_steps_on_device(self._device_policy, self.accu_steps, self.accu_windows,
+                                      self.noise_smooth_grad_sq, self.noise_smooth_trace, self.accu_last_items,
+                                      self.accu_micro_steps)
+        return ops.assign(self.accu_steps, chosen)
+
+    # ------------------------------------------------------------------ adding a micro-batch
+    def _window_counters(self):
+        return (self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items)
+
+    def _note_mode(self):
+        """Called before each call from Python: whether construct runs eagerly (PYNATIVE_MODE)."""
+        self._eager = context.get_context("mode") == context.PYNATIVE_MODE
+
+    def _add_micro_batch(self, loss, items, grads, weight=None):
+        """accu_grads += weight * grads (weight: the items by default, 1 when the cell sums instead of averaging);
+        counters take in the micro-batch.
+
+        In PYNATIVE_MODE this runs as one compiled graph, with the gradients handed over as a mutable tuple (as
+        constants, MindSpore would compile a new graph per call): a few small operators per parameter, launched
+        one by one, cost about 3 ms per LeNet micro-batch otherwise.
+        """
+        if weight is None:
+            weight = items if self.average else ops.ones_like(items)
+        if self._eager:
+            return self._add_compiled(loss, items, mutable(grads), weight)
+        return self._add(loss, items, grads, weight)
+
+    def _add(self, loss, items, grads, weight):
+        return window.add_micro_batch(self.window_map, self.accu_grads, grads, weight, loss, items,
+                                      self._window_counters(), self._noise_sums(), self.noise_every)
+
+    _add_compiled = jit(_add)
+
+    # ------------------------------------------------------------------ ending a window
+    def _sum_over_devices(self, value):
+        """Sum of a float32 tensor over all devices (the value itself on one device)."""
+        if self.is_distributed:
+            return self.window_allreduce(value)
+        return value
+
+    def _local_overflow(self):
+        """1.0 if the window overflowed on this device (an inf or nan in its buffers: one overflowing micro-batch
+        stays there through every later addition), else 0.0."""
+        return ops.cast(window.buffers_overflow(self.window_map, self.accu_grads), mstype.float32)
+
+    def _window_overflow(self):
+        """Whether the window is skipped: with a loss scale, an overflow on any device (every device decides
+        alike); without one, never (the constant False, so no branch is compiled)."""
+        if self.scale_kind is None:
+            return False
+        return self._sum_over_devices(self._local_overflow()) > 0.0
+
+    def _end_window(self, optimizer, reset=True):
+        """
+        The window's update: check the items, divide the buffers by the window's items on all devices (and by the
+        loss scale), reduce once across devices, clip, record the window (and its noise-scale estimates), decide
+        the overflow on every device alike, update the loss scale once, step `optimizer` unless the window
+        overflowed, and, with `reset`, clear the buffers and counters and count the window.
+
+        Returns:
+            (the window's mean loss on this device, the overflow decision (False without a loss scale), the loss
+            scale for the next window (None without one)).
+        """
+        window.check_items(self.owner_name, self.accu_min_items, self.items_source, self.rebuild_hint)
+        total = self.accu_items + 0.0
+        if self.reducer_flag:
+            total = self._sum_over_devices(total)
+        divisor = ops.maximum(total / self.device_degree, 1e-12) if self.average else ops.ones_like(total)
+        unscale = 1.0
+        if self.scale_kind is not None:
+            unscale = ops.reshape(self.accu_scale, ()) * 1.0
+            divisor = divisor * unscale
+        grads, recorded = window.finish_gradients(
+            self.window_map, self.accu_grads, divisor, self.grad_reducer, self.clip_norm,
+            (self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped), total)
+        if self.measure_noise:
+            norm = ops.depend(self.accu_last_grad_norm, recorded) * 1.0
+            recorded = ops.depend(recorded, self._record_noise(
+                norm, total, unscale, self._sum_over_devices if self.reducer_flag else None))
+        mean_loss = ops.depend(window.mean_loss(self._window_counters()), recorded)
+        overflow = self._window_overflow()
+        next_scale = None
+        if self.scale_kind is not None:
+            overflow = update_scale(self.scale_kind, self.loss_scale_manager, self.accu_scale, overflow)
+            next_scale = ops.depend(ops.reshape(self.accu_scale, ()) * 1.0, overflow)
+        mean_loss = window.step_unless(overflow, optimizer, grads, mean_loss)
+        if self.accu_windows is not None and self._device_policy is not None:
+            mean_loss = ops.depend(mean_loss, self._adapt_steps())
+        if reset:
+            mean_loss = self._reset_window(mean_loss)
+        return mean_loss, overflow, next_scale
+
+    def drop(self):
+        """
+        Discard the open window: buffers and counters cleared, no optimizer step, and the window not counted (the
+        next window takes its place in a schedule).
+
+        Returns:
+            Tensor, int32 scalar: the micro-batches the discarded window held.
+        """
+        return self._clear_window(self.accu_micro_steps + 0)
+
+    def _clear_window(self, result):
+        """Zero the buffers and counters after `result` is computed (the window not counted); returns `result`."""
+        return window.reset_window(self.window_map, self.accu_grads, self._window_counters(), result)
+
+    def _reset_window(self, result):
+        """Zero the buffers and counters after `result` is computed, and count the window; returns `result`."""
+        if self.accu_windows is not None:
+            result = ops.depend(result, ops.assign_add(self.accu_windows, ops.ones_like(self.accu_windows)))
+        return self._clear_window(result)

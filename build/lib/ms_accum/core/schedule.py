@@ -1,0 +1,201 @@
+"""Accumulation schedules: how many micro-batches each window holds, as a function of the update's index.
+
+A schedule ``{first_update: N, ...}`` gives N from its first update on: ``{0: 1, 2: 2, 4: 3}`` runs updates 0 and
+1 with one micro-batch, updates 2 and 3 with two, and every update from 4 on with three. Updates are counted from
+0 over the whole run (windows begun, a skipped overflowing window included: the index the learning rate of a
+window would take). Each window is still exactly the large-batch step of its own size.
+"""
+import bisect
+import math
+import numbers
+
+
+STEPS_NAME = "gradient_accumulation_steps"  # N's one name, as in MindCV, MindFormers, Hugging Face and Keras
+STEPS_ALIASES = ("accumulation_steps", "mini_steps", "accumulate_step")  # the seed's, the driver's, the tutorial's
+
+
+def steps_argument(owner, value, aliases, default=None):
+    """
+    The N a caller gave, under its one name or one of its aliases.
+
+    Args:
+        owner (str): The API, for messages.
+        value: What was given as ``gradient_accumulation_steps`` (None: not given).
+        aliases (dict): {alias: what was given under it (None: not given)}, aliases from :data:`STEPS_ALIASES`.
+        default: What N is when none is given; None makes N required.
+
+    Returns:
+        (N as given, the name it was given under, for messages).
+    """
+    given = ([(STEPS_NAME, value)] if value is not None else []) + [
+        (name, alias_value) for name, alias_value in aliases.items() if alias_value is not None]
+    if len(given) > 1:
+        raise TypeError(f"For '{owner}', N must be given once, as '{STEPS_NAME}', but got "
+                        f"{' and '.join(repr(name) for name, _ in given)}. Pass only {STEPS_NAME}=N "
+                        f"({', '.join(repr(name) for name in aliases)} are older names for it).")
+    if not given:
+        if default is None:
+            raise TypeError(f"For '{owner}', '{STEPS_NAME}' (micro-batches per update) is required, but got none. "
+                            f"Pass {STEPS_NAME}=N, a schedule {{first_update: N}} or an AdaptiveAccumulation.")
+        return default, STEPS_NAME
+    return given[0][1], given[0][0]
+
+
+def is_int(value):
+    """An integral number that is not a bool (numpy integers too)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+class AccumulationSchedule:
+    r"""
+    Micro-batches per window as a step function of the update's index.
+
+    Args:
+        steps (Union[int, dict, str, AccumulationSchedule]): An int N (every window holds N micro-batches); a dict
+            ``{first_update: N}`` whose keys are ints >= 0, one of them 0, and whose values are ints >= 1; or the
+            same as text, ``"0:1,2:2,4:3"``.
+        owner (str): The API the schedule was given to, for error messages. Default: ``"AccumulationSchedule"``.
+        arg_name (str): The argument's name, for error messages. Default: ``"steps"``.
+
+    Raises:
+        TypeError: If `steps` is none of the above, or a key or value is not an int.
+        ValueError: If the schedule is empty, has no entry for update 0, a key is negative, a value is < 1, or the
+            text is malformed.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import ms_accum
+        >>> schedule = ms_accum.AccumulationSchedule({0: 1, 2: 2, 4: 3})
+        >>> [schedule.steps_at(update) for update in range(6)]
+        [1, 1, 2, 2, 3, 3]
+        >>> ms_accum.AccumulationSchedule("0:1,2:2,4:3") == schedule
+        True
+    """
+
+    def __init__(self, steps, owner="AccumulationSchedule", arg_name="steps"):
+        if isinstance(steps, AccumulationSchedule):
+            self.points = steps.points
+            return
+        if isinstance(steps, str):
+            steps = _parse(owner, arg_name, steps)
+        if is_int(steps):
+            if steps < 1:
+                raise ValueError(f"For '{owner}', '{arg_name}' must be an int >= 1, but got {steps}.")
+            steps = {0: steps}
+        if isinstance(steps, bool) or isinstance(steps, float):
+            raise TypeError(f"For '{owner}', '{arg_name}' must be an int >= 1 or a schedule {{first_update: N}}, but "
+                            f"got {steps!r} of type {type(steps).__name__}.")
+        if not isinstance(steps, dict):
+            raise TypeError(f"For '{owner}', '{arg_name}' must be an int or a schedule {{first_update: N}} (a dict, "
+                            f"or text such as '0:1,2:2,4:3'), but got {type(steps).__name__}.")
+        if not steps:
+            raise ValueError(f"For '{owner}', '{arg_name}' must hold at least one stage {{first_update: N}}, but got "
+                             f"an empty schedule.")
+        for first, count in steps.items():
+            if not is_int(first) or not is_int(count):
+                raise TypeError(f"For '{owner}', '{arg_name}' must map int first updates to int micro-batch counts, "
+                                f"but got {first!r}: {count!r}.")
+            if first < 0 or count < 1:
+                raise ValueError(f"For '{owner}', '{arg_name}' must map first updates >= 0 to micro-batch counts >= "
+                                 f"1, but got {first}: {count}.")
+        if 0 not in steps:
+            raise ValueError(f"For '{owner}', '{arg_name}' must say how many micro-batches the first windows hold "
+                             f"(an entry for update 0), but got {dict(sorted(steps.items()))}. Add 0: N.")
+        self.points = tuple(sorted((int(first), int(count)) for first, count in steps.items()))
+
+    def __eq__(self, other):
+        return isinstance(other, AccumulationSchedule) and self.points == other.points
+
+    def __hash__(self):
+        return hash(self.points)
+
+    def __repr__(self):
+        return f"AccumulationSchedule({dict(self.points)})"
+
+    @property
+    def constant(self):
+        """The N of every window if the schedule never changes it, else None."""
+        counts = {count for _, count in self.points}
+        return counts.pop() if len(counts) == 1 else None
+
+    @property
+    def firsts(self):
+        """The first update of each stage, ascending."""
+        return tuple(first for first, _ in self.points)
+
+    @property
+    def counts(self):
+        """The micro-batches of each stage, in the order of :attr:`firsts`."""
+        return tuple(count for _, count in self.points)
+
+    def steps_at(self, update):
+        """
+        The micro-batches of window `update` (counted from 0).
+
+        Args:
+            update (int): The update's index, >= 0.
+
+        Returns:
+            int.
+        """
+        return self.points[bisect.bisect_right(self.firsts, update) - 1][1]
+
+    def run_plan(self, steps_per_epoch, epochs, partial_window):
+        """
+        Windows that begin before each epoch, and in all, for a run of `epochs` epochs of `steps_per_epoch`
+        micro-batches under the driver's `partial_window` policy (``"flush"``, ``"drop"`` or ``"carry"``).
+
+        Returns:
+            tuple(list[int], int): windows begun before epoch e (e = 0 .. epochs), counting those a policy later
+            dropped as not begun; the run's updates.
+        """
+        update, pending, before = 0, 0, [0]
+        for epoch in range(epochs):
+            left = steps_per_epoch
+            while left:
+                need = self.steps_at(update) - pending
+                if need <= left:
+                    left -= need
+                    update, pending = update + 1, 0
+                else:
+                    pending, left = pending + left, 0
+            if pending and (partial_window == "flush" or (partial_window == "carry" and epoch == epochs - 1)):
+                update, pending = update + 1, 0
+            elif pending and partial_window == "drop":
+                pending = 0
+            before.append(update)
+        return before, update
+
+
+def _parse(owner, arg_name, text):
+    """'0:1,2:2,4:3' -> {0: 1, 2: 2, 4: 3}."""
+    steps = {}
+    for part in text.split(","):
+        pieces = part.strip().split(":")
+        try:
+            first, count = (int(piece) for piece in pieces)
+        except ValueError:
+            raise ValueError(f"For '{owner}', '{arg_name}' must be 'first_update:N' pairs separated by commas, such "
+                             f"as '0:1,2:2,4:3', but got {text!r}.") from None
+        if first in steps:
+            raise ValueError(f"For '{owner}', '{arg_name}' must give each first update once, but {first} appears "
+                             f"twice in {text!r}.")
+        steps[first] = count
+    return steps
+
+
+def max_updates(schedule, micro_batches):
+    """The most updates `micro_batches` micro-batches can make under `schedule` (every window its smallest N)."""
+    return math.ceil(micro_batches / min(schedule.counts))
+
+
+def schedule_argument(text):
+    """argparse type: a schedule 'first_update:N,...' (or a plain N)."""
+    import argparse  # pylint: disable=import-outside-toplevel
+    try:
+        return AccumulationSchedule(int(text) if text.strip().isdigit() else text, "train.py",
+                                    "--accumulation_schedule")
+    except (TypeError, ValueError) as error:
+        raise argparse.ArgumentTypeError(str(error)) from None

@@ -1,0 +1,188 @@
+"""The accumulation window: its counters, and the rules every path applies to it.
+
+One home for what belongs to the window, so that the single-device cells and the parallel cells cannot drift
+apart:
+
+- :class:`WindowState`, the counters of the open window (items, micro-batches, loss) and of the last window
+  applied (items, gradient norm);
+- :func:`add_micro_batch`: a micro-batch's gradient enters the buffers weighted by its items (``weighting.py``);
+- :func:`finish_gradients`: the gradient the optimizer receives, the buffers divided by the window's items (and
+  the loss scale), reduced across devices once, then clipped by its global norm;
+- :func:`buffers_overflow` and :func:`step_unless`: an overflow anywhere in the window skips its whole update;
+- :func:`reset_window`: buffers and counters back to zero.
+
+The single-device cells share one ``grad_sum`` ParameterTuple, as in the tutorial; their WindowState hangs off
+that object (:func:`window_state`), so every cell built on the same ``grad_sum`` sees the same counters.
+"""
+from mindspore import Parameter, Tensor, ops
+from mindspore import dtype as mstype
+
+from . import grad_ops
+from . import noise_scale
+
+_ATTR = "_ms_accum_window"
+_NO_ITEMS = 3.0e38  # min_items of an empty window
+
+
+def _scalar(name, value, dtype=mstype.float32):
+    return Parameter(Tensor(value, dtype), name=name, requires_grad=False)
+
+
+class WindowState:
+    """
+    Parameters describing the open accumulation window and the last one applied.
+
+    Attributes:
+        items (Parameter): float32, the items (samples unless the loss reports its own) added since the last reset.
+        micro_steps (Parameter): int32, micro-batches added since the last reset.
+        loss_sum (Parameter): float32, sum over those micro-batches of loss * items (unscaled).
+        min_items (Parameter): float32, the smallest item count a micro-batch of the window reported.
+        last_items (Parameter): float32, items of the last window applied (over all devices).
+        last_grad_norm (Parameter): float32, global L2 norm of the last window's gradient, before clipping.
+        last_clipped (Parameter): float32, 1.0 if the last window's gradient was clipped, else 0.0.
+        options (dict): Choices the cells sharing the window must agree on (``bind``).
+    """
+
+    def __init__(self, prefix):
+        self.items = _scalar(f"{prefix}.items", 0.0)
+        self.micro_steps = _scalar(f"{prefix}.micro_steps", 0, mstype.int32)
+        self.loss_sum = _scalar(f"{prefix}.loss_sum", 0.0)
+        self.min_items = _scalar(f"{prefix}.min_items", _NO_ITEMS)
+        self.last_items = _scalar(f"{prefix}.last_items", 0.0)
+        self.last_grad_norm = _scalar(f"{prefix}.last_grad_norm", 0.0)
+        self.last_clipped = _scalar(f"{prefix}.last_clipped", 0.0)
+        self.options = {}
+        self.prefix = prefix
+        self.noise = None  # a NoiseState once a cell measures the noise scale (see noise_state)
+        self.verified = False  # a cell with the optimizer checked the buffers are separate from its parameters
+        self.loss_scale = None  # (update cell or None, the scale Parameter), shared by the cells on the buffers
+
+    @property
+    def last(self):
+        """The records of the last window applied: items, gradient norm, whether it was clipped."""
+        return (self.last_items, self.last_grad_norm, self.last_clipped)
+
+    @property
+    def counters(self):
+        """The open window's counters, in the order add_micro_batch and reset_window take them."""
+        return (self.items, self.micro_steps, self.loss_sum, self.min_items)
+
+    def noise_state(self, mode):
+        """The NoiseState (measuring in `mode`) of the cells sharing this window, created on first use."""
+        if self.noise is None:
+            self.noise = noise_scale.NoiseState(self.prefix, mode)
+        return self.noise
+
+    def bind(self, owner, name, value, hint):
+        """Record a choice, or raise if a cell on the same buffers chose otherwise."""
+        if name not in self.options:
+            self.options[name] = value
+        elif self.options[name] is not value:  # bools and None are singletons; objects must be the same
+            bound = self.options[name]
+            got = _describe(value)
+            if type(value) is type(bound) and value is not None and not isinstance(value, (bool, str)):
+                got = f"another {type(value).__name__} object, not the same one"
+            raise ValueError(f"For '{owner}', '{name}' must match the other cells built on this grad_sum "
+                             f"({_describe(bound)}), but got {got}. {hint}")
+
+
+def _describe(value):
+    return repr(value) if value is None or isinstance(value, (bool, str)) else f"a {type(value).__name__} object"
+
+
+def buffer_prefix(grad_sum):
+    """The name prefix the buffers share ('grad_sum' for the tutorial's clone)."""
+    first = grad_sum[0].name
+    return first.split(".", 1)[0] if "." in first else "grad_sum"
+
+
+def window_state(grad_sum):
+    """Return the WindowState shared by every cell built on `grad_sum`, creating it on first use."""
+    state = getattr(grad_sum, _ATTR, None)
+    if state is None:
+        state = WindowState(buffer_prefix(grad_sum))
+        setattr(grad_sum, _ATTR, state)
+    return state
+
+
+def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, noise_sums=None, every=True):
+    """buffers += weight * grads (in the buffers' dtype); the counters take in the micro-batch's `items` and
+    `loss` (None: no loss to record); with the noise scale measured, `noise_sums` (a NoiseState's micro_sq,
+    measured_items, measured) take in the micro-batch when it is measured (`every`: all of them; else the window's
+    first). Returns `loss` (or `items`) once every update is done."""
+    item_count, micro_steps, loss_sum, min_items = counters
+    added = hyper_map(ops.partial(grad_ops.accumulate_weighted, weight), buffers, grads)
+    out = ops.depend(items if loss is None else loss, added)
+    if noise_sums is not None:
+        out = ops.depend(out, noise_scale.add_micro_sq(hyper_map, noise_sums, grads, weight, micro_steps == 0,
+                                                       every))
+    out = ops.depend(out, ops.assign_add(item_count, items))
+    out = ops.depend(out, ops.assign_add(micro_steps, ops.scalar_to_tensor(1, mstype.int32)))
+    out = ops.depend(out, ops.assign(min_items, ops.minimum(min_items, items)))
+    if loss is None:
+        return out
+    return ops.depend(out, ops.assign_add(loss_sum, ops.cast(loss, mstype.float32) * items))
+
+
+def check_items(owner, min_items, source="returned by the loss network", rebuild="new cells"):
+    """
+    Raise, before the update, if a micro-batch of the window reported no items (its loss, a mean over nothing, is
+    meaningless). The error ends training with these cells: in GRAPH_MODE (and for jit-compiled cells) MindSpore
+    refuses to run a graph again after a runtime error in it.
+    """
+    smallest = min_items * 1.0  # a Tensor, not the Parameter, so that the message shows its value
+    if smallest <= 0.0:
+        raise ValueError(f"For '{owner}', 'num_items' {source} must be > 0 for every micro-batch, but a micro-batch "
+                         f"of this window had {smallest}. Leave out micro-batches with no items, or give the item "
+                         f"count of the data the loss averaged over. The window was not applied; to go on, save "
+                         f"the network and build {rebuild}.")
+
+
+def mean_loss(counters):
+    """The window's mean loss over its items on this device (0 for an empty window)."""
+    item_count, _, loss_sum, _ = counters
+    return loss_sum / ops.maximum(item_count, 1e-12)
+
+
+def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, items):
+    """
+    The gradient the optimizer receives: buffers / divisor, reduced across devices once, then scaled down so that
+    its global norm is at most `clip_norm` (a float, or None for no clipping) as ``ops.clip_by_global_norm``
+    does. Records the window in `last` (a WindowState's ``last``): its `items`, the gradient's global norm before
+    clipping, and whether it was clipped.
+
+    Returns (grads, a Tensor to depend on once the records are written).
+    """
+    last_items, last_grad_norm, last_clipped = last
+    grads = hyper_map(ops.partial(grad_ops.scale, 1.0 / divisor), buffers)
+    grads = reducer(grads)
+    norm = grad_ops.global_norm(hyper_map, grads)
+    clipped = ops.zeros_like(norm)
+    if clip_norm is not None:
+        grads = hyper_map(ops.partial(grad_ops.scale, clip_norm / ops.maximum(norm, clip_norm)), grads)
+        clipped = ops.cast(norm > clip_norm, mstype.float32)
+    recorded = ops.depend(ops.assign(last_items, items), ops.assign(last_grad_norm, norm))
+    return grads, ops.depend(recorded, ops.assign(last_clipped, clipped))
+
+
+def buffers_overflow(hyper_map, buffers):
+    """Whether any buffer holds an inf or nan: one overflowing micro-batch anywhere in the window stays there (inf
+    and nan survive every later addition), so one check per window catches it (IsFinite: CPU, GPU, Ascend)."""
+    return grad_ops.sum_over(hyper_map, grad_ops.nonfinite, buffers) > 0.0
+
+
+def step_unless(overflow, optimizer, grads, result):
+    """One optimizer step unless the window overflowed (parameters and optimizer state then stay untouched)."""
+    if not overflow:
+        result = ops.depend(result, optimizer(grads))
+    return result
+
+
+def reset_window(hyper_map, buffers, counters, result):
+    """Zero the buffers and counters after `result` is computed; returns `result`."""
+    item_count, micro_steps, loss_sum, min_items = counters
+    result = ops.depend(result, hyper_map(grad_ops.clear, buffers))
+    result = ops.depend(result, ops.assign(item_count, ops.zeros_like(item_count)))
+    result = ops.depend(result, ops.assign(loss_sum, ops.zeros_like(loss_sum)))
+    result = ops.depend(result, ops.assign(min_items, ops.fill(mstype.float32, (), _NO_ITEMS)))
+    return ops.depend(result, ops.assign(micro_steps, ops.zeros_like(micro_steps)))

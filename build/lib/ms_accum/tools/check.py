@@ -1,0 +1,89 @@
+"""Check on your own model that one accumulated window equals one large-batch step.
+
+    python -m ms_accum.check --network my_pkg.models:build_net --input-shape 3,32,32 --num-classes 10 \
+        --batch-size 32 --accumulation-steps 4
+
+The network factory is called after the same seed for each copy; one copy takes a large-batch step on a random
+batch, another the same batch as accumulation_steps micro-batches through ms_accum. Per parameter it prints the
+relative difference of the gradient handed to the optimizer and of the updated parameter (elements whose
+gradient is rounding noise left out, as adaptive optimizers move them by their learning rate either way), and a
+verdict. Exit code 0: equivalent within --rtol; 1: not; 2: bad arguments.
+"""
+import argparse
+import importlib
+import sys
+
+import numpy as np
+
+import mindspore as ms
+from mindspore import nn
+
+from .argtypes import positive_float, positive_int
+from .equivalence import CELLS, check_equivalence
+
+
+def _load(spec):
+    """'package.module:attribute' -> the attribute."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"'--network' must look like 'package.module:factory', but got {spec!r}.")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"'--network' {spec!r} could not be loaded: {err}. Is its directory on PYTHONPATH?") from err
+
+
+def _shape(text):
+    """argparse type: one sample's shape, comma-separated ints >= 1."""
+    try:
+        shape = tuple(int(d) for d in text.split(","))
+    except ValueError:
+        shape = ()
+    if not shape or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"must be one sample's shape as comma-separated ints >= 1, for example "
+                                         f"1,32,32, but got {text!r}")
+    return shape
+
+
+def main(argv=None):
+    """Command-line entry point; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m ms_accum.check", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--network", required=True, help="factory of the network, 'package.module:callable'")
+    parser.add_argument("--input-shape", type=_shape, required=True, help="one sample's shape, for example 1,32,32")
+    parser.add_argument("--num-classes", type=positive_int, required=True,
+                        help="labels are drawn from 0..num_classes-1")
+    parser.add_argument("--batch-size", type=positive_int, default=32, help="the large batch (default: %(default)s)")
+    parser.add_argument("--gradient-accumulation-steps", "--accumulation-steps", dest="accumulation_steps",
+                        type=positive_int, default=4, help="N, the micro-batches the batch is split into")
+    parser.add_argument("--optimizer", choices=["sgd", "momentum", "adam", "adamw"], default="momentum")
+    parser.add_argument("--lr", type=positive_float, default=0.01)
+    parser.add_argument("--cell", choices=list(CELLS), default="three_cells")
+    parser.add_argument("--mode", choices=["graph", "pynative"], default="pynative")
+    parser.add_argument("--rtol", type=positive_float, default=1e-5)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    shape = args.input_shape
+    try:
+        factory = _load(args.network)
+        ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
+        rng = np.random.default_rng(args.seed)
+        images = rng.normal(size=(args.batch_size,) + shape).astype(np.float32)
+        labels = rng.integers(0, args.num_classes, size=args.batch_size).astype(np.int32)
+        optimizers = {"sgd": lambda p: nn.SGD(p, args.lr), "momentum": lambda p: nn.Momentum(p, args.lr, 0.9),
+                      "adam": lambda p: nn.Adam(p, args.lr),
+                      "adamw": lambda p: nn.AdamWeightDecay(p, args.lr, weight_decay=0.01)}
+        report = check_equivalence(factory, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                                   optimizers[args.optimizer], (images, labels), args.accumulation_steps,
+                                   seed=args.seed, rtol=args.rtol, cell=args.cell)
+    except (ValueError, TypeError) as err:
+        print(f"python -m ms_accum.check: error: {err}", file=sys.stderr)
+        return 2
+    print(f"{args.network}: one window of {args.accumulation_steps} micro-batches vs one batch of "
+          f"{args.batch_size} ({args.optimizer}, lr {args.lr}, {args.mode}, {args.cell})")
+    print(report)
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

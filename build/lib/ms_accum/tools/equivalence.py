@@ -1,0 +1,277 @@
+"""check_equivalence: one accumulated window against one large-batch step, on any model.
+
+What accumulation is responsible for is the gradient the optimizer receives, so that is compared first: the
+window's applied gradient against the large-batch gradient, relative to each parameter's gradient scale. The
+parameters after the step are compared second, relative to the size of the large-batch update, over the elements
+whose gradient is known to better than the tolerance: an adaptive optimizer (Adam) normalises each element's
+step, so an element whose gradient is rounding noise moves by about its learning rate, in a direction rounding
+decides, in either computation; those elements are counted and reported, not failed.
+
+The command-line front end is ``python -m ms_accum.check`` (check.py).
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import mindspore as ms
+from mindspore import Tensor, nn
+
+from ..core.checks import check_bool, check_finite_positive, check_positive_int
+from ..core.schedule import steps_argument
+from ..cells.parallel import TrainAccuStepsCell
+from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
+
+CELLS = ("three_cells", "accu_steps")
+NOISE = 1e-5  # a gradient element below NOISE * the parameter's largest gradient element is always noise
+
+
+@dataclass
+class ParameterCheck:
+    """One parameter's figures: the applied gradient's and the updated parameter's largest relative differences,
+    and the elements left out of the parameter comparison as rounding noise."""
+
+    name: str
+    grad_relative: float
+    param_relative: float
+    noise_elements: int
+    elements: int
+
+
+@dataclass
+class EquivalenceReport:
+    """
+    Per-parameter differences between the accumulated and the large-batch step, and the verdict; what
+    :func:`check_equivalence` returns. ``str(report)`` is a table, one row per parameter.
+
+    Args:
+        rtol (float): The relative tolerance the verdict uses.
+        rows (list): One record per trainable parameter (name, relative differences of the applied gradient and
+            of the updated parameter, noise-level elements). Default: empty.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import numpy as np
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> x, y = np.ones((8, 4), np.float32), np.zeros((8, 2), np.float32)
+        >>> report = ms_accum.check_equivalence(lambda: nn.Dense(4, 2), nn.MSELoss(),
+        ...                                     lambda p: nn.SGD(p, 0.1), (x, y), 2)
+        >>> report.passed, report.failing, report.max_relative < report.rtol
+        (True, [], True)
+    """
+
+    rtol: float
+    rows: list = field(default_factory=list)  # ParameterCheck, one per trainable parameter
+
+    @property
+    def max_grad_relative(self):
+        """The largest relative difference of the applied gradient over all parameters."""
+        return max((row.grad_relative for row in self.rows), default=0.0)
+
+    @property
+    def max_param_relative(self):
+        """The largest relative difference of the updated parameters (noise elements left out)."""
+        return max((row.param_relative for row in self.rows), default=0.0)
+
+    @property
+    def max_relative(self):
+        """The larger of the two."""
+        return max(self.max_grad_relative, self.max_param_relative)
+
+    @property
+    def failing(self):
+        """The parameters that fail, each with what failed ("gradient", "parameter")."""
+        return [(row.name, "gradient" if row.grad_relative > self.rtol else "parameter") for row in self.rows
+                if max(row.grad_relative, row.param_relative) > self.rtol]
+
+    @property
+    def passed(self):
+        """Whether every parameter's applied gradient and update are within `rtol`."""
+        return not self.failing
+
+    def __str__(self):
+        width = max([len(row.name) for row in self.rows] + [9])
+        lines = [f"{'parameter':<{width}}  {'gradient':>10}  {'parameter':>10}  noise elements (left out)",
+                 f"{'':<{width}}  {'rel. diff':>10}  {'rel. diff':>10}"]
+        lines += [f"{row.name:<{width}}  {row.grad_relative:>10.3e}  "
+                  f"{'-' if row.noise_elements == row.elements else format(row.param_relative, '.3e'):>10}  "
+                  f"{row.noise_elements} of {row.elements}" for row in self.rows]
+        if self.passed:
+            lines.append(f"PASS: largest relative difference {self.max_relative:.3e} <= rtol {self.rtol:g} "
+                         f"(applied gradient {self.max_grad_relative:.3e}, updated parameters "
+                         f"{self.max_param_relative:.3e})")
+        else:
+            worst = sorted(self.failing, key=lambda f: f[1])
+            named = ", ".join(f"{name} ({what})" for name, what in worst[:5])
+            lines.append(f"FAIL: largest relative difference {self.max_relative:.3e} > rtol {self.rtol:g}; decided "
+                         f"by the {'applied gradient' if self.max_grad_relative > self.rtol else 'updated parameters'}"
+                         f" of {named}{' ...' if len(worst) > 5 else ''}")
+        return "\n".join(lines)
+
+
+class _LossOnly(nn.Cell):
+    """The large-batch loss of a loss network that may return (loss, num_items): its mean over the large batch's
+    items is the first output."""
+
+    def __init__(self, network):
+        super().__init__(auto_prefix=False)
+        self.network = network
+
+    def construct(self, *inputs):
+        out = self.network(*inputs)
+        if isinstance(out, (tuple, list)):
+            return out[0]
+        return out
+
+
+def _relative(got, want, scale, allowance=0.0):
+    """max (|got - want| - allowance, at least 0) / scale (0 for empty arrays; the difference itself when the scale
+    is 0)."""
+    if not want.size:
+        return 0.0
+    diff = float(np.maximum(np.abs(got - want) - allowance, 0.0).max())
+    return diff / scale if scale > 0 else diff
+
+
+def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_accumulation_steps=None, seed=0,
+                      rtol=1e-5, cell="three_cells", average=True, *, accumulation_steps=None):
+    r"""
+    Compare one accumulated window with one large-batch step, from identical initial parameters.
+
+    Two figures per trainable parameter decide the verdict, both against `rtol`:
+
+    - the applied gradient: the gradient the window hands to the optimizer against the large-batch gradient,
+      max |difference| / max |large-batch gradient|;
+    - the updated parameter: max |difference| / max |large-batch update|, less one float32 spacing of the
+      parameter (the two steps round independently), over the elements whose large-batch gradient is known to
+      better than `rtol`: larger than the applied gradient's largest difference divided by `rtol` (and than 1e-5
+      of the parameter's largest gradient element). Adaptive optimizers (Adam, AdamWeightDecay) normalise each
+      element's step, so an element whose gradient is rounding noise moves by about the learning rate, in a
+      direction rounding decides, in either computation; those elements are counted in the report and do not
+      fail it.
+
+    Gradient elements below 1e-5 of the model's largest gradient element are float32 rounding noise (the bias of
+    a layer that BatchNorm follows has an exact gradient of 0, say); both figures leave them out and the report
+    counts them.
+
+    Both copies run in training mode, as in training: BatchNorm normalises with batch statistics, so a network
+    with BatchNorm fails the check (by design: accumulation cannot reproduce large-batch statistics). Dropout
+    draws different masks on the two paths; switch it off for the check.
+
+    Args:
+        make_network (Callable[[], Cell]): Builds the network; called after ``mindspore.set_seed(seed)`` for each
+            copy, so all copies start equal.
+        loss_fn (Cell, optional): The loss; ``None`` if the network returns the loss itself (or
+            ``(loss, num_items)``: the mean over the items and their count, weighed as in training).
+        make_optimizer (Callable[[list], Cell]): Builds an optimizer over the given parameters.
+        inputs (tuple): The large batch: numpy arrays or Tensors sharing their first (batch) dimension, in the
+            order the loss network takes them (network inputs, then the label).
+        gradient_accumulation_steps (int): N, the micro-batches to split the batch into (``numpy.array_split``:
+            sizes may differ by one); ``accumulation_steps`` is accepted in its place (keyword only).
+        seed (int): Seed for the network copies. Default: ``0``.
+        rtol (float): Largest relative difference that passes, for both figures. Default: ``1e-5``.
+        cell (str): ``"three_cells"`` (TrainForwardBackward/TrainOptim/TrainClear) or ``"accu_steps"``
+            (TrainAccuStepsCell). Default: ``"three_cells"``.
+        average (bool): Passed to the three cells; ``False`` applies the raw sum of micro-batch gradients (the
+            tutorial's recipe), which the check fails. Default: ``True``.
+
+    Returns:
+        EquivalenceReport, whose ``passed`` gives the verdict and ``str()`` a table.
+
+    Raises:
+        TypeError: If N is missing, given twice or not an int, `rtol` is not a number or `average` is not a bool.
+        ValueError: If N is < 1 or larger than the batch, `rtol` is not a finite number > 0,
+            `cell` is unknown, or `average` is ``False`` with ``cell="accu_steps"``.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import numpy as np
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> x, y = np.ones((8, 4), np.float32), np.zeros((8, 2), np.float32)
+        >>> report = ms_accum.check_equivalence(lambda: nn.Dense(4, 2), nn.MSELoss(),
+        ...                                     lambda p: nn.Adam(p, 0.01), (x, y), 4)
+        >>> report.passed
+        True
+    """
+    owner = "check_equivalence"
+    accumulation_steps, steps_name = steps_argument(owner, gradient_accumulation_steps,
+                                                    {"accumulation_steps": accumulation_steps})
+    check_positive_int(owner, steps_name, accumulation_steps)
+    check_finite_positive(owner, "rtol", rtol)
+    check_bool(owner, "average", average)
+    if cell not in CELLS:
+        raise ValueError(f"For '{owner}', 'cell' must be one of {list(CELLS)}, but got {cell!r}.")
+    if not average and cell != "three_cells":
+        raise ValueError(f"For '{owner}', 'average=False' is an option of cell='three_cells', but got cell={cell!r}.")
+    arrays = [x.asnumpy() if isinstance(x, Tensor) else np.asarray(x) for x in inputs]
+    if accumulation_steps > len(arrays[0]):
+        raise ValueError(f"For '{owner}', '{steps_name}' must be <= the batch size {len(arrays[0])}, but got "
+                         f"{accumulation_steps}.")
+    micro = [tuple(map(Tensor, batch)) for batch in zip(*(np.array_split(a, accumulation_steps) for a in arrays))]
+
+    def copy():
+        ms.set_seed(seed)
+        net = make_network()
+        net.set_train(True)
+        loss_net = net if loss_fn is None else nn.WithLossCell(net, loss_fn)
+        return net, loss_net, make_optimizer(net.trainable_params())
+
+    reference, reference_loss, reference_opt = copy()
+    before = {p.name: p.asnumpy().astype(np.float64) for p in reference_opt.parameters}
+    grad_fn = ms.value_and_grad(_LossOnly(reference_loss), None, reference_opt.parameters)
+    _, reference_grads = grad_fn(*map(Tensor, arrays))
+    reference_grads = [g.asnumpy().astype(np.float64) for g in reference_grads]
+    reference_opt(tuple(Tensor(g.astype(np.float32)) for g in reference_grads))
+    applied, accumulated = _accumulate(copy, micro, cell, average)
+    after = {p.name: p.asnumpy().astype(np.float64) for p in accumulated}
+    report = EquivalenceReport(rtol)
+    # below NOISE times the model's largest gradient element, a gradient element is float32 rounding noise (the
+    # bias of a layer that BatchNorm follows, say: its exact gradient is 0)
+    model_floor = NOISE * max((float(np.abs(g).max()) for g in reference_grads if g.size), default=0.0)
+    for param, grad_ref, grad_got in zip(reference_opt.parameters, reference_grads, applied):
+        known = np.abs(grad_ref) > model_floor
+        grad_scale = float(np.abs(grad_ref[known]).max()) if known.any() else 0.0
+        grad_relative = _relative(grad_got[known], grad_ref[known], grad_scale)
+        floor = max(NOISE * grad_scale, grad_relative * grad_scale / rtol, model_floor)
+        signal = np.abs(grad_ref) > floor
+        want = param.asnumpy().astype(np.float64)[signal]
+        update_scale = float(np.abs(want - before[param.name][signal]).max()) if want.size else 0.0
+        # the two steps round their results to float32 independently: one float32 spacing of each parameter apart
+        # is rounding, which dominates when the update is small beside the parameter (a small learning rate)
+        spacing = np.spacing(np.abs(want).astype(np.float32)).astype(np.float64)
+        report.rows.append(ParameterCheck(param.name, grad_relative,
+                                          _relative(after[param.name][signal], want, update_scale, spacing),
+                                          int(grad_ref.size - signal.sum()), int(grad_ref.size)))
+    return report
+
+
+def _accumulate(copy, micro, cell, average):
+    """(the window's applied gradient, one float64 array per parameter; the accumulated copy's parameters after
+    its update)."""
+    if cell == "three_cells":
+        _, loss_net, optimizer = copy()
+        grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+        forward_backward = TrainForwardBackward(loss_net, optimizer, grad_sum, average=average)
+        for batch in micro:
+            forward_backward(*batch)
+        divisor = float(forward_backward.accu_items.asnumpy()) if average else 1.0
+        applied = [g.asnumpy().astype(np.float64) / divisor for g in grad_sum]
+        TrainOptim(optimizer, grad_sum, average=average)()
+        TrainClear(grad_sum)()
+        return applied, optimizer.parameters
+    _, loss_net, optimizer = copy()  # a copy that only accumulates, to read the window's gradient
+    probe = TrainAccuStepsCell(loss_net, optimizer, gradient_accumulation_steps=len(micro)).set_accumulation(True)
+    for batch in micro:
+        probe(*batch)
+    items = float(probe.accu_items.asnumpy())
+    applied = [g.asnumpy().astype(np.float64) / items for g in probe.accu_grads]
+    _, loss_net, optimizer = copy()
+    steps_cell = TrainAccuStepsCell(loss_net, optimizer, gradient_accumulation_steps=len(micro))
+    for batch in micro:
+        steps_cell(*batch)
+    return applied, optimizer.parameters

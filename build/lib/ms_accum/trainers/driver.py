@@ -1,0 +1,474 @@
+"""GradientAccumulation: the Python loop that drives the three single-device cells over a dataset."""
+import math
+from dataclasses import dataclass
+from functools import partial
+
+from mindspore import Parameter, Tensor, context, nn, ops
+from mindspore import dtype as mstype
+
+from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_lr_schedule, check_optimizer,
+                      check_optimizer_trains, check_positive_int, check_resume_or_initial_epoch, check_state_saving)
+from ..compat import CallbackManager, InternalCallbackParam
+from ..core.adaptive import AdaptiveAccumulation
+from .checkpoint import save_checkpoint_atomic
+from ..core.loss_scale import check_scale_sense
+from ..core.engine import float32_buffers
+from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
+from ..core.noise_scale import check_noise_scale, noise_scale_of
+from ..core.schedule import AccumulationSchedule, steps_argument
+from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
+from .state import StateWriter, dataset_starting_at, load_training_state
+from .telemetry import window_record
+
+class TrainState(nn.Cell):
+    r"""
+    What a checkpoint holds: the loss network, the optimizer and the loss scale with its update cell's counters
+    (when there is one), not the transient gradient buffers. :class:`GradientAccumulation` saves its
+    ``train_state`` at each epoch's end.
+
+    Args:
+        loss_network (Cell): The loss network.
+        optimizer (Cell): Its optimizer (its moments and global step are saved with it).
+        scale_sense (Parameter, optional): The loss scale. Default: ``None``.
+        loss_scale_manager (Cell, optional): The loss-scale update cell, whose counters are saved. Default:
+            ``None``.
+
+    Inputs:
+        - **\*inputs** (Tuple(Tensor)) - What the loss network takes.
+
+    Outputs:
+        The loss network's output.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> state = ms_accum.TrainState(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+        >>> path = ms_accum.save_checkpoint_atomic(state, "/tmp/train_state.ckpt")
+        >>> sorted(ms_accum.read_checkpoint(path))[:3]
+        ['bias', 'global_step', 'learning_rate']
+    """
+
+    def __init__(self, loss_network, optimizer, scale_sense=None, loss_scale_manager=None):
+        super().__init__(auto_prefix=False)
+        self.network = loss_network
+        self.optimizer = optimizer
+        self.scale_sense = scale_sense
+        self.loss_scale_manager = loss_scale_manager
+
+    def construct(self, *inputs):
+        return self.network(*inputs)
+
+
+class _ExactState(nn.Cell):
+    """What an exact state file holds: everything the three cells hold (network, optimizer, buffers, window
+    counters, loss scale and its update cell, noise-scale estimates) and the N of the open window (an adaptive
+    policy's choice)."""
+
+    def __init__(self, forward_backward, optim):
+        super().__init__(auto_prefix=False)
+        self.forward_backward = forward_backward
+        self.optim = optim
+        self.window_steps = Parameter(Tensor(0, mstype.int32), name="ms_accum_window_steps", requires_grad=False)
+
+
+class _MicroStep(nn.Cell):
+    """One micro-batch in GRAPH_MODE: forward and backward into the buffers, then, when `update` (a bool Tensor)
+    is set, the window's optimizer step and the clear. Every call runs the same compiled graph, the update a branch
+    taken at run time, as MindCV's TrainStep does. With a graph for the accumulating calls and another for the
+    window's end, the first update waited for two compilations of the network's backward: 21.6 s against
+    TrainStep's 12.9 s on EdgeNeXt xx_small (benchmarks/peers.py), 16.7 against 16.0 s with this one graph;
+    LeNet trains at 1.14 of plain Model.train with it (benchmarks/paired.py --path driver; three cells per window
+    gave 0.91). MindSpore orders the cells' reads and writes of the shared buffers as written. Outputs:
+    TrainOptim's on an update; on an accumulating call the same structure, from the micro-batch's loss (the driver
+    does not read them)."""
+
+    def __init__(self, forward_backward, optim, clear):
+        super().__init__(auto_prefix=False)
+        self.forward_backward = forward_backward
+        self.optim = optim
+        self.clear = clear
+        self.loss_scaled = optim.loss_scaled
+
+    def __call__(self, *args, **kwargs):
+        # the forward-backward cell's PYNATIVE flag is read when this graph is compiled: set it for this mode
+        eager = context.get_context("mode") == context.PYNATIVE_MODE
+        self.forward_backward._eager = eager  # pylint: disable=protected-access
+        return super().__call__(*args, **kwargs)
+
+    def construct(self, update, *inputs):
+        loss = self.forward_backward(*inputs)
+        if update:
+            outputs = ops.depend(self.optim(), loss)
+            outputs = ops.depend(outputs, self.clear())
+        else:
+            outputs = self._accumulating_outputs(loss)
+        return outputs
+
+    def _accumulating_outputs(self, loss):
+        loss = ops.reshape(ops.cast(loss, mstype.float32), ())
+        if not self.loss_scaled:
+            return loss
+        return loss, ops.zeros((), mstype.bool_), self.optim.accu_scale * 1.0
+
+
+class GradientAccumulation:
+    r"""
+    Trains a network with gradient accumulation on one device: N micro-batches per optimizer step, a fixed number,
+    a schedule over the updates, or chosen from the measured noise scale.
+
+    Builds the loss network, the ``grad_sum`` buffers and the three cells (:class:`TrainForwardBackward`,
+    :class:`TrainOptim`, :class:`TrainClear`) and runs them over a dataset, with the network in training mode
+    (``set_train(True)``, as :meth:`mindspore.train.Model.train` does: BatchNorm normalises with batch statistics
+    and updates its moving statistics once per micro-batch, Dropout is active). By default each update equals one
+    large-batch step on exactly the samples of its window, or on its items when the loss network returns
+    ``(loss, num_items)`` (see :class:`TrainForwardBackward`). In GRAPH_MODE every micro-batch runs one compiled
+    graph (its forward-backward, and on the window's last micro-batch the optimizer step and the clear, a branch
+    taken at run time), so training starts after one compilation of the network.
+
+    Args:
+        network (Cell): The network to train.
+        loss_fn (Cell, optional): The loss; ``None`` if `network` already returns the loss (or
+            ``(loss, num_items)``).
+        optimizer (Cell): The optimizer over the network's trainable parameters.
+        average (bool): ``True`` (default) applies the mean gradient over the window's samples or items;
+            ``False`` applies the raw sum of micro-batch gradients, as the MindSpore tutorial does.
+        sens (numbers.Number): Gradient seed, as in :class:`mindspore.nn.TrainOneStepCell`. Default: ``1.0``.
+        clip_norm (float, optional): Clip each window's gradient to this global norm, once per update (see
+            :class:`TrainOptim`). Default: ``None`` (no clipping).
+        scale_sense (Union[Tensor, Cell], optional): Loss scaling, as in
+            :class:`mindspore.nn.TrainOneStepWithLossScaleCell`: a window in which any micro-batch overflowed is
+            skipped whole and the scale is updated once per window (see :class:`TrainOptim`); telemetry counts
+            the skipped windows. Default: ``None``.
+        noise_scale (Union[bool, str]): Measure the gradient noise scale of every window (see
+            :class:`TrainForwardBackward`): :class:`WindowTelemetry` then records each window's unbiased estimates
+            of |G|^2 and tr(Sigma) and the smoothed noise scale B_simple in samples or items (see
+            ``docs/noise_scale.md``). ``True`` measures every micro-batch, ``"first"`` only the first of each
+            window on each device (one gradient pass per window instead of one per micro-batch; a noisier
+            estimate). Default: ``False``.
+
+    Raises:
+        TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
+            a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is neither a Tensor nor a
+            loss-scale cell.
+        ValueError: If none of the optimizer's parameters is a parameter of `network`, `sens` is zero or not
+            finite, `clip_norm` is not a finite number > 0, or `noise_scale` is a str other than ``"first"`` or is
+            set with ``average=False``.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import numpy as np
+        >>> import mindspore.dataset as ds
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> data = ds.NumpySlicesDataset({"x": np.ones((64, 4), np.float32), "y": np.zeros((64, 2), np.float32)},
+        ...                              shuffle=False).batch(8)
+        >>> trainer = ms_accum.GradientAccumulation(net, nn.MSELoss(), nn.SGD(net.trainable_params(), 0.1))
+        >>> losses = trainer.train_process(1, data, gradient_accumulation_steps=4, ckpt_path=None)
+        epoch: 1 step: 1 loss is ...
+        epoch: 1 step: 2 loss is ...
+    """
+
+    def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0, clip_norm=None, scale_sense=None,
+                 noise_scale=False):
+        owner = "GradientAccumulation"
+        check_cell(owner, "network", network)
+        if loss_fn is not None:
+            check_cell(owner, "loss_fn", loss_fn)
+        check_optimizer_trains(owner, check_optimizer(owner, optimizer), network)
+        check_bool(owner, "average", average)
+        check_clip_norm(owner, clip_norm)
+        check_noise_scale(owner, noise_scale, average)
+        if scale_sense is not None:
+            check_scale_sense(owner, scale_sense)
+        self.network = network
+        self.optimizer = optimizer
+        self.loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
+        self.grad_sum = float32_buffers(optimizer.parameters, "grad_sum")
+        self.forward_backward = TrainForwardBackward(self.loss_network, optimizer, self.grad_sum, sens, average,
+                                                     scale_sense, noise_scale)
+        self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense, noise_scale)
+        self.clear = TrainClear(self.grad_sum)
+        self.train_state = TrainState(self.loss_network, optimizer, self.optim.accu_scale,
+                                      self.optim.loss_scale_manager)
+        self.exact_state = _ExactState(self.forward_backward, self.optim)
+        self.micro_step = _MicroStep(self.forward_backward, self.optim, self.clear)
+        self._accumulate_flag, self._update_flag = Tensor(False), Tensor(True)
+        self.window_steps = self.exact_state.window_steps
+
+    def train_process(self, epoch, train_dataset, gradient_accumulation_steps=None, callbacks=None,
+                      partial_window="flush", ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0,
+                      state_path=None, save_state_every=0, resume_from=None, *, mini_steps=None,
+                      accumulation_steps=None):
+        r"""
+        Train for `epoch` epochs, one optimizer step every `gradient_accumulation_steps` micro-batches.
+
+        N may change between windows: a schedule ``{first_update: N}`` (``{0: 1, 2: 2, 4: 3}``: updates
+        0 and 1 hold one micro-batch, 2 and 3 two, then three), or an :class:`AdaptiveAccumulation` policy. Each
+        window is still exactly the large-batch step of its own size, and the optimizer's step (hence a
+        learning-rate schedule) still advances once per window; telemetry records each window's N, and an exact
+        state file resumes at the same place in the schedule. In GRAPH_MODE a change of N compiles nothing.
+
+        A window that is still open at the end of an epoch is handled by `partial_window`:
+
+        - ``"flush"`` (default): apply it as a smaller window (weighted by its own samples), so every epoch ends
+          with empty buffers;
+        - ``"drop"``: discard its gradients;
+        - ``"carry"``: keep it open into the next epoch; one still open after the last epoch is flushed.
+
+        The network is put in training mode first and left in it.
+
+        Callbacks see one step per window (``on_train_step_begin`` before its first micro-batch,
+        ``on_train_step_end`` after its update): ``cur_step_num`` counts updates since the start (a dropped
+        partial window is not one), ``batch_num`` is the number of updates per epoch (with ``"carry"``, windows
+        that end inside an epoch, rounded down), ``total_updates`` the run's updates, ``net_outputs`` is the
+        window's mean loss over its samples or items, and ``train_network`` holds the network and optimizer
+        (what :class:`mindspore.train.ModelCheckpoint` saves, without the gradient buffers).
+        ``window_micro_steps`` gives the micro-batches in the update's window, and ``window_record()`` its
+        :class:`WindowRecord` (read by :class:`WindowTelemetry`).
+
+        Args:
+            epoch (int): Number of passes over `train_dataset`, >= 1.
+            train_dataset (Dataset): Batched dataset; each row is one micro-batch, passed to the loss network
+                as its inputs (the network's inputs followed by the label).
+            gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, the
+                micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see
+                :class:`AccumulationSchedule`, which also reads one from text); or an :class:`AdaptiveAccumulation`
+                policy (needs the trainer's ``noise_scale=True``). No window may exceed the micro-batches in an
+                epoch unless `partial_window` is ``"carry"``.
+            callbacks (Union[Callback, list[Callback]], optional): MindSpore callbacks. Default: ``None``.
+            partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``. Default: ``"flush"``.
+            ckpt_path (str, optional): Where to save the network and optimizer state at the end (written
+                atomically); ``None`` to skip. Default: ``"gradient_accumulation.ckpt"``.
+            log_every (int): Print ``epoch: E step: S loss is L`` every this many updates; 0 to stay quiet.
+                Default: ``1``.
+            initial_epoch (int): Epochs already done (when resuming from an epoch checkpoint that holds the
+                network and optimizer): training runs epochs ``initial_epoch + 1 .. epoch``, seeing the data in the
+                order an uninterrupted run would. Default: ``0``.
+            state_path (str, optional): Where to keep the exact training state (network, optimizer, gradient
+                buffers, window counters and the position in the data), written atomically. Default: ``None``.
+            save_state_every (int): Write `state_path` every this many micro-batches (0: never). Default: ``0``.
+            resume_from (str, optional): A state file written through `state_path`: training continues at the
+                exact micro-batch where it was written, and ends with the parameters of an uninterrupted run
+                (given deterministic data order and kernels; dropout masks are not restored). Default: ``None``.
+            mini_steps, accumulation_steps: Older names of `gradient_accumulation_steps`, accepted in its place
+                (keyword only).
+
+        Returns:
+            list[float], the mean loss of every update's window, in order. They are read from the device at the
+            end (and when printed), so the loop does not wait for every update to finish.
+
+        Raises:
+            TypeError: If `epoch` is not an int, or `gradient_accumulation_steps` is none of the types above (see
+                :class:`AccumulationSchedule` for a malformed schedule).
+            CheckpointError: If `resume_from` is not a state file of this model (see :func:`load_training_state`).
+            ValueError: If `epoch` or N is < 1 (or a schedule is malformed), `initial_epoch` is not in [0, epoch),
+                `partial_window` is unknown, the dataset is empty, the optimizer's learning-rate list has one entry
+                per micro-batch of the run instead of one per update, N (a schedule's or policy's largest) exceeds
+                the micro-batches in an epoch with `partial_window` other than ``"carry"``, or N is an
+                :class:`AdaptiveAccumulation` without ``noise_scale=True``.
+        """
+        owner = "GradientAccumulation.train_process"
+        epoch = check_positive_int(owner, "epoch", epoch)
+        steps, steps_name = steps_argument(owner, gradient_accumulation_steps,
+                                           {"mini_steps": mini_steps, "accumulation_steps": accumulation_steps})
+        schedule, policy = self._schedule_of(owner, steps, steps_name)
+        check_choice(owner, "partial_window", partial_window, PARTIAL_WINDOW_POLICIES)
+        if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
+            raise ValueError(f"For '{owner}', 'log_every' must be an int >= 0, but got {log_every!r}.")
+        if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, int) or not 0 <= initial_epoch < epoch:
+            raise ValueError(f"For '{owner}', 'initial_epoch' must be an int in [0, {epoch}), but got "
+                             f"{initial_epoch!r}.")
+        steps_per_epoch = train_dataset.get_dataset_size()
+        if steps_per_epoch < 1:
+            raise ValueError(f"For '{owner}', 'train_dataset' must yield at least one batch per epoch, but it is "
+                             f"empty. Check the data path, or a batch size larger than the data set with "
+                             f"drop_remainder=True.")
+        largest = policy.max_steps if policy is not None else max(schedule.counts)
+        if largest > steps_per_epoch and partial_window != "carry":
+            raise ValueError(f"For '{owner}', '{steps_name}' must be <= the {steps_per_epoch} micro-batches in an "
+                             f"epoch, but got {largest if policy is None else policy}. Lower it, or pass "
+                             f"partial_window='carry' to let windows span epochs.")
+        before, updates = schedule.run_plan(steps_per_epoch, epoch, partial_window)
+        if policy is None:  # an adaptive run's count of updates is not known in advance
+            check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, updates)
+        check_state_saving(owner, state_path, save_state_every)
+        check_resume_or_initial_epoch(owner, resume_from, initial_epoch)
+        plan = _Plan(epoch, steps_per_epoch, schedule, policy, partial_window, callbacks, log_every,
+                     initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates)
+        self.window_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
+        if resume_from is not None:
+            plan.start_micro, plan.start_updates = load_training_state(self.exact_state, resume_from,
+                                                                       epoch * steps_per_epoch)
+        self.micro_step.set_train(True)
+        run = _Run(self, plan)
+        run.loop(train_dataset)
+        if ckpt_path is not None:
+            save_checkpoint_atomic(self.train_state, ckpt_path)
+        return [float(loss.asnumpy()) for loss in run.history]
+
+    def _schedule_of(self, owner, steps, steps_name):
+        """(the AccumulationSchedule to plan with, the AdaptiveAccumulation policy or None)."""
+        if isinstance(steps, AdaptiveAccumulation):
+            if not self.optim.measure_noise:
+                raise ValueError(f"For '{owner}', '{steps_name}' as an AdaptiveAccumulation policy needs the noise "
+                                 f"scale, but the trainer was built with noise_scale=False. Build it with "
+                                 f"GradientAccumulation(..., noise_scale=True).")
+            return AccumulationSchedule(steps.initial_steps), steps
+        if not isinstance(steps, (dict, AccumulationSchedule)):
+            check_positive_int(owner, steps_name, steps)
+        return AccumulationSchedule(steps, owner, steps_name), None
+
+    def _accumulate(self, data):
+        """Add one micro-batch to the open window."""
+        if context.get_context("mode") == context.GRAPH_MODE:
+            return self.micro_step(self._accumulate_flag, *data)
+        return self.forward_backward(*data)
+
+    def _end_window(self, data):
+        """Add the window's last micro-batch `data`, step the optimizer once from the window and clear it; returns
+        TrainOptim's outputs (the window's mean loss, or (mean loss, overflow, loss scale))."""
+        if context.get_context("mode") == context.GRAPH_MODE:
+            return self.micro_step(self._update_flag, *data)
+        self.forward_backward(*data)
+        outputs = self.optim()
+        self.clear()
+        return outputs
+
+
+def updates_per_epoch(steps, gradient_accumulation_steps, partial_window):
+    """
+    Updates the driver makes in an epoch, the callbacks' ``batch_num``.
+
+    Args:
+        steps (int): Micro-batches per epoch.
+        gradient_accumulation_steps (int): Micro-batches per update.
+        partial_window (str): ``"flush"`` (a partial window is one more update), ``"drop"`` or ``"carry"``
+            (windows that end inside the epoch, rounded down; with "carry" an epoch may end one more).
+
+    Returns:
+        int.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import ms_accum
+        >>> ms_accum.updates_per_epoch(1875, 4, "flush"), ms_accum.updates_per_epoch(1875, 4, "drop")
+        (469, 468)
+    """
+    if partial_window == "flush":
+        return math.ceil(steps / gradient_accumulation_steps)
+    return steps // gradient_accumulation_steps
+
+
+@dataclass
+class _Plan:
+    """What one train_process call does: sizes, policies, and where it starts."""
+
+    epoch: int
+    steps_per_epoch: int
+    schedule: AccumulationSchedule
+    policy: object  # an AdaptiveAccumulation, or None
+    partial_window: str
+    callbacks: object
+    log_every: int
+    start_micro: int
+    start_updates: int
+    state_path: str
+    save_state_every: int
+    total_updates: int
+
+
+class _Run(LoopFrontEnd):
+    """The driver's side of one train_process call: its callback parameters, N on the host, the history."""
+
+    def __init__(self, owner, plan):
+        self.owner = owner
+        self.plan = plan
+        self.schedule, self.policy = plan.schedule, plan.policy
+        self.adaptive_steps = int(owner.window_steps.asnumpy())  # the policy's N (restored by a resume)
+        self.history = []  # each update's mean-loss tensor, read from the device only when printed or at the end
+        self.updates_in_epoch = 0
+        cb_params = InternalCallbackParam()
+        cb_params.train_network = owner.train_state
+        cb_params.network = owner.network
+        cb_params.optimizer = owner.optimizer
+        cb_params.epoch_num = plan.epoch
+        cb_params.batch_num = max(1, plan.total_updates // plan.epoch)  # per epoch; the mean for a schedule
+        cb_params.total_updates = plan.total_updates
+        cb_params.cur_epoch_num = plan.start_micro // plan.steps_per_epoch
+        cb_params.cur_step_num = plan.start_updates
+        cb_params.dataset_sink_mode = False
+        cb_params.mode = "train"
+        cb_params.net_outputs = None
+        cb_params.window_micro_steps = 0
+        self.cb_params = cb_params
+
+    def loop(self, train_dataset):
+        """Run every epoch through the shared window loop."""
+        plan, owner = self.plan, self.owner
+        self.cb_params.train_dataset = train_dataset
+        writer = StateWriter(owner.exact_state, plan.state_path, plan.save_state_every,
+                             plan.epoch * plan.steps_per_epoch, plan.start_micro)
+        pending = int(owner.forward_backward.accu_micro_steps.asnumpy())  # a resumed window may be open
+        with dataset_starting_at(train_dataset, plan.start_micro):
+            iterator = train_dataset.create_tuple_iterator(num_epochs=plan.epoch)
+        with CallbackManager(plan.callbacks) as callbacks:
+            WindowLoop(self, plan.epoch, plan.steps_per_epoch, plan.partial_window, self.cb_params, callbacks,
+                       plan.start_micro, pending, writer).run(lambda epoch: iterator)
+
+    def window_steps(self, update):
+        """The N of window `update` (from 0): the schedule's, or the one the adaptive policy last chose."""
+        if self.policy is None:
+            return self.schedule.steps_at(update)
+        return self.adaptive_steps
+
+    def accumulate(self, data):
+        self.owner._accumulate(data)  # pylint: disable=protected-access
+
+    def update(self, data):
+        return self.owner._end_window(data)  # pylint: disable=protected-access
+
+    def drop(self):
+        self.owner.clear()
+
+    def window_record(self, cb_params, outputs, micro_batches, window_steps):
+        optim = self.owner.optim
+        return partial(window_record, cb_params, outputs, micro_batches,
+                       (optim.accu_last_items, optim.accu_last_grad_norm, optim.accu_last_clipped),
+                       self.owner.optimizer, optim.noise_records, window_steps)
+
+    def updated(self, cb_params, update, micro_batches, window_steps, outputs):
+        self._adapt(update, micro_batches, window_steps)
+        self.updates_in_epoch += 1
+        mean_loss = outputs[0] if isinstance(outputs, tuple) else outputs
+        self.history.append(mean_loss)
+        if self.plan.log_every and self.updates_in_epoch % self.plan.log_every == 0:
+            print(f"epoch: {cb_params.cur_epoch_num} step: {self.updates_in_epoch} loss is "
+                  f"{float(mean_loss.asnumpy()):.6f}", flush=True)
+
+    def epoch_ends(self, cb_params, callbacks):
+        self.updates_in_epoch = 0
+
+    def _adapt(self, update, micro_batches, window_steps):
+        """After window `update`: let the adaptive policy choose the next windows' N (it reads the device only at
+        its decisions)."""
+        policy = self.policy
+        if policy is None or (update + 1) % policy.interval:
+            return
+        optim = self.owner.optim
+        _, _, smooth_grad_sq, smooth_trace = (float(value.asnumpy()) for value in optim.noise_records)
+        items = float(optim.accu_last_items.asnumpy())
+        steps = policy.next_steps(window_steps, update, noise_scale_of(smooth_grad_sq, smooth_trace),
+                                  items / micro_batches)
+        if steps != self.adaptive_steps:
+            self.adaptive_steps = steps
+            self.owner.window_steps.set_data(Tensor(steps, mstype.int32))  # for the exact state file

@@ -1,0 +1,131 @@
+"""The one training loop under :class:`GradientAccumulation` and :class:`Model_ACCU` without sink mode.
+
+It cuts epochs of micro-batches into windows and owns everything both trainers must do alike: the N of each
+window (asked of the front end when the window opens), the partial-window policy at an epoch's end, the callbacks
+(one step per update), the exact-state writes, the position in the data and stop requests. A front end only runs
+micro-batches and windows its own way (:class:`LoopFrontEnd`).
+
+Partial windows: under ``"flush"`` (and ``"carry"`` in the last epoch) the epoch's last micro-batch ends its window,
+so no graph beyond the micro-batch's is needed; under ``"drop"`` it is accumulated, then the window is discarded
+and its update number given to the next one; under ``"carry"`` the window goes on into the next epoch.
+"""
+from mindspore.train.callback import RunContext
+
+PARTIAL_WINDOW_POLICIES = ("flush", "drop", "carry")
+
+
+class LoopFrontEnd:
+    """What a trainer supplies to :class:`WindowLoop`. The defaults do nothing."""
+
+    def window_steps(self, update):
+        """The N of window `update` (counted from 0), when it opens."""
+        raise NotImplementedError
+
+    def accumulate(self, data):
+        """Add micro-batch `data` to the open window."""
+        raise NotImplementedError
+
+    def update(self, data):
+        """Add micro-batch `data`, end the window (one optimizer step, or a skip), clear it; return the outputs."""
+        raise NotImplementedError
+
+    def drop(self):
+        """Discard the open window."""
+        raise NotImplementedError
+
+    def window_record(self, cb_params, outputs, micro_batches, window_steps):
+        """A function building the update's :class:`WindowRecord` on demand."""
+        raise NotImplementedError
+
+    def step_begins(self, cb_params, data):
+        """A window opens (before ``on_train_step_begin``)."""
+
+    def updated(self, cb_params, update, micro_batches, window_steps, outputs):
+        """Window `update` was applied (before ``on_train_step_end``)."""
+
+    def epoch_begins(self, cb_params):
+        """An epoch begins (before ``on_train_epoch_begin``)."""
+
+    def epoch_ends(self, cb_params, callbacks):
+        """An epoch's micro-batches and its partial window are done (before ``on_train_epoch_end``)."""
+
+    def epoch_ended(self, cb_params):
+        """After ``on_train_epoch_end``."""
+
+
+class WindowLoop:
+    """
+    Epochs of micro-batches cut into windows.
+
+    Args:
+        front (LoopFrontEnd): The trainer's side.
+        epochs (int): Epochs of the run.
+        steps_per_epoch (int): Micro-batches per epoch.
+        partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``.
+        cb_params: The callbacks' parameters (``cur_step_num`` counts updates begun since the start).
+        callbacks: A callback list with the ``on_train_*`` methods.
+        start_micro (int): Micro-batches of the run already done (a resume, or initial epochs).
+        pending (int): Micro-batches of the open window already added (a resumed window).
+        writer (StateWriter): Writes the exact state.
+    """
+
+    def __init__(self, front, epochs, steps_per_epoch, partial_window, cb_params, callbacks, start_micro, pending,
+                 writer):
+        self.front, self.epochs, self.steps = front, epochs, steps_per_epoch
+        self.partial_window = partial_window
+        self.cb_params, self.callbacks = cb_params, callbacks
+        self.run_context = RunContext(cb_params)
+        self.micro_done, self.pending, self.writer = start_micro, pending, writer
+        self.window_steps = front.window_steps(cb_params.cur_step_num - 1) if pending else 0
+
+    def run(self, epoch_data):
+        """Train; `epoch_data(epoch)` gives the micro-batches (tuples) of epoch `epoch` (from 1), from the position
+        reached."""
+        cb_params, callbacks, run_context = self.cb_params, self.callbacks, self.run_context
+        callbacks.on_train_begin(run_context)
+        for epoch in range(self.micro_done // self.steps + 1, self.epochs + 1):
+            cb_params.cur_epoch_num = epoch
+            self.front.epoch_begins(cb_params)
+            callbacks.on_train_epoch_begin(run_context)
+            for data in epoch_data(epoch):
+                boundary = self._micro_batch(data, last_of_epoch=(self.micro_done + 1) % self.steps == 0,
+                                             last_epoch=epoch == self.epochs)
+                if self.micro_done % self.steps:  # the epoch's last is saved once its epoch has ended
+                    self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=boundary)
+                if boundary and run_context.get_stop_requested():
+                    break
+            if self.pending and self.partial_window == "drop":
+                self.front.drop()
+                self.pending = 0
+                cb_params.cur_step_num -= 1  # the window begun is not an update: the next one takes its number
+            self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=not self.pending)
+            self.front.epoch_ends(cb_params, callbacks)
+            callbacks.on_train_epoch_end(run_context)
+            self.front.epoch_ended(cb_params)
+            if run_context.get_stop_requested():
+                break
+        callbacks.on_train_end(run_context)
+
+    def _micro_batch(self, data, last_of_epoch, last_epoch):
+        """Run one micro-batch; returns whether a window ended with it."""
+        cb_params = self.cb_params
+        if not self.pending:
+            cb_params.cur_step_num += 1
+            self.window_steps = self.front.window_steps(cb_params.cur_step_num - 1)
+            self.front.step_begins(cb_params, data)
+            self.callbacks.on_train_step_begin(self.run_context)
+        self.pending += 1
+        self.micro_done += 1
+        ends_epoch = last_of_epoch and (self.partial_window == "flush" or
+                                        (self.partial_window == "carry" and last_epoch))
+        if self.pending < self.window_steps and not ends_epoch:
+            self.front.accumulate(data)
+            return False
+        outputs = self.front.update(data)
+        micro_batches, self.pending = self.pending, 0
+        cb_params.net_outputs = outputs
+        cb_params.window_micro_steps = micro_batches
+        cb_params.window_record = self.front.window_record(cb_params, outputs, micro_batches, self.window_steps)
+        self.front.updated(cb_params, cb_params.cur_step_num - 1, micro_batches, self.window_steps, outputs)
+        self.callbacks.on_train_step_end(self.run_context)
+        return True

@@ -1,0 +1,374 @@
+"""Model_ACCU: a mindspore.train.Model that alternates an accumulation graph and an update graph.
+
+In dataset sink mode (GPU, Ascend; GRAPH_MODE) each window runs the accumulation graph sunk for N-1 steps and the
+update graph sunk for 1 step: two compiled phases of one sink network, each registered once with its own loop
+size. Elsewhere (CPU, PYNATIVE, dataset_sink_mode=False) the same alternation runs micro-batch by micro-batch.
+Written against the Model internals of MindSpore 2.7 to 2.10 (train/model.py `_train`, `_train_process`,
+`_train_dataset_sink_process`; train/dataset_helper.py `DatasetHelper`, `connect_network_with_dataset`); the
+private names and the methods it overrides are checked in ``_compat.py`` when ms_accum is imported.
+"""
+import math
+from functools import partial
+
+from mindspore.train.callback import RunContext
+from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
+from mindspore.train.model import Model
+
+from ..compat import (base_sink_process, check_model_internals, check_network_mode, eval_during_train,
+                      exec_train_preprocess, flush_from_cache, mark_backbone_training, needs_dataset_reset,
+                      register_sink_loop, reset_op_ids, set_current_position, set_training_dataset,
+                      store_training_step_info, train_network, transfer_tensor_to_tuple)
+from ..core.adaptive import AdaptiveAccumulation
+from ..core.checks import (check_choice, check_lr_schedule, check_positive_int, check_resume_or_initial_epoch,
+                           check_state_saving)
+from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
+from ..cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationModes
+from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
+from .state import StateWriter, dataset_starting_at, load_training_state
+from .telemetry import window_record
+
+check_model_internals(Model)
+
+
+def _check_fixed_steps(owner, cell):
+    """Dataset sink mode compiles its two graphs for one loop size each: it runs one N, not a schedule or a
+    policy."""
+    if not isinstance(cell.gradient_accumulation_steps, int):
+        raise ValueError(f"For '{owner}', the cell's 'gradient_accumulation_steps' must be one int in dataset sink "
+                         f"mode: each window's two graphs are compiled for a sink loop of N-1 and 1 steps, but got "
+                         f"{cell.gradient_accumulation_steps!r}. Train with dataset_sink_mode=False, which follows a "
+                         f"schedule or an AdaptiveAccumulation window by window, or pass one int N.")
+
+
+def _rank_and_world(cell):
+    """This process's rank and the number of processes the cell reduces over (0 and 1 on one device)."""
+    if not cell.is_distributed:
+        return 0, 1
+    from mindspore.communication import get_group_size, get_rank  # pylint: disable=import-outside-toplevel
+    return get_rank(), get_group_size()
+
+
+class _ModelFront(LoopFrontEnd):
+    """Model_ACCU's side of the shared window loop: the cell in the mode each micro-batch needs, and what
+    :class:`mindspore.train.Model` does around epochs (evaluation during training, the dataset's reset)."""
+
+    def __init__(self, model, train_dataset, valid_infos):
+        self.model, self.cell = model, train_network(model)
+        self.train_dataset, self.valid_infos = train_dataset, valid_infos
+
+    def window_steps(self, update):
+        return self.cell.next_window_steps()
+
+    def _run(self, data, accumulate):
+        check_network_mode(self.model, self.cell)
+        self.cell.set_accumulation(accumulate)
+        return self.cell(*data)
+
+    def accumulate(self, data):
+        self._run(data, True)
+
+    def update(self, data):
+        return self._run(data, False)
+
+    def drop(self):
+        self.cell.drop()
+
+    def window_record(self, cb_params, outputs, micro_batches, window_steps):
+        return self.model._window_record(cb_params, outputs, micro_batches, window_steps)
+
+    def step_begins(self, cb_params, data):
+        set_current_position(self.model, cb_params.cur_epoch_num,
+                             int((cb_params.cur_step_num - 1) % cb_params.batch_num + 1))
+        cb_params.train_dataset_element = data
+
+    def epoch_begins(self, cb_params):
+        set_current_position(self.model, cb_params.cur_epoch_num, 0)
+
+    def epoch_ends(self, cb_params, callbacks):
+        reset_op_ids()
+        eval_during_train(self.model, self.valid_infos, cb_params, callbacks)
+        self.train_dataset.reset()
+        flush_from_cache(self.model, cb_params)
+
+    def epoch_ended(self, cb_params):
+        cb_params.pop("metrics", None)
+        cb_params.pop("eval_results", None)
+
+
+class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know from the tutorial)
+    r"""
+    A :class:`mindspore.train.Model` that trains a :class:`TrainAccuStepsCell` (or its loss-scale variant) with
+    one optimizer step per N micro-batches.
+
+    Callbacks see one step per update: ``cur_step_num`` counts updates, ``batch_num`` is updates per epoch (per
+    sink in sink mode), ``net_outputs`` is the update call's output (the window's mean loss; a tuple with the
+    overflow flag and loss scale for the loss-scale cell), ``window_record()`` gives the update's
+    :class:`WindowRecord` (for :class:`WindowTelemetry`), and step callbacks fire only at update boundaries, so
+    checkpoints never see a half-filled window (``accu_grads`` are zero there).
+
+    Without sink mode a window still open at the end of an epoch (dataset size not a multiple of N) is applied
+    as a smaller window, weighted by its own samples. In sink mode `sink_size` (the dataset size when -1) must
+    be a multiple of N.
+
+    Args:
+        network (Cell): A :class:`TrainAccuStepsCell` or :class:`TrainAccuStepsWithLossScaleCell`.
+        gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation], optional): N,
+            replacing the cell's. Without sink mode each window is laid out with the cell's N for it (an int, its
+            schedule's entry, or its policy's choice); dataset sink mode takes one int. ``accumulation_steps`` is
+            accepted in its place (keyword only). Default: the cell's.
+        state_path (str, optional): Without sink mode, where to keep the exact training state (the cell's
+            parameters, a half-filled window included, and the position in the data), written atomically with
+            the previous generation kept beside it. In data parallel each rank passes its own path. Default:
+            ``None``.
+        save_state_every (int): Write `state_path` every this many micro-batches (0: never); in data parallel
+            at the first update boundary after every this many micro-batches, so that the ranks' files never
+            differ by more than one generation. Resume with ``train(..., resume_from=state_path)``.
+            Default: ``0``.
+        metrics, eval_network, eval_indexes, amp_level, boost_level, kwargs: As in
+            :class:`mindspore.train.Model`. `loss_fn` and `optimizer` must be left ``None``: the cell holds them.
+
+    Raises:
+        TypeError: If `network` is not an accumulation cell, `loss_fn` or `optimizer` is given, or
+            N is given twice or is not an int, a schedule or a policy.
+        ValueError: If N is < 1; at train time, if a schedule or policy meets dataset sink mode,
+            if N exceeds the micro-batches of an epoch, in sink mode does not divide `sink_size`, or the
+            optimizer's learning-rate list has one entry per
+            micro-batch of the run instead of one per update.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer,
+        ...                                    gradient_accumulation_steps=4)
+        >>> model = ms_accum.Model_ACCU(cell)
+        >>> # model.train(epoch, dataset, callbacks=[LossMonitor()], dataset_sink_mode=True)
+    """
+
+    def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None, eval_indexes=None,
+                 amp_level="O0", boost_level="O0", gradient_accumulation_steps=None, state_path=None,
+                 save_state_every=0, *, accumulation_steps=None, **kwargs):
+        if not isinstance(network, AccumulationModes):
+            raise TypeError(f"For 'Model_ACCU', 'network' must be a TrainAccuStepsCell or "
+                            f"TrainAccuStepsWithLossScaleCell, but got {type(network).__name__}. Wrap the loss "
+                            f"network: Model_ACCU(TrainAccuStepsCell(loss_net, optimizer, "
+                            f"gradient_accumulation_steps=N)).")
+        if loss_fn is not None or optimizer is not None:
+            raise TypeError("For 'Model_ACCU', 'loss_fn' and 'optimizer' must be None because the accumulation "
+                            "cell already holds them, but got "
+                            f"{type(loss_fn).__name__ if loss_fn is not None else type(optimizer).__name__}.")
+        steps, name = steps_argument("Model_ACCU", gradient_accumulation_steps,
+                                     {"accumulation_steps": accumulation_steps}, network.gradient_accumulation_steps)
+        if name != STEPS_NAME or gradient_accumulation_steps is not None:
+            if not isinstance(steps, (dict, AccumulationSchedule, AdaptiveAccumulation)):
+                check_positive_int("Model_ACCU", name, steps)
+            network.steps_name = name
+            network.gradient_accumulation_steps = steps
+        check_state_saving("Model_ACCU", state_path, save_state_every)
+        super().__init__(network, None, None, metrics, eval_network, eval_indexes, amp_level, boost_level,
+                         **kwargs)
+        self._registered_loops = set()
+        self._state_path, self._save_state_every = state_path, save_state_every
+        self._resume_from = None
+        self._partial_window = "flush"
+
+    @property
+    def gradient_accumulation_steps(self):
+        """Micro-batches per update (the cell's: an int, a schedule or a policy)."""
+        return train_network(self).gradient_accumulation_steps
+
+    accumulation_steps = gradient_accumulation_steps  # the seed's name
+
+    def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, sink_size=-1, initial_epoch=0,
+              resume_from=None, partial_window="flush"):
+        """
+        :meth:`mindspore.train.Model.train`, plus exact resume and the partial-window policy without sink mode.
+
+        The cell's mode (its ``accumulation`` attribute) is set for every micro-batch during training and
+        restored afterwards.
+
+        Args:
+            resume_from (str, optional): A state file written through `state_path` (in data parallel, this
+                rank's): training continues at the exact micro-batch where it was written (a half-filled window
+                included) and ends with the parameters of an uninterrupted run, given deterministic data order and
+                kernels. In data parallel the ranks first agree on the newest position all of them saved. Not with
+                `dataset_sink_mode` on GPU/Ascend, nor with `initial_epoch`. Default: ``None``.
+            partial_window (str): Without sink mode, what becomes of a window still open at an epoch's end, as in
+                :meth:`GradientAccumulation.train_process`: ``"flush"`` applies it as a smaller window, ``"drop"``
+                discards it, ``"carry"`` keeps it open into the next epoch (flushed after the last). Sink mode
+                needs whole windows (`sink_size` a multiple of N). Default: ``"flush"``.
+            Others: as in :meth:`mindspore.train.Model.train`.
+
+        Raises:
+            CheckpointError: If `resume_from` is not a state file of this cell and rank, or the ranks saved no
+                common position.
+            ValueError: As listed for the class, if `epoch` is not an int >= 1, `partial_window` is unknown, or
+                `resume_from` is combined with `initial_epoch`.
+        """
+        epoch = check_positive_int("Model_ACCU.train", "epoch", epoch)
+        self._partial_window = check_choice("Model_ACCU.train", "partial_window", partial_window,
+                                            PARTIAL_WINDOW_POLICIES)
+        check_resume_or_initial_epoch("Model_ACCU.train", resume_from, initial_epoch)
+        self._resume_from = resume_from
+        mode = train_network(self).accumulation
+        try:
+            return super().train(epoch, train_dataset, callbacks, dataset_sink_mode, sink_size, initial_epoch)
+        finally:
+            self._resume_from = None
+            train_network(self).accumulation = mode
+
+    def build(self, *args, **kwargs):
+        """Not supported: it would compile a third 'train' graph and bind the dataset to it."""
+        raise RuntimeError("For 'Model_ACCU', 'build' is not supported: the accumulation and update graphs are "
+                           "compiled on the first window of 'train'. Call 'train' directly.")
+
+    def _check_window_fits(self, steps):
+        n = self.gradient_accumulation_steps
+        largest = n if isinstance(n, int) else getattr(n, "max_steps", None) or max(n.counts)
+        if largest > steps and self._partial_window != "carry":
+            raise ValueError(f"For 'Model_ACCU.train', '{train_network(self).steps_name}' must be <= the {steps} "
+                             f"micro-batches of an epoch, but got {n}. Lower it, or use a larger data set, or pass "
+                             f"partial_window='carry' (without sink mode) to let windows span epochs.")
+
+    def _plan_updates(self, steps, epoch):
+        """(updates per epoch for the callbacks' batch_num, the run's updates or None when a policy decides)."""
+        n = self.gradient_accumulation_steps
+        if isinstance(n, AdaptiveAccumulation):
+            return max(1, AccumulationSchedule(n.initial_steps).run_plan(steps, 1, self._partial_window)[1]), None
+        _, updates = AccumulationSchedule(n).run_plan(steps, epoch, self._partial_window)
+        return max(1, updates // epoch), updates
+
+    # ---------------------------------------------------------------- non-sink: micro-batch by micro-batch
+    def _train_process(self, epoch, train_dataset, list_callback=None, cb_params=None, initial_epoch=0,
+                       valid_infos=None):
+        """The shared window loop (``loop.py``): each window as long as the cell's N for it, callbacks once per
+        update, the partial-window policy at each epoch's end."""
+        steps = train_dataset.get_dataset_size()
+        self._check_window_fits(steps)
+        cell = train_network(self)
+        per_epoch, updates = self._plan_updates(steps, epoch)
+        if updates is not None:
+            check_lr_schedule("Model_ACCU.train", cell.optimizer, epoch * steps, updates)
+        micro_done = initial_epoch * steps
+        rank, world = _rank_and_world(cell)
+        if self._resume_from is not None:
+            micro_done, cb_params.cur_step_num = load_training_state(cell, self._resume_from, epoch * steps, rank,
+                                                                     world)
+        writer = StateWriter(cell, self._state_path, self._save_state_every, epoch * steps, micro_done, rank, world)
+        with dataset_starting_at(train_dataset, micro_done):
+            dataset_helper = exec_train_preprocess(self, train_dataset, epoch)
+        cb_params.dataset_sink_mode = False
+        cb_params.batch_num = per_epoch
+        self.batch_num = cb_params.batch_num
+        pending = int(cell.accu_micro_steps.asnumpy()) if self._resume_from is not None else 0
+
+        def epoch_data(_):
+            return (transfer_tensor_to_tuple(element) for element in dataset_helper)
+        front = _ModelFront(self, train_dataset, valid_infos)
+        WindowLoop(front, epoch, steps, self._partial_window, cb_params, list_callback, micro_done, pending,
+                   writer).run(epoch_data)
+
+    # ---------------------------------------------------------------- sink: two sunk graphs per window
+    def _train_dataset_sink_process(self, epoch, train_dataset, list_callback=None, cb_params=None, sink_size=-1,
+                                    initial_epoch=0, valid_infos=None):
+        """Per window: the accumulation graph sunk for N-1 steps, then the update graph sunk for 1 step."""
+        _check_fixed_steps("Model_ACCU.train", train_network(self))
+        n = self.gradient_accumulation_steps
+        if self._resume_from is not None or self._save_state_every:
+            raise ValueError("For 'Model_ACCU.train', exact state saving and 'resume_from' work without dataset "
+                             "sink mode; pass dataset_sink_mode=False, or resume at an epoch with 'initial_epoch'.")
+        if n == 1:
+            return base_sink_process(self, epoch, train_dataset, list_callback, cb_params, sink_size, initial_epoch,
+                                     valid_infos)
+        dataset_size = train_dataset.get_dataset_size()
+        sink_size = dataset_size if sink_size == -1 else sink_size
+        self._check_window_fits(sink_size)
+        if sink_size % n:
+            raise ValueError(f"For 'Model_ACCU.train', 'sink_size' (the dataset size {dataset_size} when -1) must "
+                             f"be a multiple of gradient_accumulation_steps {n} in dataset sink mode, but got "
+                             f"{sink_size}. "
+                             f"Pass sink_size=k*{n}, or drop or pad batches.")
+        cycles = sink_size // n
+        check_lr_schedule("Model_ACCU.train", train_network(self).optimizer, epoch * sink_size, epoch * cycles)
+        dataset_sink_num = math.ceil(epoch * sink_size / dataset_size)
+        train_dataset.__total_batch__ = epoch * sink_size
+        cb_params.sink_size = sink_size
+        cb_params.dataset_sink_mode = True
+        cb_params.batch_num = cycles
+        self.batch_num = cycles
+        helper = self._make_sink_helper(train_dataset, sink_size, dataset_sink_num)
+        sink_net = self._connect(helper)
+        sink_net.set_train(True)
+        mark_backbone_training(self)
+        cb_params.train_network = sink_net
+        cb_params.dataset_helper = helper
+        run_context = RunContext(cb_params)
+        list_callback.on_train_begin(run_context)
+        for i in range(initial_epoch, epoch):
+            cb_params.cur_epoch_num = i + 1
+            set_current_position(self, cb_params.cur_epoch_num, 0)
+            list_callback.on_train_epoch_begin(run_context)
+            for _ in range(cycles):
+                cb_params.cur_step_num += 1
+                set_current_position(self, cb_params.cur_epoch_num, int((cb_params.cur_step_num - 1) % cycles + 1))
+                store_training_step_info(self, cb_params)
+                list_callback.on_train_step_begin(run_context)
+                self._run_sink_graph(sink_net, train_dataset, accumulate=True, loop=n - 1)
+                cb_params.net_outputs = self._run_sink_graph(sink_net, train_dataset, accumulate=False, loop=1)
+                cb_params.window_record = self._window_record(cb_params, cb_params.net_outputs, n, n)
+                list_callback.on_train_step_end(run_context)
+                if run_context.get_stop_requested():
+                    break
+            helper.continue_send()
+            reset_op_ids()
+            eval_during_train(self, valid_infos, cb_params, list_callback)
+            list_callback.on_train_epoch_end(run_context)
+            cb_params.pop("metrics", None)
+            cb_params.pop("eval_results", None)
+            if run_context.get_stop_requested():
+                break
+        helper.stop_send()
+        helper.release()
+        list_callback.on_train_end(run_context)
+        return None
+
+    def _window_record(self, cb_params, outputs, micro_batches, window_steps):
+        """A function building the update's WindowRecord on demand (it reads the device only when called)."""
+        cell = train_network(self)
+        return partial(window_record, cb_params, outputs, micro_batches,
+                       (cell.accu_last_items, cell.accu_last_grad_norm, cell.accu_last_clipped), cell.optimizer,
+                       cell.noise_records, window_steps)
+
+    def _run_sink_graph(self, sink_net, dataset, accumulate, loop):
+        """Select the mode and phase right before the call (set_train resets the phase), then launch."""
+        sink_net = check_network_mode(self, sink_net)
+        train_network(self).set_accumulation(accumulate)
+        phase = ACCUMULATE_PHASE if accumulate else UPDATE_PHASE
+        sink_net.phase = phase
+        if phase not in self._registered_loops:
+            self._register_loop_size(dataset, loop, phase)
+            self._registered_loops.add(phase)
+        return sink_net()
+
+    # Device seams: each one wraps a MindSpore call that needs a GPU or Ascend device queue.
+    def _make_sink_helper(self, dataset, sink_size, dataset_sink_num):
+        """Create the device queue with a loop size of 1 (any N; no divisibility check on N-1)."""
+        dataset.__loop_size__ = 1
+        helper = DatasetHelper(dataset, True, sink_size, dataset_sink_num)
+        if needs_dataset_reset(self):
+            set_training_dataset(helper)
+        return helper
+
+    def _connect(self, helper):
+        """The sink network: GetNext in front of the (unwrapped) accumulation cell."""
+        return connect_network_with_dataset(train_network(self), helper)
+
+    @staticmethod
+    def _register_loop_size(dataset, loop, phase):
+        """Tell the backend how many steps `phase` sinks; read when that phase is first compiled."""
+        register_sink_loop(dataset, loop, phase)
+

@@ -1,0 +1,226 @@
+"""Exact training state: written every few micro-batches, resumed at the exact micro-batch, on every rank.
+
+A state file holds a training cell (network, optimizer state, gradient buffers and window counters, so a window
+may be half full) and the run's position: micro-batches and updates done, and the rank and device count that
+wrote it. Each write keeps the previous generation beside it (``<name>.prev.ckpt``). In data parallel every rank
+writes its own file at update boundaries only, so two ranks' newest files differ by at most one generation even
+when a crash falls between their writes; on resume the ranks agree on the newest position that all of them
+hold, and refuse to start if there is none.
+"""
+import os
+from contextlib import contextmanager
+
+from .checkpoint import CheckpointError, load_into, read_checkpoint, save_checkpoint_atomic
+
+MICRO_STEPS_DONE = "ms_accum_micro_steps_done"
+UPDATES_DONE = "ms_accum_updates_done"
+RANK = "ms_accum_rank"
+WORLD = "ms_accum_world"
+FORMAT = "ms_accum_state_format"
+STATE_FORMAT = 2  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the cells' '<prefix>.steps'
+
+
+def _added_since_format_1(name):
+    """Parameters a state file of ms_accum 0.1.0 cannot hold: the N an adaptive policy chose ('<prefix>.steps'),
+    which no 0.1.0 cell had; left at its initial value, it is right for every N 0.1.0 could take."""
+    return name.endswith(".steps")
+
+
+def previous_generation(state_path):
+    """Where the generation before `state_path`'s is kept: 'train_state.ckpt' -> 'train_state.prev.ckpt'."""
+    return f"{state_path[:-len('.ckpt')]}.prev.ckpt"
+
+
+def is_state_file(params):
+    """Whether checkpoint contents are a training state (they record the position in the data)."""
+    return MICRO_STEPS_DONE in params and UPDATES_DONE in params
+
+
+def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0, world=1):
+    """
+    Write a training cell's exact state atomically, keeping the previous generation.
+
+    Args:
+        cell (Cell): The training cell (TrainForwardBackward for the driver, the accumulation cell for Model_ACCU).
+        state_path (str): Target file, ending with ``.ckpt``; the previous file moves to
+            ``<name>.prev.ckpt``.
+        micro_steps_done (int): Micro-batches consumed since the start of training.
+        updates_done (int): Windows begun since the start of training (callbacks' ``cur_step_num``).
+        rank (int): This process's rank. Default: ``0``.
+        world (int): The number of data-parallel processes. Default: ``1``.
+
+    Returns:
+        str, the absolute path written.
+
+    Raises:
+        ValueError: If `state_path` does not end with ``.ckpt``.
+        OSError: If the file cannot be written; the previous generations are left as they were.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+        >>> cell = ms_accum.TrainForwardBackward(nn.WithLossCell(net, nn.MSELoss()), optimizer, grad_sum)
+        >>> path = ms_accum.save_training_state(cell, "/tmp/saved_state.ckpt", micro_steps_done=37, updates_done=9)
+        >>> ms_accum.load_training_state(cell, path, total_micro_steps=100)
+        (37, 9)
+    """
+    return save_checkpoint_atomic(cell, state_path, keep_previous=previous_generation(state_path),
+                                  append_dict={MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done,
+                                               RANK: rank, WORLD: world, FORMAT: STATE_FORMAT})
+
+
+def _generation(path, rank, world):
+    """(micro-batches done, contents) of one state file, checked against this process's rank and world."""
+    params = read_checkpoint(path, arg_name="resume_from")
+    if not is_state_file(params):
+        raise CheckpointError(f"'resume_from' must be a training state file (written with 'state_path'), but "
+                              f"{path!r} does not record the position in the data.")
+    saved_format = int(params[FORMAT].asnumpy()) if FORMAT in params else 1
+    if saved_format > STATE_FORMAT:
+        raise CheckpointError(f"'resume_from' {path!r} is a state file of format {saved_format}, written by a newer "
+                              f"ms_accum than this one (which reads formats 1 to {STATE_FORMAT}). Upgrade ms_accum, "
+                              f"or resume from an epoch checkpoint.")
+    saved_rank = int(params[RANK].asnumpy()) if RANK in params else 0
+    saved_world = int(params[WORLD].asnumpy()) if WORLD in params else 1
+    if saved_world != world:
+        raise CheckpointError(f"'resume_from' {path!r} was written by a run on {saved_world} process(es), but this "
+                              f"run has {world}: an exact state resumes on the same number of processes. Resume "
+                              f"from an epoch checkpoint to change it.")
+    if saved_rank != rank:
+        raise CheckpointError(f"'resume_from' {path!r} is rank {saved_rank}'s state, but this is rank {rank}: "
+                              f"every rank resumes from its own file (train.py: pass the run's checkpoint "
+                              f"directory to '--resume').")
+    return int(params[MICRO_STEPS_DONE].asnumpy()), params
+
+
+def common_position(positions_per_rank):
+    """
+    The newest position (micro-batches done) that every rank holds a state for.
+
+    Args:
+        positions_per_rank (list[list[int]]): Each rank's available positions.
+
+    Returns:
+        int.
+
+    Raises:
+        CheckpointError: If no position is held by every rank.
+    """
+    common = set(positions_per_rank[0]).intersection(*map(set, positions_per_rank[1:]))
+    if not common:
+        held = "; ".join(f"rank {r}: {sorted(p, reverse=True) or 'none'}" for r, p in enumerate(positions_per_rank))
+        raise CheckpointError(f"'resume_from': the ranks must resume from the same position, but no position is "
+                              f"saved by every rank ({held}). Resume from an epoch checkpoint instead.")
+    return max(common)
+
+
+def gather_positions(positions, world):
+    """Every rank's available positions (up to 2 each), gathered across the `world` processes."""
+    if world == 1:
+        return [positions]
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    from mindspore import Tensor, ops  # pylint: disable=import-outside-toplevel
+    padded = (list(positions) + [-1, -1])[:2]
+    gathered = ops.AllGather()(Tensor(np.array(padded, np.int32))).asnumpy().reshape(world, 2)
+    return [[int(p) for p in row if p >= 0] for row in gathered]
+
+
+def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1):
+    """
+    Load into `cell` the newest state written through :func:`save_training_state` that every rank holds.
+
+    On one process that is the newest generation. With `world` > 1 the ranks exchange the positions of their
+    two generations (one AllGather) and all load the newest one they have in common.
+
+    Args:
+        cell (Cell): The training cell, built like the one that was saved.
+        state_path (str): This rank's state file.
+        total_micro_steps (int): Micro-batches of the whole run being resumed (epochs x micro-batches per epoch).
+        rank (int): This process's rank. Default: ``0``.
+        world (int): The number of data-parallel processes. Default: ``1``.
+
+    Returns:
+        tuple[int, int], micro-batches and updates done when the loaded state was written.
+
+    Raises:
+        CheckpointError: If the file is missing or unreadable, belongs to another model, another rank or another
+            device count, was written by a newer ms_accum (a state file of ms_accum 0.1.0 is read), records no
+            position, was written at or past the end of this run, or the ranks hold no
+            common position.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from mindspore import nn
+        >>> import ms_accum
+        >>> net = nn.Dense(4, 2)
+        >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+        >>> grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+        >>> cell = ms_accum.TrainForwardBackward(nn.WithLossCell(net, nn.MSELoss()), optimizer, grad_sum)
+        >>> path = ms_accum.save_training_state(cell, "/tmp/loaded_state.ckpt", micro_steps_done=12, updates_done=3)
+        >>> micro_done, updates_done = ms_accum.load_training_state(cell, path, total_micro_steps=10 * 4)
+        >>> micro_done, updates_done
+        (12, 3)
+    """
+    generations = {}
+    for path in (state_path, previous_generation(state_path)):
+        if path == state_path or os.path.exists(path):
+            position, params = _generation(path, rank, world)
+            generations.setdefault(position, (path, params))
+    position = common_position(gather_positions(sorted(generations, reverse=True), world))
+    path, params = generations[position]
+    if not 0 <= position < total_micro_steps:
+        raise CheckpointError(f"'resume_from' {path!r} was written after {position} micro-batches, but this run "
+                              f"has only {total_micro_steps}: raise 'epoch' to continue it.")
+    load_into(cell, params, path, arg_name="resume_from", what="a training state of this model",
+              optional=_added_since_format_1 if FORMAT not in params else None)
+    return position, int(params[UPDATES_DONE].asnumpy())
+
+
+class StateWriter:
+    """
+    Writes the exact state as training goes: every `every` micro-batches on one process; in data parallel at the
+    first update boundary once `every` more micro-batches have passed, so that ranks never drift apart by more
+    than one generation.
+    """
+
+    def __init__(self, cell, state_path, every, total_micro_steps, start, rank=0, world=1):
+        self.cell, self.state_path, self.every = cell, state_path, every
+        self.total, self.last, self.rank, self.world = total_micro_steps, start, rank, world
+
+    def after(self, micro_done, updates_done, at_update_boundary):
+        """Write the state if one is due after `micro_done` micro-batches; return whether it wrote."""
+        if not self.every or micro_done >= self.total:
+            return False
+        if self.world > 1:
+            due = at_update_boundary and micro_done // self.every > self.last // self.every
+        else:
+            due = micro_done % self.every == 0
+        if due:
+            save_training_state(self.cell, self.state_path, micro_done, updates_done, self.rank, self.world)
+            self.last = micro_done
+        return due
+
+
+@contextmanager
+def dataset_starting_at(dataset, micro_steps_done):
+    """
+    Iterators created inside the block start after `micro_steps_done` micro-batches, in the order of an
+    uninterrupted run (MindSpore's dataset init step replays the earlier epochs' shuffles); the dataset is left
+    as it was afterwards.
+    """
+    if not micro_steps_done:
+        yield dataset
+        return
+    dataset.set_init_step(micro_steps_done)
+    try:
+        yield dataset
+    finally:
+        dataset.set_init_step(0)

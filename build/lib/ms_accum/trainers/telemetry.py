@@ -1,0 +1,192 @@
+"""Window telemetry: one record per update, printed as progress and/or written to CSV.
+
+The trainers (GradientAccumulation.train_process and Model_ACCU.train) put a ``window_record`` function into the
+callback parameters at every update; it reads the figures from the device only when a callback asks for them.
+"""
+import csv
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from mindspore import Parameter, Tensor
+from mindspore import dtype as mstype
+from mindspore.nn import CellList
+from mindspore.train import Callback
+
+from ..core.noise_scale import noise_scale_of
+
+
+@dataclass
+class WindowRecord:
+    """
+    The figures of one update (one accumulation window), as :class:`WindowTelemetry` keeps them in ``records``.
+
+    Args:
+        epoch (int): The epoch, from 1.
+        update (int): The update within the run, from 1.
+        micro_batches (int): Micro-batches in the window.
+        items (float): Samples (or items) in the window, over all devices.
+        loss (float): The window's mean loss over its items.
+        grad_norm (float): The global norm of the applied gradient, before clipping.
+        clipped (bool): Whether the gradient was clipped.
+        loss_scale (float): The loss scale the window ran with (1.0 without loss scaling).
+        overflow (bool): Whether the window overflowed and was skipped.
+        learning_rate (float): The learning rate of the update.
+        accumulation_steps (int): The micro-batches the schedule asked of this window (more than
+            `micro_batches` for a partial window at an epoch's end). Default: ``0`` (not given).
+        grad_sq (float): The window's unbiased estimate of |G|^2, the squared norm of the true gradient (NaN when
+            the noise scale is not measured, or the window had one micro-batch or overflowed). Default: NaN.
+        noise_trace (float): The window's unbiased estimate of tr(Sigma), the trace of the per-item gradient
+            covariance (NaN as for `grad_sq`). Default: NaN.
+        noise_scale (float): B_simple = tr(Sigma) / |G|^2 in items, from the exponentially smoothed estimates of
+            this and earlier windows (NaN before the first estimate, or while the smoothed |G|^2 is not positive).
+            Default: NaN.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import ms_accum
+        >>> record = ms_accum.WindowRecord(epoch=1, update=1, micro_batches=4, items=128.0, loss=0.52,
+        ...                                grad_norm=1.3, clipped=False, loss_scale=1.0, overflow=False,
+        ...                                learning_rate=0.01)
+        >>> record.items / record.micro_batches
+        32.0
+    """
+
+    epoch: int
+    update: int
+    micro_batches: int
+    items: float
+    loss: float
+    grad_norm: float
+    clipped: bool
+    loss_scale: float
+    overflow: bool
+    learning_rate: float
+    accumulation_steps: int = 0
+    grad_sq: float = math.nan
+    noise_trace: float = math.nan
+    noise_scale: float = math.nan
+
+
+def _scalar(value):
+    return float(np.asarray(value.asnumpy() if isinstance(value, Tensor) else value).reshape(-1)[0])
+
+
+def learning_rate_applied(optimizer):
+    """The learning rate of the optimizer's last step (the first parameter group's, for grouped rates)."""
+    rate = optimizer.learning_rate
+    if isinstance(rate, (list, tuple, CellList)):
+        rate = rate[0]
+    if isinstance(rate, (Parameter, Tensor)):
+        return _scalar(rate)
+    step = max(int(_scalar(optimizer.global_step)) - 1, 0)
+    return _scalar(rate(Tensor(step, mstype.int32)))
+
+
+def window_record(cb_params, outputs, micro_batches, last, optimizer, noise=None, accumulation_steps=0):
+    """A WindowRecord from an update's outputs (a loss, or (loss, overflow, loss scale) with loss scaling), the
+    window's records `last` (its items, its gradient norm before clipping, whether it was clipped), the noise
+    scale's records `noise` (a NoiseMeasure's ``noise_records``, or None) and the `accumulation_steps` asked."""
+    items, grad_norm, clipped = last
+    grad_sq = noise_trace = scale_b = math.nan
+    if noise is not None:
+        grad_sq, noise_trace, smooth_grad_sq, smooth_trace = (_scalar(value) for value in noise)
+        scale_b = noise_scale_of(smooth_grad_sq, smooth_trace)
+    if isinstance(outputs, (tuple, list)):
+        loss, overflow, scale = _scalar(outputs[0]), bool(_scalar(outputs[1])), _scalar(outputs[2])
+    else:
+        loss, overflow, scale = _scalar(outputs), False, 1.0
+    return WindowRecord(epoch=int(cb_params.cur_epoch_num), update=int(cb_params.cur_step_num),
+                        micro_batches=int(micro_batches), items=_scalar(items), loss=loss,
+                        grad_norm=_scalar(grad_norm), clipped=bool(_scalar(clipped)), loss_scale=scale,
+                        overflow=overflow, learning_rate=learning_rate_applied(optimizer),
+                        accumulation_steps=int(accumulation_steps), grad_sq=grad_sq, noise_trace=noise_trace,
+                        noise_scale=scale_b)
+
+
+class WindowTelemetry(Callback):
+    r"""
+    Reports every update: the window's mean unscaled loss over its items, its micro-batches and items (samples,
+    unless the loss network returns ``(loss, num_items)``), the gradient's global norm before clipping and whether
+    it was clipped, the loss scale, skipped (overflowing) windows and the learning rate applied; with the trainer's
+    ``noise_scale=True``, the window's estimates of |G|^2 and tr(Sigma) and the smoothed noise scale.
+
+    Works with :class:`GradientAccumulation` and :class:`Model_ACCU`. Progress lines give updates done out of the
+    total, the throughput and the time left; the CSV gets one row per update (columns: the fields of
+    :class:`WindowRecord`, then ``skipped`` and ``elapsed_s``), flushed as it goes.
+
+    Args:
+        csv_path (str, optional): CSV file to write; its directory is created. Default: ``None``.
+        print_every (int): Print a progress line every this many updates; 0 to stay quiet. Default: ``0``.
+
+    Raises:
+        ValueError: If `print_every` is negative.
+        RuntimeError: At the first update, if the trainer provides no window records.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import ms_accum
+        >>> telemetry = ms_accum.WindowTelemetry(csv_path="runs/telemetry.csv", print_every=50)
+        >>> # trainer.train_process(10, dataset, 4, callbacks=[telemetry])
+    """
+
+    COLUMNS = [f.name for f in fields(WindowRecord)] + ["skipped", "elapsed_s"]
+
+    def __init__(self, csv_path=None, print_every=0):
+        super().__init__()
+        if isinstance(print_every, bool) or not isinstance(print_every, int) or print_every < 0:
+            raise ValueError(f"For 'WindowTelemetry', 'print_every' must be an int >= 0, but got {print_every!r}.")
+        self.csv_path = csv_path
+        self.print_every = print_every
+        self.records = []
+        self.skipped = 0
+        self._file = self._writer = None
+        self._start = self._items = 0.0
+        self._first_update = 0
+
+    def on_train_begin(self, run_context):
+        self._start, self._items = time.time(), 0.0
+        self._first_update = int(run_context.original_args().cur_step_num)
+        if self.csv_path:
+            os.makedirs(os.path.dirname(os.path.abspath(self.csv_path)), exist_ok=True)
+            self._file = open(self.csv_path, "w", newline="", encoding="utf-8")  # pylint: disable=consider-using-with
+            self._writer = csv.writer(self._file)
+            self._writer.writerow(self.COLUMNS)
+
+    def on_train_step_end(self, run_context):
+        cb_params = run_context.original_args()
+        make_record = cb_params.get("window_record")
+        if make_record is None:
+            raise RuntimeError("For 'WindowTelemetry', the trainer must provide window records: use it with "
+                               "ms_accum.GradientAccumulation.train_process or ms_accum.Model_ACCU.train.")
+        record = make_record()
+        self.records.append(record)
+        self.skipped += record.overflow
+        self._items += record.items
+        elapsed = time.time() - self._start
+        if self._writer:
+            self._writer.writerow(list(asdict(record).values()) + [self.skipped, round(elapsed, 3)])
+            self._file.flush()
+        if self.print_every and record.update % self.print_every == 0:
+            total = getattr(cb_params, "total_updates", 0) or int(cb_params.epoch_num) * int(cb_params.batch_num)
+            done = record.update - self._first_update
+            left = elapsed / max(done, 1) * max(total - record.update, 0)
+            clipped = " (clipped)" if record.clipped else ""
+            noise = "" if math.isnan(record.noise_scale) else f" | noise scale {record.noise_scale:.4g} items"
+            print(f"update {record.update}/{total} (epoch {record.epoch}/{cb_params.epoch_num}) "
+                  f"loss {record.loss:.4f} | window: {record.micro_batches} micro-batches, "
+                  f"{record.items:.0f} items | grad norm {record.grad_norm:.3g}{clipped} | lr "
+                  f"{record.learning_rate:.3g} | loss scale {record.loss_scale:g}, {self.skipped} skipped{noise} | "
+                  f"{self._items / max(elapsed, 1e-9):.0f} items/s, {left:.0f} s left", flush=True)
+
+    def on_train_end(self, run_context):
+        if self._file:
+            self._file.close()
+            self._file = self._writer = None
