@@ -15,7 +15,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 PY=$VENV/bin/python
-CHECK="import mindspore, pytest, matplotlib, mindcv, ms_accum; assert mindspore.__version__ == '$MINDSPORE'"
+CHECK="import mindspore, pytest, xdist, matplotlib, mindcv, ms_accum; assert mindspore.__version__ == '$MINDSPORE'"
 STAMP=$VENV/.ms_accum-pyproject.sha256
 if ! "$PY" -c "$CHECK" >/dev/null 2>&1 || ! sha256sum --status -c "$STAMP" 2>/dev/null; then
     echo "setup: installing MindSpore $MINDSPORE and ms_accum into $VENV (about 1 GB to download)" >&2

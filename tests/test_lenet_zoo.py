@@ -204,8 +204,10 @@ def test_eval_py_accepts_the_tutorials_checkpoint_format(trained, tmp_path):
 class TestCommandLineErrors:
     @pytest.mark.parametrize("value", ["0", "-1", "two"])
     def test_accumulation_steps(self, value):
-        assert_one_line_error(run_script("train.py", "--accumulation_steps", value, check=False),
-                              "argument --accumulation_steps: must be an int >= 1", repr(value))
+        for flag in ("--gradient_accumulation_steps", "--accumulation_steps"):  # N's name, and its older one
+            assert_one_line_error(run_script("train.py", flag, value, check=False), "argument "
+                                  "--gradient_accumulation_steps/--accumulation_steps: must be an int >= 1",
+                                  repr(value))
 
     @pytest.mark.parametrize("value", ["0", "-0.5", "inf"])
     def test_clip_norm(self, value):
