@@ -32,11 +32,11 @@ def wide_mlp_parts(hidden=2048):
 MODELS = {"lenet": lenet_parts, "mlp": wide_mlp_parts}
 
 
-def block_runner(parts, measure, dataset, steps):
+def block_runner(parts, trainer_kwargs, dataset, steps):
     """A function training one epoch of `dataset` (its time in seconds) with a fresh driver on fresh parts."""
     import ms_accum  # pylint: disable=import-outside-toplevel
     net, loss, optimizer = parts()
-    trainer = ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=measure)
+    trainer = ms_accum.GradientAccumulation(net, loss, optimizer, **trainer_kwargs)
 
     def run():
         start, cpu = time.perf_counter(), time.process_time()
@@ -46,50 +46,61 @@ def block_runner(parts, measure, dataset, steps):
     return run
 
 
-def measure_model(name, args):
-    """Median ratios (each way of measuring / not measuring) and their quartiles over --pairs rounds."""
+def compare_variants(name, args, variants, baseline):
+    """Median ratios (each variant's time / the `baseline` variant's) and their quartiles over --pairs rounds of
+    rotating blocks, one fresh driver per variant of `variants` ({label: GradientAccumulation keyword arguments}),
+    each on its own dataset."""
     import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
     images, labels = sample_arrays(args.windows * args.steps * args.batch)
-    datasets = [ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False).batch(args.batch) for _ in range(2)]
-    datasets.append(ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False).batch(args.batch))
-    runners = {measure: block_runner(MODELS[name], measure, dataset, args.steps)
-               for measure, dataset in zip((False, True, "first"), datasets)}
+    runners = {label: block_runner(MODELS[name], kwargs, ds.NumpySlicesDataset(
+        {"x": images, "y": labels}, shuffle=False).batch(args.batch), args.steps) for label, kwargs in variants.items()}
     for run in runners.values():
         run()  # compile
     order = list(runners)
-    ratios = {(measure, clock): [] for measure in (True, "first") for clock in (0, 1)}
+    ratios = {(label, clock): [] for label in order if label != baseline for clock in (0, 1)}
     seconds = []
     for round_index in range(args.pairs):
-        rotated = order[round_index % 3:] + order[:round_index % 3]
-        times = {measure: runners[measure]() for measure in rotated}
-        for (measure, clock), values in ratios.items():
-            values.append(times[measure][clock] / times[False][clock])
-        seconds.append(times[False][0] / args.windows)
-    print(f"{name} ({args.pairs} rounds of {args.windows} windows of {args.steps} x {args.batch}; a window without "
-          f"measuring takes {1000 * statistics.median(seconds):.1f} ms):", flush=True)
-    for (measure, clock), values in ratios.items():
+        shift = round_index % len(order)
+        times = {label: runners[label]() for label in order[shift:] + order[:shift]}
+        for (label, clock), values in ratios.items():
+            values.append(times[label][clock] / times[baseline][clock])
+        seconds.append(times[baseline][0] / args.windows)
+    print(f"{name} ({args.pairs} rounds of {args.windows} windows of {args.steps} x {args.batch}; a window with "
+          f"{baseline} takes {1000 * statistics.median(seconds):.1f} ms):", flush=True)
+    for (label, clock), values in ratios.items():
         quartiles = statistics.quantiles(values, n=4)
-        print(f"  noise_scale={measure!r} / False, {('wall', 'CPU')[clock]} time = {statistics.median(values):.3f} "
+        print(f"  {label} / {baseline}, {('wall', 'CPU')[clock]} time = {statistics.median(values):.3f} "
               f"(quartiles {quartiles[0]:.3f}-{quartiles[2]:.3f})", flush=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def measure_model(name, args):
+    """The driver with noise_scale=True and "first" against without."""
+    compare_variants(name, args, {"noise_scale=False": {}, "noise_scale=True": {"noise_scale": True},
+                                  "noise_scale='first'": {"noise_scale": "first"}}, "noise_scale=False")
+
+
+def cost_arguments(doc, min_steps, why_min_steps=""):
+    """The cost benchmarks' command line: (arguments, model names), checked, MindSpore started in --mode."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default="lenet,mlp", help="comma-separated: lenet, mlp (default: %(default)s)")
     parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--pairs", type=int, default=12, help="rounds of three blocks (default: %(default)s)")
+    parser.add_argument("--pairs", type=int, default=12, help="rounds of rotating blocks (default: %(default)s)")
     parser.add_argument("--windows", type=int, default=20, help="windows per block (default: %(default)s)")
     args = parser.parse_args()
     models = args.models.split(",")
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         parser.error(f"--models must name models among {sorted(MODELS)}, but got {unknown}.")
-    if min(args.batch, args.steps, args.pairs, args.windows) < 1 or args.steps < 2:
-        parser.error("--batch, --pairs and --windows must be >= 1 and --steps >= 2 (a window of one micro-batch "
-                     "has no estimate).")
+    if min(args.batch, args.steps, args.pairs, args.windows) < 1 or args.steps < min_steps:
+        parser.error(f"--batch, --pairs and --windows must be >= 1 and --steps >= {min_steps}{why_min_steps}.")
     start_mindspore(args.mode)
+    return args, models
+
+
+def main():
+    args, models = cost_arguments(__doc__, 2, " (a window of one micro-batch has no estimate)")
     for name in models:
         measure_model(name, args)
 

@@ -96,6 +96,12 @@ def parse_args(argv):
                         help="clip each update's gradient to this global norm (default: no clipping)")
     parser.add_argument("--partial_window", default="flush", choices=list(ms_accum.PARTIAL_WINDOW_POLICIES),
                         help="what to do with a window still open at the end of an epoch")
+    parser.add_argument("--nonfinite", choices=["skip", "raise", "apply"], default="skip",
+                        help="a window whose gradient holds a NaN or an inf: skip it with a warning naming its "
+                             "micro-batches, stop at it, or apply it as TrainOneStepCell would (default: %(default)s)")
+    parser.add_argument("--max_nonfinite_windows", type=positive_int, default=50,
+                        help="stop once this many windows in a row were skipped, the state written first "
+                             "(default: %(default)s)")
     parser.add_argument("--raw_sum", action="store_true",
                         help="apply the raw sum of micro-batch gradients (the tutorial's behaviour) instead of "
                              "the large-batch mean")
@@ -292,14 +298,16 @@ def main(argv=None):
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=learning_rate, momentum=args.momentum)
     if trainer_kind == "driver":
         trainer = ms_accum.GradientAccumulation(net, loss, optimizer, average=not args.raw_sum,
-                                                clip_norm=args.clip_norm, noise_scale=args.noise_scale)
+                                                clip_norm=args.clip_norm, noise_scale=args.noise_scale,
+                                                nonfinite=args.nonfinite)
         state_cell = trainer.train_state
     elif trainer_kind == "functional":
         state_cell = ms_accum.TrainState(nn.WithLossCell(net, loss), optimizer)
     else:
         state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer,
                                                  gradient_accumulation_steps=policy or plan, clip_norm=args.clip_norm,
-                                                 noise_scale=args.noise_scale, average=not args.raw_sum)
+                                                 noise_scale=args.noise_scale, average=not args.raw_sum,
+                                                 nonfinite=args.nonfinite)
     resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
     if exact:
         check_same_schedule(optimizer, resume)
@@ -327,7 +335,7 @@ def main(argv=None):
         last = train_functional(net, loss, optimizer, dataset, args.epoch_size, policy or plan, directory,
                                 args.clip_norm, initial_epoch, args.log_every, noise_scale=args.noise_scale,
                                 average=not args.raw_sum, partial_window=args.partial_window,
-                                initial_updates=before[initial_epoch])
+                                initial_updates=before[initial_epoch], nonfinite=args.nonfinite)
         print(f"last checkpoint: {last}", flush=True)
         return 0
     state_path = os.path.join(directory, STATE_FILE)
@@ -346,12 +354,13 @@ def main(argv=None):
         trainer.train_process(args.epoch_size, dataset, policy or plan, callbacks=callbacks,
                               partial_window=args.partial_window, ckpt_path=None, log_every=0,
                               initial_epoch=initial_epoch, resume_from=resume if exact else None,
-                              state_path=state_path, save_state_every=save_state_every)
+                              state_path=state_path, save_state_every=save_state_every,
+                              max_nonfinite_windows=args.max_nonfinite_windows)
     else:
         model = ms_accum.Model_ACCU(state_cell, state_path=state_path, save_state_every=save_state_every)
         model.train(args.epoch_size, dataset, callbacks=callbacks, dataset_sink_mode=args.dataset_sink_mode,
                     sink_size=sink_size, initial_epoch=initial_epoch, resume_from=resume if exact else None,
-                    partial_window=args.partial_window)
+                    partial_window=args.partial_window, max_nonfinite_windows=args.max_nonfinite_windows)
     print(f"last checkpoint: {checkpoints.latest_ckpt_file_name}", flush=True)
     if world > 1:
         release_parallel()

@@ -17,6 +17,7 @@ from .trainers.driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, Trai
 from .tools.equivalence import EquivalenceReport, check_equivalence
 from .cells.functional import Accumulator
 from .trainers.model_accu import Model_ACCU
+from .trainers.nonfinite import NonFiniteWindowError, NonFiniteWindowWarning
 from .cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 from .core.schedule import AccumulationSchedule
 from .trainers.state import load_training_state, save_training_state
@@ -37,6 +38,8 @@ __all__ = [
     "TrainAccuStepsCell",
     "TrainAccuStepsWithLossScaleCell",
     "Model_ACCU",
+    "NonFiniteWindowWarning",
+    "NonFiniteWindowError",
     "Accumulator",
     "adjust_batchnorm_momentum",
     "check_equivalence",

@@ -77,17 +77,27 @@ def test_peers_benchmark_refuses_bad_arguments(args, message):
 
 
 NOISE_COST = os.path.join(ROOT, "benchmarks", "noise_cost.py")
+NONFINITE_COST = os.path.join(ROOT, "benchmarks", "nonfinite_cost.py")
 
 
 @pytest.mark.slow
 def test_noise_cost_benchmark_prints_both_ways_of_measuring():
     done = run("--models", "lenet", "--pairs", 3, "--windows", 1, "--steps", 2, "--batch", 8, script=NOISE_COST)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = re.findall(r"^  noise_scale=(True|'first') / False, (wall|CPU) time = ([0-9.]+) \(quartiles ([0-9.]+)-"
-                       r"([0-9.]+)\)$", done.stdout, re.M)
+    lines = re.findall(r"^  noise_scale=(True|'first') / noise_scale=False, (wall|CPU) time = ([0-9.]+) \(quartiles "
+                       r"([0-9.]+)-([0-9.]+)\)$", done.stdout, re.M)
     assert [(m, c) for m, c, *_ in lines] == [("True", "wall"), ("True", "CPU"), ("'first'", "wall"),
                                              ("'first'", "CPU")], done.stdout
     assert all(0.0 < float(low) <= float(median) <= float(high) for _, _, median, low, high in lines)
+
+
+def test_nonfinite_cost_benchmark_prints_the_checks_ratio():
+    done = run("--models", "lenet", "--pairs", 3, "--windows", 1, "--steps", 2, "--batch", 8, script=NONFINITE_COST)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = re.findall(r"^  nonfinite='skip' / nonfinite='apply', (wall|CPU) time = ([0-9.]+) \(quartiles ([0-9.]+)-"
+                       r"([0-9.]+)\)$", done.stdout, re.M)
+    assert [clock for clock, *_ in lines] == ["wall", "CPU"], done.stdout
+    assert all(0.0 < float(low) <= float(median) <= float(high) for _, median, low, high in lines)
 
 
 @pytest.mark.parametrize("args, message", [(("--models", "vgg"), "--models must name models among ['lenet', 'mlp']"),

@@ -95,6 +95,13 @@ EVIDENCE = {
         "test_resume::test_model_accu_resumes_from_any_micro_batch",
         "test_model_accu::test_sink_mode_refuses_exact_state",
         "test_resume::test_a_users_own_loop_resumes_mid_window_with_save_training_state[accumulator]"),
+    "a NaN or inf window skipped (`nonfinite`)": (
+        "test_nonfinite::test_a_nan_micro_batch_skips_its_window_only_on_every_path[cells]",
+        "test_nonfinite::test_a_nan_micro_batch_skips_its_window_only_on_every_path[driver]",
+        "test_nonfinite::test_a_nan_micro_batch_skips_its_window_only_on_every_path[parallel]",
+        "test_nonfinite::test_a_nan_micro_batch_skips_its_window_only_on_every_path[model_accu]",
+        "test_nonfinite::test_sink_mode_skips_a_nan_window_too",
+        "test_nonfinite::test_a_nan_micro_batch_skips_its_window_only_on_every_path[accumulator]"),
 }
 
 

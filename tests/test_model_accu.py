@@ -313,7 +313,8 @@ def test_sink_mode_carries_the_cells_features(fake_device, feature):
         cls = ms_accum.TrainAccuStepsWithLossScaleCell if "scale_sense" in kwargs else ms_accum.TrainAccuStepsCell
         cell = cls(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=4, **kwargs)
         ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), dataset_sink_mode=sink)  # 3 windows
-        finals.append(({name: value.astype(np.float32) for name, value in params_of(net).items()}, [float(v.asnumpy()) for v in cell.noise_records or ()]))
+        finals.append(({name: value.astype(np.float32) for name, value in params_of(net).items()},
+                       [float(v.asnumpy()) for v in cell.noise_records or ()]))
     assert fake_device.events, "the sink branch was not taken"
     assert_params_close(finals[0][0], finals[1][0], context=f"sink with {feature}")
     np.testing.assert_allclose(finals[0][1], finals[1][1], rtol=1e-5, err_msg="noise records")
@@ -340,7 +341,8 @@ def test_sink_mode_refuses_exact_state(fake_device, kwargs, tmp_path):
     cell, _, _ = make_cell("plain", steps=2)
     every = kwargs.pop("every", 0)
     if "state_path" in kwargs:
-        model = ms_accum.Model_ACCU(cell, state_path=str(tmp_path / kwargs.pop("state_path")), save_state_every=every)
+        model = ms_accum.Model_ACCU(cell, state_path=str(tmp_path / kwargs.pop("state_path")),
+                                    save_state_every=every)
     else:
         model = ms_accum.Model_ACCU(cell)
         kwargs["resume_from"] = str(tmp_path / kwargs["resume_from"])

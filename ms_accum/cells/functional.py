@@ -55,6 +55,10 @@ class Accumulator(WindowEngine, nn.Cell):
         average (bool): ``True`` applies the window's mean gradient weighted by `num_items`; ``False`` the raw sum
             of its micro-batch gradients (the tutorial's behaviour). ``False`` excludes `noise_scale`.
             Default: ``True``.
+        nonfinite (str): A window whose gradient holds a NaN or an inf (without a loss scale) is skipped,
+            parameters and optimizer state untouched, and counted in ``accu_skipped_windows`` and
+            ``accu_nonfinite_streak``: ``"skip"`` goes on, ``"raise"`` raises instead; ``"apply"`` checks nothing
+            and applies it, as :class:`mindspore.nn.TrainOneStepCell` does. Default: ``"skip"``.
 
     Inputs:
         - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter.
@@ -101,7 +105,8 @@ class Accumulator(WindowEngine, nn.Cell):
     """
 
     def __init__(self, optimizer, gradient_accumulation_steps=None, clip_norm=None, loss_scaler=None,
-                 noise_scale=False, average=True, *, accumulate_step=None, accumulation_steps=None):
+                 noise_scale=False, average=True, nonfinite="skip", *, accumulate_step=None,
+                 accumulation_steps=None):
         super().__init__(auto_prefix=False)
         owner = "Accumulator"
         steps = steps_argument(owner, gradient_accumulation_steps, {"accumulate_step": accumulate_step,
@@ -114,7 +119,7 @@ class Accumulator(WindowEngine, nn.Cell):
                           check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
                           noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
                           loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
-                          items_source="passed to the Accumulator", rebuild="a new Accumulator")
+                          items_source="passed to the Accumulator", rebuild="a new Accumulator", nonfinite=nonfinite)
         self._init_steps(*steps)
         self.loss_scaler = loss_scaler
         self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)

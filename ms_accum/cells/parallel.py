@@ -157,6 +157,10 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
         average (bool): ``True`` applies the mean gradient over the window's samples or items; ``False`` the raw
             sum of its micro-batch gradients (the tutorial's behaviour; reduced across devices as MindSpore's reducer
             does). ``False`` excludes `noise_scale`. Default: ``True``.
+        nonfinite (str): A window whose gradient holds a NaN or an inf (without a loss scale) is skipped,
+            parameters and optimizer state untouched, and counted in ``accu_skipped_windows`` and
+            ``accu_nonfinite_streak``: ``"skip"`` goes on, ``"raise"`` raises instead; ``"apply"`` checks nothing
+            and applies it, as :class:`mindspore.nn.TrainOneStepCell` does. Default: ``"skip"``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -189,7 +193,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
     """
 
     def __init__(self, network, optimizer, sens=1.0, gradient_accumulation_steps=None, clip_norm=None,
-                 noise_scale=False, average=True, *, accumulation_steps=None):
+                 noise_scale=False, average=True, nonfinite="skip", *, accumulation_steps=None):
         owner = "TrainAccuStepsCell"
         steps = steps_argument(owner, gradient_accumulation_steps, {"accumulation_steps": accumulation_steps}, 1)
         check_cell_arguments(owner, network, optimizer)
@@ -197,7 +201,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
         self._init_engine(owner, self.weights.clone(prefix="accu_grads", init="zeros"),
                           window.WindowState(WINDOW_PREFIX), check_clip_norm(owner, clip_norm),
                           check_bool(owner, "average", average),
-                          noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average))
+                          noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average), nonfinite=nonfinite)
         self._init_steps(*steps)
         self._init_modes()
 

@@ -6,7 +6,7 @@ each micro-batch's gradient is weighted by what it weighs (``weighting.py``) whi
 divided by the window's total before the optimizer sees it. ``average=False`` reproduces the tutorial's raw sum
 instead.
 """
-from mindspore import jit, nn
+from mindspore import jit, nn, ops
 
 from ..core import window
 from ..core.checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
@@ -139,6 +139,10 @@ class TrainOptim(WindowEngine, nn.Cell):
         scale_sense (Union[Tensor, Cell], optional): The object passed to :class:`TrainForwardBackward`.
             Default: ``None``.
         noise_scale (Union[bool, str]): The value passed to :class:`TrainForwardBackward`. Default: ``False``.
+        nonfinite (str): A window whose gradient holds a NaN or an inf (without a loss scale) is skipped,
+            parameters and optimizer state untouched, and counted in ``accu_skipped_windows`` and
+            ``accu_nonfinite_streak``: ``"skip"`` goes on, ``"raise"`` raises instead; ``"apply"`` checks nothing
+            and applies it, as :class:`mindspore.nn.TrainOneStepCell` does. Default: ``"skip"``.
 
     Inputs:
         None.
@@ -170,7 +174,8 @@ class TrainOptim(WindowEngine, nn.Cell):
         >>> optim_step = ms_accum.TrainOptim(optimizer, grad_sum, clip_norm=1.0)
     """
 
-    def __init__(self, optimizer, grad_sum, average=True, clip_norm=None, scale_sense=None, noise_scale=False):
+    def __init__(self, optimizer, grad_sum, average=True, clip_norm=None, scale_sense=None, noise_scale=False,
+                 nonfinite="skip"):
         super().__init__(auto_prefix=False)
         owner = "TrainOptim"
         self.optimizer = check_optimizer(owner, optimizer)
@@ -182,14 +187,15 @@ class TrainOptim(WindowEngine, nn.Cell):
         updater, scale = shared_scale(owner, state, scale_sense)
         self._init_engine(owner, self.grad_sum, state, clip_norm=self.clip_norm, average=self.average,
                           noise=_noise_state(owner, state, noise_scale, average),
-                          loss_scale=(kind, updater, scale) if kind else None, count_windows=False)
+                          loss_scale=(kind, updater, scale) if kind else None, count_windows=False,
+                          nonfinite=nonfinite)
         self.loss_scaled = kind is not None
 
     @jit  # one compiled graph in PYNATIVE_MODE too: about 50 small ops, launched one by one otherwise
     def construct(self):
         mean_loss, overflow, next_scale = self._end_window(self.optimizer, reset=False)
         if self.scale_kind is None:
-            return mean_loss
+            return ops.depend(mean_loss, overflow)
         return mean_loss, overflow, next_scale
 
 

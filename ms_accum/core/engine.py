@@ -25,12 +25,13 @@ from mindspore.nn import DistributedGradReducer, Identity
 from . import window
 from ..compat import get_device_num, get_gradients_mean, get_parallel_mode
 from .adaptive import AdaptiveAccumulation, next_steps_on_device
-from .checks import check_positive_int
+from .checks import check_choice, check_positive_int
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
 from .schedule import STEPS_NAME, AccumulationSchedule
 
 WINDOW_PREFIX = "accu_window"
+NONFINITE_POLICIES = ("skip", "raise", "apply")
 
 
 def float32_buffers(weights, prefix):
@@ -67,13 +68,18 @@ class WindowEngine(NoiseMeasure):
     """
 
     def _init_engine(self, owner, buffers, state, clip_norm=None, average=True, noise=None, loss_scale=None,
-                     count_windows=True, items_source="returned by the loss network", rebuild="new cells"):
+                     count_windows=True, items_source="returned by the loss network", rebuild="new cells",
+                     nonfinite="skip"):
         """Bind the engine. `state`: the window's :class:`window.WindowState`; `noise`: a NoiseState or None;
-        `loss_scale`: (kind, updater, scale Parameter) from ``loss_scale.py``, or None."""
+        `loss_scale`: (kind, updater, scale Parameter) from ``loss_scale.py``, or None; `nonfinite`: what a window
+        whose gradient is not finite does without a loss scale, ``"skip"``, ``"raise"`` or ``"apply"`` (no check,
+        as MindSpore's TrainOneStepCell)."""
         self.owner_name, self.items_source, self.rebuild_hint = owner, items_source, rebuild
         self.accu_grads = buffers
         self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
         self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped = state.last
+        self.accu_skipped_windows, self.accu_nonfinite_streak = state.skipped, state.nonfinite_streak
+        self.nonfinite = check_choice(owner, "nonfinite", nonfinite, NONFINITE_POLICIES)
         self.accu_windows = Parameter(Tensor(0, mstype.int32), name=f"{state.prefix}.windows",
                                       requires_grad=False) if count_windows else None
         self.clip_norm, self.average = clip_norm, average
@@ -198,11 +204,18 @@ class WindowEngine(NoiseMeasure):
         stays there through every later addition), else 0.0."""
         return ops.cast(window.buffers_overflow(self.window_map, self.accu_grads), mstype.float32)
 
-    def _window_overflow(self):
+    def _window_overflow(self, norm):
         """Whether the window is skipped: with a loss scale, an overflow on any device (every device decides
-        alike); without one, never (the constant False, so no branch is compiled)."""
+        alike); without one, a gradient that is not finite, read from its global `norm` (computed after the
+        reduction, so the same on every device, and already there for telemetry and clipping: the check costs
+        one scalar test). With nonfinite="raise" such a window raises instead."""
         if self.scale_kind is None:
-            return False
+            if self.nonfinite == "apply":  # no check: the window is applied whatever it holds
+                return False
+            overflow = ops.logical_not(ops.isfinite(norm))
+            if self.nonfinite == "raise":
+                window.check_finite(self.owner_name, overflow)
+            return overflow
         return self._sum_over_devices(self._local_overflow()) > 0.0
 
     def _end_window(self, optimizer, reset=True):
@@ -213,8 +226,8 @@ class WindowEngine(NoiseMeasure):
         overflowed, and, with `reset`, clear the buffers and counters and count the window.
 
         Returns:
-            (the window's mean loss on this device, the overflow decision (False without a loss scale), the loss
-            scale for the next window (None without one)).
+            (the window's mean loss on this device, whether the window was skipped (a loss-scale overflow, or a
+            gradient that is not finite), the loss scale for the next window (None without one)).
         """
         window.check_items(self.owner_name, self.accu_min_items, self.items_source, self.rebuild_hint)
         total = self.accu_items + 0.0
@@ -228,17 +241,18 @@ class WindowEngine(NoiseMeasure):
         grads, recorded = window.finish_gradients(
             self.window_map, self.accu_grads, divisor, self.grad_reducer, self.clip_norm,
             (self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped), total)
+        norm = ops.depend(self.accu_last_grad_norm, recorded) * 1.0
         if self.measure_noise:
-            norm = ops.depend(self.accu_last_grad_norm, recorded) * 1.0
             recorded = ops.depend(recorded, self._record_noise(
                 norm, total, unscale, self._sum_over_devices if self.reducer_flag else None))
         mean_loss = ops.depend(window.mean_loss(self._window_counters()), recorded)
-        overflow = self._window_overflow()
+        overflow = self._window_overflow(norm)
         next_scale = None
         if self.scale_kind is not None:
             overflow = update_scale(self.scale_kind, self.loss_scale_manager, self.accu_scale, overflow)
             next_scale = ops.depend(ops.reshape(self.accu_scale, ()) * 1.0, overflow)
         mean_loss = window.step_unless(overflow, optimizer, grads, mean_loss)
+        mean_loss = window.count_skip(self.accu_skipped_windows, self.accu_nonfinite_streak, overflow, mean_loss)
         if self.accu_windows is not None and self._device_policy is not None:
             mean_loss = ops.depend(mean_loss, self._adapt_steps())
         if reset:

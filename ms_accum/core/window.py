@@ -40,6 +40,9 @@ class WindowState:
         last_items (Parameter): float32, items of the last window applied (over all devices).
         last_grad_norm (Parameter): float32, global L2 norm of the last window's gradient, before clipping.
         last_clipped (Parameter): float32, 1.0 if the last window's gradient was clipped, else 0.0.
+        skipped (Parameter): float32, windows skipped so far (a loss-scale overflow, or a non-finite gradient).
+        nonfinite_streak (Parameter): float32, windows skipped in a row up to the last one (0 after a window
+            applied).
         options (dict): Choices the cells sharing the window must agree on (``bind``).
     """
 
@@ -51,6 +54,8 @@ class WindowState:
         self.last_items = _scalar(f"{prefix}.last_items", 0.0)
         self.last_grad_norm = _scalar(f"{prefix}.last_grad_norm", 0.0)
         self.last_clipped = _scalar(f"{prefix}.last_clipped", 0.0)
+        self.skipped = _scalar(f"{prefix}.skipped_windows", 0.0)
+        self.nonfinite_streak = _scalar(f"{prefix}.nonfinite_streak", 0.0)
         self.options = {}
         self.prefix = prefix
         self.noise = None  # a NoiseState once a cell measures the noise scale (see noise_state)
@@ -169,6 +174,25 @@ def buffers_overflow(hyper_map, buffers):
     """Whether any buffer holds an inf or nan: one overflowing micro-batch anywhere in the window stays there (inf
     and nan survive every later addition), so one check per window catches it (IsFinite: CPU, GPU, Ascend)."""
     return grad_ops.sum_over(hyper_map, grad_ops.nonfinite, buffers) > 0.0
+
+
+def count_skip(skipped, streak, overflow, result):
+    """Count the window in `skipped` and `streak` (windows skipped in a row) if `overflow`, else end the streak;
+    returns `result` once both are written. A constant False (nothing was checked) counts nothing."""
+    if isinstance(overflow, bool):
+        return result
+    flag = ops.cast(overflow, mstype.float32)
+    result = ops.depend(result, ops.assign_add(skipped, flag))
+    return ops.depend(result, ops.assign(streak, (streak + 1.0) * flag))
+
+
+def check_finite(owner, overflow):
+    """Raise, before the update, if the window's gradient is not finite (nonfinite="raise"). As for
+    :func:`check_items`, the error ends training with these cells."""
+    if overflow:
+        raise ValueError(f"For '{owner}', the window's gradient must be finite, but it holds a NaN or an inf "
+                         f"(nonfinite='raise'). The window was not applied. Find the micro-batch whose loss or "
+                         f"gradient is not finite, or pass nonfinite='skip' to skip such windows.")
 
 
 def step_unless(overflow, optimizer, grads, result):

@@ -1,5 +1,4 @@
-"""GradientAccumulation: the Python loop that drives the three single-device cells over a dataset."""
-import math
+"""GradientAccumulation: the one-device trainer, the three cells driven over a dataset by the shared window loop."""
 from dataclasses import dataclass
 from functools import partial
 
@@ -17,6 +16,8 @@ from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 from ..core.noise_scale import check_noise_scale, noise_scale_of
 from ..core.schedule import AccumulationSchedule, steps_argument
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
+from ..core.engine import NONFINITE_POLICIES
+from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
 
@@ -150,6 +151,11 @@ class GradientAccumulation:
             ``docs/noise_scale.md``). ``True`` measures every micro-batch, ``"first"`` only the first of each
             window on each device (one gradient pass per window instead of one per micro-batch; a noisier
             estimate). Default: ``False``.
+        nonfinite (str): A window whose gradient holds a NaN or an inf (without a loss scale) is skipped,
+            parameters and optimizer state untouched; ``"skip"`` warns (:class:`NonFiniteWindowWarning`, naming
+            the window and its micro-batches' positions in their epoch) and goes on, ``"raise"`` stops at the
+            first such window (:class:`NonFiniteWindowError`); ``"apply"`` checks nothing and applies it, as
+            :class:`mindspore.nn.TrainOneStepCell` does. Default: ``"skip"``.
 
     Raises:
         TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
@@ -177,7 +183,7 @@ class GradientAccumulation:
     """
 
     def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0, clip_norm=None, scale_sense=None,
-                 noise_scale=False):
+                 noise_scale=False, nonfinite="skip"):
         owner = "GradientAccumulation"
         check_cell(owner, "network", network)
         if loss_fn is not None:
@@ -194,7 +200,10 @@ class GradientAccumulation:
         self.grad_sum = float32_buffers(optimizer.parameters, "grad_sum")
         self.forward_backward = TrainForwardBackward(self.loss_network, optimizer, self.grad_sum, sens, average,
                                                      scale_sense, noise_scale)
-        self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense, noise_scale)
+        self.nonfinite = check_choice(owner, "nonfinite", nonfinite, NONFINITE_POLICIES)
+        # "raise" is decided here, on the host, where the window's micro-batches are known: the cell skips
+        self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense, noise_scale,
+                                "skip" if nonfinite == "raise" else nonfinite)
         self.clear = TrainClear(self.grad_sum)
         self.train_state = TrainState(self.loss_network, optimizer, self.optim.accu_scale,
                                       self.optim.loss_scale_manager)
@@ -205,7 +214,8 @@ class GradientAccumulation:
 
     def train_process(self, epoch, train_dataset, gradient_accumulation_steps=None, callbacks=None,
                       partial_window="flush", ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0,
-                      state_path=None, save_state_every=0, resume_from=None, *, mini_steps=None,
+                      state_path=None, save_state_every=0, resume_from=None,
+                      max_nonfinite_windows=DEFAULT_MAX_NONFINITE_WINDOWS, *, mini_steps=None,
                       accumulation_steps=None):
         r"""
         Train for `epoch` epochs, one optimizer step every `gradient_accumulation_steps` micro-batches.
@@ -258,6 +268,9 @@ class GradientAccumulation:
             resume_from (str, optional): A state file written through `state_path`: training continues at the
                 exact micro-batch where it was written, and ends with the parameters of an uninterrupted run
                 (given deterministic data order and kernels; dropout masks are not restored). Default: ``None``.
+            max_nonfinite_windows (int): Stop once this many windows in a row were skipped (non-finite, or
+                overflowing under a loss scale), with :class:`NonFiniteWindowError`; the state is written to
+                `state_path` first. Default: ``50``.
             mini_steps, accumulation_steps: Older names of `gradient_accumulation_steps`, accepted in its place
                 (keyword only).
 
@@ -300,9 +313,11 @@ class GradientAccumulation:
         if policy is None:  # an adaptive run's count of updates is not known in advance
             check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, updates)
         check_state_saving(owner, state_path, save_state_every)
+        check_positive_int(owner, "max_nonfinite_windows", max_nonfinite_windows)
         check_resume_or_initial_epoch(owner, resume_from, initial_epoch)
         plan = _Plan(epoch, steps_per_epoch, schedule, policy, partial_window, callbacks, log_every,
-                     initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates)
+                     initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates,
+                     max_nonfinite_windows)
         self.window_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
         if resume_from is not None:
             plan.start_micro, plan.start_updates = load_training_state(self.exact_state, resume_from,
@@ -364,9 +379,8 @@ def updates_per_epoch(steps, gradient_accumulation_steps, partial_window):
         >>> ms_accum.updates_per_epoch(1875, 4, "flush"), ms_accum.updates_per_epoch(1875, 4, "drop")
         (469, 468)
     """
-    if partial_window == "flush":
-        return math.ceil(steps / gradient_accumulation_steps)
-    return steps // gradient_accumulation_steps
+    before, _ = AccumulationSchedule(gradient_accumulation_steps).run_plan(steps, 2, partial_window)
+    return before[1]  # the first of two epochs: a carried window is not yet an update
 
 
 @dataclass
@@ -385,6 +399,7 @@ class _Plan:
     state_path: str
     save_state_every: int
     total_updates: int
+    max_nonfinite_windows: int
 
 
 class _Run(LoopFrontEnd):
@@ -443,8 +458,15 @@ class _Run(LoopFrontEnd):
     def window_record(self, cb_params, outputs, micro_batches, window_steps):
         optim = self.owner.optim
         return partial(window_record, cb_params, outputs, micro_batches,
-                       (optim.accu_last_items, optim.accu_last_grad_norm, optim.accu_last_clipped),
+                       (optim.accu_last_items, optim.accu_last_grad_norm, optim.accu_last_clipped,
+                        optim.accu_nonfinite_streak),
                        self.owner.optimizer, optim.noise_records, window_steps)
+
+    def nonfinite_guard(self, save_state):
+        optim = self.owner.optim
+        return NonFiniteGuard("GradientAccumulation.train_process", self.owner.nonfinite,
+                              self.plan.max_nonfinite_windows, optim.accu_nonfinite_streak,
+                              optim.scale_kind is not None, save_state)
 
     def updated(self, cb_params, update, micro_batches, window_steps, outputs):
         self._adapt(update, micro_batches, window_steps)

@@ -37,6 +37,10 @@ class LoopFrontEnd:
         """A function building the update's :class:`WindowRecord` on demand."""
         raise NotImplementedError
 
+    def nonfinite_guard(self, save_state):
+        """The run's :class:`NonFiniteGuard` (`save_state` writes the state now), or None."""
+        return None
+
     def step_begins(self, cb_params, data):
         """A window opens (before ``on_train_step_begin``)."""
 
@@ -67,6 +71,9 @@ class WindowLoop:
         start_micro (int): Micro-batches of the run already done (a resume, or initial epochs).
         pending (int): Micro-batches of the open window already added (a resumed window).
         writer (StateWriter): Writes the exact state.
+
+    After every update the front end's :class:`NonFiniteGuard` (if any) reads whether the window was skipped for a
+    non-finite gradient: it warns naming the window's micro-batches, or stops training, the state written first.
     """
 
     def __init__(self, front, epochs, steps_per_epoch, partial_window, cb_params, callbacks, start_micro, pending,
@@ -77,6 +84,7 @@ class WindowLoop:
         self.run_context = RunContext(cb_params)
         self.micro_done, self.pending, self.writer = start_micro, pending, writer
         self.window_steps = front.window_steps(cb_params.cur_step_num - 1) if pending else 0
+        self.guard = front.nonfinite_guard(lambda: writer.save_now(self.micro_done, cb_params.cur_step_num))
 
     def run(self, epoch_data):
         """Train; `epoch_data(epoch)` gives the micro-batches (tuples) of epoch `epoch` (from 1), from the position
@@ -128,4 +136,6 @@ class WindowLoop:
         cb_params.window_record = self.front.window_record(cb_params, outputs, micro_batches, self.window_steps)
         self.front.updated(cb_params, cb_params.cur_step_num - 1, micro_batches, self.window_steps, outputs)
         self.callbacks.on_train_step_end(self.run_context)
+        if self.guard is not None:
+            self.guard.after_window(cb_params.cur_step_num, self.micro_done - micro_batches, micro_batches, self.steps)
         return True

@@ -24,6 +24,7 @@ from ..core.checks import (check_choice, check_lr_schedule, check_positive_int, 
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationModes
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
+from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
 
@@ -75,6 +76,9 @@ class _ModelFront(LoopFrontEnd):
 
     def window_record(self, cb_params, outputs, micro_batches, window_steps):
         return self.model._window_record(cb_params, outputs, micro_batches, window_steps)
+
+    def nonfinite_guard(self, save_state):
+        return self.model._nonfinite_guard(save_state)  # pylint: disable=protected-access
 
     def step_begins(self, cb_params, data):
         set_current_position(self.model, cb_params.cur_epoch_num,
@@ -175,6 +179,11 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._state_path, self._save_state_every = state_path, save_state_every
         self._resume_from = None
         self._partial_window = "flush"
+        self._max_nonfinite = DEFAULT_MAX_NONFINITE_WINDOWS
+        # the cell's nonfinite="raise" is decided here, on the host, where the window's micro-batches are known
+        self._nonfinite = network.nonfinite
+        if network.nonfinite == "raise":
+            network.nonfinite = "skip"
 
     @property
     def gradient_accumulation_steps(self):
@@ -184,7 +193,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     accumulation_steps = gradient_accumulation_steps  # the seed's name
 
     def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, sink_size=-1, initial_epoch=0,
-              resume_from=None, partial_window="flush"):
+              resume_from=None, partial_window="flush", max_nonfinite_windows=DEFAULT_MAX_NONFINITE_WINDOWS):
         """
         :meth:`mindspore.train.Model.train`, plus exact resume and the partial-window policy without sink mode.
 
@@ -201,6 +210,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 :meth:`GradientAccumulation.train_process`: ``"flush"`` applies it as a smaller window, ``"drop"``
                 discards it, ``"carry"`` keeps it open into the next epoch (flushed after the last). Sink mode
                 needs whole windows (`sink_size` a multiple of N). Default: ``"flush"``.
+            max_nonfinite_windows (int): Stop once this many windows in a row were skipped (non-finite, or
+                overflowing under a loss scale), with :class:`NonFiniteWindowError`; without sink mode the state is
+                written to `state_path` first. Default: ``50``.
             Others: as in :meth:`mindspore.train.Model.train`.
 
         Raises:
@@ -212,6 +224,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         epoch = check_positive_int("Model_ACCU.train", "epoch", epoch)
         self._partial_window = check_choice("Model_ACCU.train", "partial_window", partial_window,
                                             PARTIAL_WINDOW_POLICIES)
+        self._max_nonfinite = check_positive_int("Model_ACCU.train", "max_nonfinite_windows", max_nonfinite_windows)
         check_resume_or_initial_epoch("Model_ACCU.train", resume_from, initial_epoch)
         self._resume_from = resume_from
         mode = train_network(self).accumulation
@@ -300,6 +313,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         cb_params.dataset_sink_mode = True
         cb_params.batch_num = cycles
         self.batch_num = cycles
+        guard = self._nonfinite_guard()
         helper = self._make_sink_helper(train_dataset, sink_size, dataset_sink_num)
         sink_net = self._connect(helper)
         sink_net.set_train(True)
@@ -321,6 +335,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 cb_params.net_outputs = self._run_sink_graph(sink_net, train_dataset, accumulate=False, loop=1)
                 cb_params.window_record = self._window_record(cb_params, cb_params.net_outputs, n, n)
                 list_callback.on_train_step_end(run_context)
+                guard.after_window(cb_params.cur_step_num, (cb_params.cur_step_num - 1) * n, n, sink_size)
                 if run_context.get_stop_requested():
                     break
             helper.continue_send()
@@ -336,11 +351,17 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         list_callback.on_train_end(run_context)
         return None
 
+    def _nonfinite_guard(self, save_state=None):
+        cell = train_network(self)
+        return NonFiniteGuard("Model_ACCU.train", self._nonfinite, self._max_nonfinite, cell.accu_nonfinite_streak,
+                              cell.scale_kind is not None, save_state)
+
     def _window_record(self, cb_params, outputs, micro_batches, window_steps):
         """A function building the update's WindowRecord on demand (it reads the device only when called)."""
         cell = train_network(self)
         return partial(window_record, cb_params, outputs, micro_batches,
-                       (cell.accu_last_items, cell.accu_last_grad_norm, cell.accu_last_clipped), cell.optimizer,
+                       (cell.accu_last_items, cell.accu_last_grad_norm, cell.accu_last_clipped,
+                        cell.accu_nonfinite_streak), cell.optimizer,
                        cell.noise_records, window_steps)
 
     def _run_sink_graph(self, sink_net, dataset, accumulate, loop):

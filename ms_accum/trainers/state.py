@@ -17,13 +17,15 @@ UPDATES_DONE = "ms_accum_updates_done"
 RANK = "ms_accum_rank"
 WORLD = "ms_accum_world"
 FORMAT = "ms_accum_state_format"
-STATE_FORMAT = 2  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the cells' '<prefix>.steps'
+STATE_FORMAT = 2  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the Parameters below
+ADDED_IN_FORMAT_2 = (".steps", ".skipped_windows", ".nonfinite_streak")
 
 
 def _added_since_format_1(name):
     """Parameters a state file of ms_accum 0.1.0 cannot hold: the N an adaptive policy chose ('<prefix>.steps'),
-    which no 0.1.0 cell had; left at its initial value, it is right for every N 0.1.0 could take."""
-    return name.endswith(".steps")
+    which no 0.1.0 cell had (its initial value is right for every N 0.1.0 could take), and the counts of skipped
+    windows (0.1.0 counted none: they start from 0)."""
+    return name.endswith(ADDED_IN_FORMAT_2)
 
 
 def previous_generation(state_path):
@@ -207,6 +209,14 @@ class StateWriter:
             save_training_state(self.cell, self.state_path, micro_done, updates_done, self.rank, self.world)
             self.last = micro_done
         return due
+
+    def save_now(self, micro_done, updates_done):
+        """Write the state as it is now, at an update boundary (before training stops); return the path, or None
+        without a `state_path`."""
+        if not self.state_path:
+            return None
+        self.last = micro_done
+        return save_training_state(self.cell, self.state_path, micro_done, updates_done, self.rank, self.world)
 
 
 @contextmanager

@@ -33,7 +33,8 @@ class WindowRecord:
         grad_norm (float): The global norm of the applied gradient, before clipping.
         clipped (bool): Whether the gradient was clipped.
         loss_scale (float): The loss scale the window ran with (1.0 without loss scaling).
-        overflow (bool): Whether the window overflowed and was skipped.
+        overflow (bool): Whether the window was skipped: it overflowed under the loss scale, or its gradient was
+            not finite.
         learning_rate (float): The learning rate of the update.
         accumulation_steps (int): The micro-batches the schedule asked of this window (more than
             `micro_batches` for a partial window at an epoch's end). Default: ``0`` (not given).
@@ -90,9 +91,10 @@ def learning_rate_applied(optimizer):
 
 def window_record(cb_params, outputs, micro_batches, last, optimizer, noise=None, accumulation_steps=0):
     """A WindowRecord from an update's outputs (a loss, or (loss, overflow, loss scale) with loss scaling), the
-    window's records `last` (its items, its gradient norm before clipping, whether it was clipped), the noise
+    window's records `last` (its items, its gradient norm before clipping, whether it was clipped, the windows
+    skipped in a row up to it: it was skipped itself when that is not 0), the noise
     scale's records `noise` (a NoiseMeasure's ``noise_records``, or None) and the `accumulation_steps` asked."""
-    items, grad_norm, clipped = last
+    items, grad_norm, clipped, streak = last
     grad_sq = noise_trace = scale_b = math.nan
     if noise is not None:
         grad_sq, noise_trace, smooth_grad_sq, smooth_trace = (_scalar(value) for value in noise)
@@ -100,7 +102,7 @@ def window_record(cb_params, outputs, micro_batches, last, optimizer, noise=None
     if isinstance(outputs, (tuple, list)):
         loss, overflow, scale = _scalar(outputs[0]), bool(_scalar(outputs[1])), _scalar(outputs[2])
     else:
-        loss, overflow, scale = _scalar(outputs), False, 1.0
+        loss, overflow, scale = _scalar(outputs), _scalar(streak) > 0, 1.0
     return WindowRecord(epoch=int(cb_params.cur_epoch_num), update=int(cb_params.cur_step_num),
                         micro_batches=int(micro_batches), items=_scalar(items), loss=loss,
                         grad_norm=_scalar(grad_norm), clipped=bool(_scalar(clipped)), loss_scale=scale,

@@ -1,0 +1,107 @@
+"""Non-finite windows in a training run: reported with the micro-batches that made them, and a limit.
+
+The engine skips a window whose gradient holds a NaN or an inf on every path (without a loss scale; with one,
+that is the loss-scale overflow skip): parameters and optimizer state stay as they were, so the learning rate does
+not advance either. The trainers add what only a loop that knows the data's order can: a warning that names the
+window and the positions of its micro-batches in their epoch, ``nonfinite="raise"`` to stop at the first such
+window with that message (a cell's own "raise" cannot name the data), and a stop after `max_nonfinite_windows`
+skipped in a row, the last good state written first.
+"""
+import warnings
+
+
+# Fifty skipped windows in a row cannot be one bad sample: without a loss scale the data or the model is broken;
+# with a dynamic loss scale, fifty halvings take even a 2**24 scale below 2**-26, where no float16 gradient
+# survives. A run that skips a bad window now and then never comes near it.
+DEFAULT_MAX_NONFINITE_WINDOWS = 50
+
+
+class NonFiniteWindowWarning(RuntimeWarning):
+    """
+    A window's gradient was not finite and the window was skipped; the message names the window and the positions
+    of its micro-batches in their epoch. Issued by :meth:`GradientAccumulation.train_process` and
+    :meth:`Model_ACCU.train` with ``nonfinite="skip"``.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import warnings
+        >>> import ms_accum
+        >>> warnings.simplefilter("error", ms_accum.NonFiniteWindowWarning)  # stop at the first, as nonfinite="raise"
+        >>> warnings.resetwarnings()
+    """
+
+
+class NonFiniteWindowError(RuntimeError):
+    """
+    Training stopped on non-finite windows: ``nonfinite="raise"`` met one, or `max_nonfinite_windows` were skipped
+    in a row. The message names the last window and its micro-batches, and where the state was written.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import ms_accum
+        >>> issubclass(ms_accum.NonFiniteWindowError, RuntimeError)
+        True
+    """
+
+
+def micro_batch_positions(first, count, steps_per_epoch):
+    """'positions 44 to 47 of epoch 2' for micro-batches [first, first + count) of a run (counted from 0), epochs
+    from 1 and positions from 0 in each epoch's order; a window across an epoch's end names both parts."""
+    parts, index, end = [], first, first + count
+    while index < end:
+        epoch, position = divmod(index, steps_per_epoch)
+        last = min(end, (epoch + 1) * steps_per_epoch) - 1
+        span = f"position {position}" if last == index else f"positions {position} to {last % steps_per_epoch}"
+        parts.append(f"{span} of epoch {epoch + 1}")
+        index = last + 1
+    return " and ".join(parts)
+
+
+class NonFiniteGuard:
+    """
+    Reads the engine's count of windows skipped in a row after every update and acts on it.
+
+    Args:
+        owner (str): The trainer, for messages.
+        nonfinite (str): ``"skip"`` (warn and go on) or ``"raise"`` (stop at the first non-finite window).
+        max_windows (int): Stop once this many windows in a row were skipped.
+        streak (Parameter): The engine's ``accu_nonfinite_streak``.
+        loss_scaled (bool): Whether a loss scale is in use (its overflows are not warned about one by one).
+        save_state (callable): Writes the run's state as it is now (called before stopping), or None.
+    """
+
+    def __init__(self, owner, nonfinite, max_windows, streak, loss_scaled, save_state=None):
+        self.owner, self.nonfinite, self.max_windows = owner, nonfinite, max_windows
+        self.streak, self.loss_scaled, self.save_state = streak, loss_scaled, save_state
+
+    def after_window(self, update, first_micro_batch, micro_batches, steps_per_epoch):
+        """After update `update` (from 1), whose window held micro-batches [first_micro_batch, + micro_batches) of
+        the run: warn, or stop with :class:`NonFiniteWindowError`, if it was skipped."""
+        if self.nonfinite == "apply" and not self.loss_scaled:
+            return  # nothing is checked, so nothing is skipped
+        streak = int(float(self.streak.asnumpy()))
+        if not streak:
+            return
+        cause = "overflowed under the loss scale" if self.loss_scaled else \
+            "had a non-finite gradient (a NaN or an inf)"
+        where = micro_batch_positions(first_micro_batch, micro_batches, steps_per_epoch)
+        message = (f"For '{self.owner}', window {update} {cause} and was skipped: parameters and optimizer state are "
+                   f"unchanged. Its micro-batches are {where} (counted from 0 in the epoch's data order). "
+                   f"{streak} window(s) skipped in a row")
+        stop = streak >= self.max_windows or (self.nonfinite == "raise" and not self.loss_scaled)
+        if not stop:
+            if not self.loss_scaled:
+                warnings.warn(f"{message}; training stops after {self.max_windows}.", NonFiniteWindowWarning,
+                              stacklevel=2)
+            return
+        saved = self.save_state() if self.save_state is not None else None
+        reason = "nonfinite='raise'" if streak < self.max_windows else \
+            f"max_nonfinite_windows={self.max_windows} reached"
+        kept = f"The state as of this window (parameters of the last good one) is in {saved!r}; " if saved else \
+            "No state_path was given, so no state was written; "
+        raise NonFiniteWindowError(f"{message} ({reason}). {kept}inspect those micro-batches, then resume, or pass "
+                                   f"nonfinite='skip' and a larger max_nonfinite_windows.")

@@ -1,0 +1,219 @@
+"""A bad batch: a window whose gradient holds a NaN or an inf is skipped on every path, reported, and limited.
+
+Without a loss scale, a NaN in one micro-batch's input poisons its window: the window must be skipped with
+parameters and optimizer state exactly as they were (so the learning-rate step does not advance either), every
+other window must still equal value_and_grad's large batch on its own micro-batches, the trainers must warn
+naming the window and its micro-batches' positions, and stop on `nonfinite="raise"` or after
+`max_nonfinite_windows` skipped in a row with the last good state on disk.
+"""
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor, nn
+
+import ms_accum
+from helpers import assert_params_close, build, micro_batches, numpy_dataset, params_of
+from test_model_accu import fake_device  # noqa: F401  (the sink tests' device seams)
+
+N = 3
+
+
+def poisoned(sizes, bad, seed=11):
+    """Micro-batches of `sizes` with a NaN in the inputs of each micro-batch in `bad`."""
+    batches = [(x.copy(), y) for x, y in micro_batches(sizes, seed=seed)]
+    for index in bad:
+        batches[index][0][0, 0, 0, 0] = np.nan
+    return batches
+
+
+def reference(windows):
+    """Momentum stepped once per clean window on its concatenated micro-batches (no ms_accum code)."""
+    net, loss, opt = build("momentum")
+
+    def forward(x, y):
+        return loss(net(x), y)
+    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
+    for window in windows:
+        _, grads = grad_fn(Tensor(np.concatenate([x for x, _ in window])),
+                           Tensor(np.concatenate([y for _, y in window])))
+        opt(grads)
+    return params_of(net), int(opt.global_step.asnumpy()[0])
+
+
+def run_path(path, batches, nonfinite="skip"):
+    """Train `batches` in windows of N through `path`; returns (net, optimizer, the engine's cell)."""
+    net, loss, opt = build("momentum")
+    loss_net = nn.WithLossCell(net, loss)
+    if path == "cells":
+        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+        forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
+        optim, clear = ms_accum.TrainOptim(opt, grad_sum, nonfinite=nonfinite), ms_accum.TrainClear(grad_sum)
+        for index, (x, y) in enumerate(batches):
+            forward_backward(Tensor(x), Tensor(y))
+            if index % N == N - 1:
+                optim()
+                clear()
+        return net, opt, optim
+    if path == "parallel":
+        cell = ms_accum.TrainAccuStepsCell(loss_net, opt, gradient_accumulation_steps=N, nonfinite=nonfinite)
+        for x, y in batches:
+            cell(Tensor(x), Tensor(y))
+        return net, opt, cell
+    if path == "accumulator":
+        accumulator = ms_accum.Accumulator(opt, N, nonfinite=nonfinite)
+        grad_fn = ms.value_and_grad(loss_net, None, opt.parameters)
+
+        def step(x, y):
+            return accumulator(grad_fn(x, y)[1], x.shape[0])
+        step = ms.jit(step) if ms.get_context("mode") == ms.GRAPH_MODE else step
+        for x, y in batches:
+            step(Tensor(x), Tensor(y))
+        return net, opt, accumulator
+    if path == "driver":
+        trainer = ms_accum.GradientAccumulation(net, loss, opt)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ms_accum.NonFiniteWindowWarning)
+            trainer.train_process(1, numpy_dataset(batches), N, ckpt_path=None, log_every=0)
+        return net, opt, trainer.optim
+    cell = ms_accum.TrainAccuStepsCell(loss_net, opt, gradient_accumulation_steps=N)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ms_accum.NonFiniteWindowWarning)
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), dataset_sink_mode=path == "model_accu_sink")
+    return net, opt, cell
+
+
+@pytest.mark.parametrize("path", ["cells", "parallel", "accumulator", "driver", "model_accu"])
+def test_a_nan_micro_batch_skips_its_window_only_on_every_path(path, exec_mode):
+    """Windows of 3 over 12 micro-batches, a NaN in micro-batch 4 (window 2): windows 1, 3 and 4 are applied, each
+    equal to its large batch; window 2 leaves parameters and the optimizer's step as they were."""
+    batches = poisoned((4, 3, 4, 4, 2, 4, 3, 4, 4, 2, 4, 3), bad=[4])
+    net, opt, cell = run_path(path, batches)
+    expected, steps = reference([batches[0:3], batches[6:9], batches[9:12]])
+    assert_params_close(params_of(net), expected, context=f"{path}, {exec_mode}")
+    assert int(opt.global_step.asnumpy()[0]) == steps == 3, "the skipped window advanced the optimizer's step"
+    assert float(cell.accu_skipped_windows.asnumpy()) == 1.0 and float(cell.accu_nonfinite_streak.asnumpy()) == 0.0
+
+
+def test_sink_mode_skips_a_nan_window_too(fake_device):  # noqa: F811
+    batches = poisoned((4, 3, 4, 4, 2, 4, 3, 4, 4, 2, 4, 3), bad=[4])
+    net, opt, cell = run_path("model_accu_sink", batches)
+    assert fake_device.events, "the sink branch was not taken"
+    assert_params_close(params_of(net), reference([batches[0:3], batches[6:9], batches[9:12]])[0], context="sink")
+    assert float(cell.accu_skipped_windows.asnumpy()) == 1.0
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_the_warning_names_the_window_and_its_micro_batches_and_telemetry_counts_it(trainer, tmp_path):
+    batches = poisoned((4,) * 9, bad=[4])  # windows of 3: the second holds micro-batches 3, 4, 5
+    net, loss, opt = build("momentum")
+    telemetry = ms_accum.WindowTelemetry()
+    with pytest.warns(ms_accum.NonFiniteWindowWarning) as caught:
+        if trainer == "driver":
+            ms_accum.GradientAccumulation(net, loss, opt).train_process(
+                1, numpy_dataset(batches), N, callbacks=[telemetry], ckpt_path=None, log_every=0)
+        else:
+            cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=N)
+            ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), callbacks=[telemetry])
+    [warning] = caught.list
+    message = str(warning.message)
+    assert "window 2 had a non-finite gradient (a NaN or an inf) and was skipped" in message, message
+    assert "positions 3 to 5 of epoch 1" in message and "1 window(s) skipped in a row" in message, message
+    assert [r.overflow for r in telemetry.records] == [False, True, False] and telemetry.skipped == 1
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_windows_skipped_in_a_row_stop_the_run_with_the_last_good_state_on_disk(trainer, tmp_path):
+    """max_nonfinite_windows=2: windows 2 and 3 skipped in a row stop the run; the state written holds window
+    1's parameters, and resuming from it after the bad data continues from there."""
+    batches = poisoned((4,) * 12, bad=[3, 7])
+    net, loss, opt = build("momentum")
+    state = str(tmp_path / "state.ckpt")
+    with pytest.raises(ms_accum.NonFiniteWindowError) as stopped, warnings.catch_warnings():
+        warnings.simplefilter("ignore", ms_accum.NonFiniteWindowWarning)
+        if trainer == "driver":
+            ms_accum.GradientAccumulation(net, loss, opt).train_process(
+                1, numpy_dataset(batches), N, ckpt_path=None, log_every=0, state_path=state, save_state_every=100,
+                max_nonfinite_windows=2)
+        else:
+            cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=N)
+            ms_accum.Model_ACCU(cell, state_path=state, save_state_every=100).train(
+                1, numpy_dataset(batches), max_nonfinite_windows=2)
+    message = str(stopped.value)
+    assert "window 3 had a non-finite gradient" in message and "positions 6 to 8 of epoch 1" in message, message
+    assert "max_nonfinite_windows=2 reached" in message and repr(state) in message, message
+    saved = ms.load_checkpoint(state)
+    want, _ = reference([batches[0:3]])
+    for name, value in want.items():
+        np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-6, atol=1e-7, err_msg=name)
+    assert int(saved["ms_accum_micro_steps_done"].asnumpy()) == 9
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_nonfinite_raise_stops_at_the_first_bad_window(trainer):
+    batches = poisoned((4,) * 6, bad=[4])
+    net, loss, opt = build("momentum")
+    before = params_of(net)
+    with pytest.raises(ms_accum.NonFiniteWindowError, match=r"window 2 had a non-finite gradient .* positions 3 to "
+                                                           r"5 of epoch 1 .*\(nonfinite='raise'\)\. No state_path"):
+        if trainer == "driver":
+            ms_accum.GradientAccumulation(net, loss, opt, nonfinite="raise").train_process(
+                1, numpy_dataset(batches), N, ckpt_path=None, log_every=0)
+        else:
+            cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=N,
+                                               nonfinite="raise")
+            ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches))
+    after = params_of(net)
+    assert any(not np.array_equal(after[name], before[name]) for name in before), "window 1 was not applied"
+    assert int(opt.global_step.asnumpy()[0]) == 1
+
+
+def test_a_cell_with_nonfinite_raise_refuses_the_window():
+    batches = poisoned((4,) * 3, bad=[1])
+    net, loss, opt = build("momentum")
+    accumulator = ms_accum.Accumulator(opt, N, nonfinite="raise")
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+    before = params_of(net)
+    with pytest.raises(ValueError, match=r"For 'Accumulator', the window's gradient must be finite, but it holds a "
+                                         r"NaN or an inf \(nonfinite='raise'\)"):
+        for x, y in batches:
+            accumulator(grad_fn(Tensor(x), Tensor(y))[1], x.shape[0])
+    for name, value in params_of(net).items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
+
+
+def test_the_arguments_are_checked():
+    net, loss, opt = build("momentum")
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation', 'nonfinite' must be one of \['skip', 'raise', "
+                                         r"'apply'\], but got 'ignore'"):
+        ms_accum.GradientAccumulation(net, loss, opt, nonfinite="ignore")
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation.train_process', 'max_nonfinite_windows' must be "
+                                         r"an int >= 1, but got 0"):
+        ms_accum.GradientAccumulation(net, loss, opt).train_process(1, numpy_dataset(micro_batches((4,) * 3)), N,
+                                                                    ckpt_path=None, max_nonfinite_windows=0)
+    with pytest.raises(ValueError, match=r"For 'TrainAccuStepsCell', 'nonfinite' must be one of"):
+        ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, nonfinite="ignore")
+
+
+@pytest.mark.parametrize("path", ["cells", "parallel", "accumulator", "driver"])
+def test_nonfinite_apply_checks_nothing_as_train_one_step_cell(path, exec_mode):
+    """nonfinite='apply' (the comparison point of benchmarks/nonfinite_cost.py): the NaN reaches the weights."""
+    batches = poisoned((4,) * 3, bad=[1])
+    if path == "driver":
+        net, loss, opt = build("momentum")
+        ms_accum.GradientAccumulation(net, loss, opt, nonfinite="apply").train_process(
+            1, numpy_dataset(batches), N, ckpt_path=None, log_every=0)
+    else:
+        net, opt, cell = run_path(path, batches, nonfinite="apply")
+        assert float(cell.accu_skipped_windows.asnumpy()) == 0.0
+    assert any(np.isnan(value).any() for value in params_of(net).values())
+
+
+def test_positions_name_both_epochs_of_a_window_across_an_epoch_end():
+    from ms_accum.trainers.nonfinite import micro_batch_positions
+    assert micro_batch_positions(8, 4, 10) == "positions 8 to 9 of epoch 1 and positions 0 to 1 of epoch 2"
+    assert micro_batch_positions(3, 1, 10) == "position 3 of epoch 1"
+    assert re.fullmatch(r"positions 0 to 2 of epoch 3", micro_batch_positions(20, 3, 10))
