@@ -121,7 +121,7 @@ def test_clear_needs_no_copy_of_the_parameters_and_accepts_the_tutorial_zeros():
     assert {p.name for p in clear.get_parameters()} == {  # the buffers and the window's scalars; no "zeros" copy
         "grad_sum.w", "grad_sum.items", "grad_sum.micro_steps", "grad_sum.loss_sum", "grad_sum.min_items",
         "grad_sum.last_items", "grad_sum.last_grad_norm", "grad_sum.last_clipped", "grad_sum.skipped_windows",
-        "grad_sum.nonfinite_streak"}
+        "grad_sum.nonfinite_streak", "grad_sum.skip_history"}
     forward_backward(Tensor(np.ones((2, 2), np.float32)))
     clear()
     np.testing.assert_array_equal(grad_sum[0].asnumpy(), [0.0, 0.0])

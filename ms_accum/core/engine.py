@@ -78,7 +78,7 @@ class WindowEngine(NoiseMeasure):
         self.accu_grads = buffers
         self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
         self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped = state.last
-        self.accu_skipped_windows, self.accu_nonfinite_streak = state.skipped, state.nonfinite_streak
+        self.accu_skipped_windows, self.accu_nonfinite_streak, self.accu_skip_history = state.skips
         self.nonfinite = check_choice(owner, "nonfinite", nonfinite, NONFINITE_POLICIES)
         self.accu_windows = Parameter(Tensor(0, mstype.int32), name=f"{state.prefix}.windows",
                                       requires_grad=False) if count_windows else None
@@ -252,7 +252,8 @@ class WindowEngine(NoiseMeasure):
             overflow = update_scale(self.scale_kind, self.loss_scale_manager, self.accu_scale, overflow)
             next_scale = ops.depend(ops.reshape(self.accu_scale, ()) * 1.0, overflow)
         mean_loss = window.step_unless(overflow, optimizer, grads, mean_loss)
-        mean_loss = window.count_skip(self.accu_skipped_windows, self.accu_nonfinite_streak, overflow, mean_loss)
+        mean_loss = window.count_skip((self.accu_skipped_windows, self.accu_nonfinite_streak, self.accu_skip_history),
+                                      overflow, mean_loss)
         if self.accu_windows is not None and self._device_policy is not None:
             mean_loss = ops.depend(mean_loss, self._adapt_steps())
         if reset:

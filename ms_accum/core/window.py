@@ -22,6 +22,8 @@ from . import noise_scale
 
 _ATTR = "_ms_accum_window"
 _NO_ITEMS = 3.0e38  # min_items of an empty window
+SKIP_HISTORY_BITS = 24  # windows a skip history holds: integers below 2**24 are exact in float32
+_HISTORY_MODULUS = float(2 ** SKIP_HISTORY_BITS)
 
 
 def _scalar(name, value, dtype=mstype.float32):
@@ -43,6 +45,8 @@ class WindowState:
         skipped (Parameter): float32, windows skipped so far (a loss-scale overflow, or a non-finite gradient).
         nonfinite_streak (Parameter): float32, windows skipped in a row up to the last one (0 after a window
             applied).
+        skip_history (Parameter): float32, the last :data:`SKIP_HISTORY_BITS` windows as bits, the last window's
+            in the lowest (1: skipped), so a trainer reads it once every few windows.
         options (dict): Choices the cells sharing the window must agree on (``bind``).
     """
 
@@ -56,6 +60,7 @@ class WindowState:
         self.last_clipped = _scalar(f"{prefix}.last_clipped", 0.0)
         self.skipped = _scalar(f"{prefix}.skipped_windows", 0.0)
         self.nonfinite_streak = _scalar(f"{prefix}.nonfinite_streak", 0.0)
+        self.skip_history = _scalar(f"{prefix}.skip_history", 0.0)
         self.options = {}
         self.prefix = prefix
         self.noise = None  # a NoiseState once a cell measures the noise scale (see noise_state)
@@ -66,6 +71,11 @@ class WindowState:
     def last(self):
         """The records of the last window applied: items, gradient norm, whether it was clipped."""
         return (self.last_items, self.last_grad_norm, self.last_clipped)
+
+    @property
+    def skips(self):
+        """The skipped windows' records, in the order :func:`count_skip` takes them."""
+        return (self.skipped, self.nonfinite_streak, self.skip_history)
 
     @property
     def counters(self):
@@ -176,13 +186,16 @@ def buffers_overflow(hyper_map, buffers):
     return grad_ops.sum_over(hyper_map, grad_ops.nonfinite, buffers) > 0.0
 
 
-def count_skip(skipped, streak, overflow, result):
-    """Count the window in `skipped` and `streak` (windows skipped in a row) if `overflow`, else end the streak;
-    returns `result` once both are written. A constant False (nothing was checked) counts nothing."""
+def count_skip(records, overflow, result):
+    """Count the window in `records` (a WindowState's ``skips``: skipped windows, the streak of windows skipped in a
+    row, the history bits) if `overflow`, else end the streak; returns `result` once all are written. A constant
+    False (nothing was checked) counts nothing."""
     if isinstance(overflow, bool):
         return result
+    skipped, streak, history = records
     flag = ops.cast(overflow, mstype.float32)
     result = ops.depend(result, ops.assign_add(skipped, flag))
+    result = ops.depend(result, ops.assign(history, ops.fmod(history * 2.0 + flag, _HISTORY_MODULUS)))
     return ops.depend(result, ops.assign(streak, (streak + 1.0) * flag))
 
 

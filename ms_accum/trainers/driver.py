@@ -465,7 +465,8 @@ class _Run(LoopFrontEnd):
     def nonfinite_guard(self, save_state):
         optim = self.owner.optim
         return NonFiniteGuard("GradientAccumulation.train_process", self.owner.nonfinite,
-                              self.plan.max_nonfinite_windows, optim.accu_nonfinite_streak,
+                              self.plan.max_nonfinite_windows,
+                              (optim.accu_nonfinite_streak, optim.accu_skip_history),
                               optim.scale_kind is not None, save_state)
 
     def updated(self, cb_params, update, micro_batches, window_steps, outputs):

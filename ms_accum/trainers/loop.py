@@ -72,8 +72,9 @@ class WindowLoop:
         pending (int): Micro-batches of the open window already added (a resumed window).
         writer (StateWriter): Writes the exact state.
 
-    After every update the front end's :class:`NonFiniteGuard` (if any) reads whether the window was skipped for a
-    non-finite gradient: it warns naming the window's micro-batches, or stops training, the state written first.
+    After every update the front end's :class:`NonFiniteGuard` (if any) notes the window, and every few windows and
+    at each epoch's end reads which were skipped for a non-finite gradient: it warns naming the window's
+    micro-batches, or stops training, the state written first.
     """
 
     def __init__(self, front, epochs, steps_per_epoch, partial_window, cb_params, callbacks, start_micro, pending,
@@ -106,6 +107,8 @@ class WindowLoop:
                 self.front.drop()
                 self.pending = 0
                 cb_params.cur_step_num -= 1  # the window begun is not an update: the next one takes its number
+            if self.guard is not None:
+                self.guard.check()  # every window of the epoch reported before it ends
             self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=not self.pending)
             self.front.epoch_ends(cb_params, callbacks)
             callbacks.on_train_epoch_end(run_context)

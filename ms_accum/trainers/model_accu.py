@@ -338,6 +338,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 guard.after_window(cb_params.cur_step_num, (cb_params.cur_step_num - 1) * n, n, sink_size)
                 if run_context.get_stop_requested():
                     break
+            guard.check()
             helper.continue_send()
             reset_op_ids()
             eval_during_train(self, valid_infos, cb_params, list_callback)
@@ -353,7 +354,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
 
     def _nonfinite_guard(self, save_state=None):
         cell = train_network(self)
-        return NonFiniteGuard("Model_ACCU.train", self._nonfinite, self._max_nonfinite, cell.accu_nonfinite_streak,
+        return NonFiniteGuard("Model_ACCU.train", self._nonfinite, self._max_nonfinite,
+                              (cell.accu_nonfinite_streak, cell.accu_skip_history),
                               cell.scale_kind is not None, save_state)
 
     def _window_record(self, cb_params, outputs, micro_batches, window_steps):

@@ -14,6 +14,7 @@ import warnings
 # with a dynamic loss scale, fifty halvings take even a 2**24 scale below 2**-26, where no float16 gradient
 # survives. A run that skips a bad window now and then never comes near it.
 DEFAULT_MAX_NONFINITE_WINDOWS = 50
+CHECK_EVERY = 16  # windows between two reads of the skip records; fewer than the engine's SKIP_HISTORY_BITS
 
 
 class NonFiniteWindowWarning(RuntimeWarning):
@@ -63,43 +64,66 @@ def micro_batch_positions(first, count, steps_per_epoch):
 
 class NonFiniteGuard:
     """
-    Reads the engine's count of windows skipped in a row after every update and acts on it.
+    Reads the engine's skip records every :data:`CHECK_EVERY` windows (every window with ``nonfinite="raise"``) and
+    acts on every window skipped since: a read waits for the device, so reading every window would cost a busy
+    run several percent (measured with benchmarks/nonfinite_cost.py); the engine keeps the last windows' skips as
+    bits, so no skipped window goes unreported.
 
     Args:
         owner (str): The trainer, for messages.
-        nonfinite (str): ``"skip"`` (warn and go on) or ``"raise"`` (stop at the first non-finite window).
+        nonfinite (str): ``"skip"`` (warn and go on), ``"raise"`` (stop at the first non-finite window) or
+            ``"apply"`` (nothing is checked, so nothing is reported).
         max_windows (int): Stop once this many windows in a row were skipped.
-        streak (Parameter): The engine's ``accu_nonfinite_streak``.
+        records (tuple): The engine's (``accu_nonfinite_streak``, ``accu_skip_history``).
         loss_scaled (bool): Whether a loss scale is in use (its overflows are not warned about one by one).
         save_state (callable): Writes the run's state as it is now (called before stopping), or None.
     """
 
-    def __init__(self, owner, nonfinite, max_windows, streak, loss_scaled, save_state=None):
+    def __init__(self, owner, nonfinite, max_windows, records, loss_scaled, save_state=None):
         self.owner, self.nonfinite, self.max_windows = owner, nonfinite, max_windows
-        self.streak, self.loss_scaled, self.save_state = streak, loss_scaled, save_state
+        self.history = records[1]
+        self.run = int(float(records[0].asnumpy()))  # windows skipped in a row before the first one noted
+        self.loss_scaled, self.save_state = loss_scaled, save_state
+        self.every = 1 if nonfinite == "raise" else min(CHECK_EVERY, max_windows)
+        self.pending = []  # (update, first micro-batch, micro-batches, micro-batches per epoch) not yet read
 
     def after_window(self, update, first_micro_batch, micro_batches, steps_per_epoch):
-        """After update `update` (from 1), whose window held micro-batches [first_micro_batch, + micro_batches) of
-        the run: warn, or stop with :class:`NonFiniteWindowError`, if it was skipped."""
+        """Note update `update` (from 1), whose window held micro-batches [first_micro_batch, + micro_batches) of
+        the run; every few windows, read the device and warn, or stop with :class:`NonFiniteWindowError`."""
         if self.nonfinite == "apply" and not self.loss_scaled:
             return  # nothing is checked, so nothing is skipped
-        streak = int(float(self.streak.asnumpy()))
-        if not streak:
+        self.pending.append((update, first_micro_batch, micro_batches, steps_per_epoch))
+        if len(self.pending) >= self.every:
+            self.check()
+
+    def check(self):
+        """Read the skip records now and act on the windows noted since the last read (at an epoch's end, say)."""
+        if not self.pending:
             return
+        bits = int(float(self.history.asnumpy()))
+        pending, self.pending = self.pending, []
+        last = len(pending) - 1
+        for index, window in enumerate(pending):  # oldest first; the newest window is the lowest bit
+            self.run = self.run + 1 if (bits >> (last - index)) & 1 else 0
+            if self.run:
+                self._skipped(window, self.run)
+
+    def _skipped(self, window, in_a_row):
+        update, first, micro_batches, steps_per_epoch = window
         cause = "overflowed under the loss scale" if self.loss_scaled else \
             "had a non-finite gradient (a NaN or an inf)"
-        where = micro_batch_positions(first_micro_batch, micro_batches, steps_per_epoch)
+        where = micro_batch_positions(first, micro_batches, steps_per_epoch)
         message = (f"For '{self.owner}', window {update} {cause} and was skipped: parameters and optimizer state are "
                    f"unchanged. Its micro-batches are {where} (counted from 0 in the epoch's data order). "
-                   f"{streak} window(s) skipped in a row")
-        stop = streak >= self.max_windows or (self.nonfinite == "raise" and not self.loss_scaled)
+                   f"{in_a_row} window(s) skipped in a row")
+        stop = in_a_row >= self.max_windows or (self.nonfinite == "raise" and not self.loss_scaled)
         if not stop:
             if not self.loss_scaled:
                 warnings.warn(f"{message}; training stops after {self.max_windows}.", NonFiniteWindowWarning,
-                              stacklevel=2)
+                              stacklevel=3)
             return
         saved = self.save_state() if self.save_state is not None else None
-        reason = "nonfinite='raise'" if streak < self.max_windows else \
+        reason = "nonfinite='raise'" if in_a_row < self.max_windows else \
             f"max_nonfinite_windows={self.max_windows} reached"
         kept = f"The state as of this window (parameters of the last good one) is in {saved!r}; " if saved else \
             "No state_path was given, so no state was written; "

@@ -18,7 +18,7 @@ RANK = "ms_accum_rank"
 WORLD = "ms_accum_world"
 FORMAT = "ms_accum_state_format"
 STATE_FORMAT = 2  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the Parameters below
-ADDED_IN_FORMAT_2 = (".steps", ".skipped_windows", ".nonfinite_streak")
+ADDED_IN_FORMAT_2 = (".steps", ".skipped_windows", ".nonfinite_streak", ".skip_history")
 
 
 def _added_since_format_1(name):
