@@ -6,6 +6,7 @@ subpackage, and ``import ms_accum`` exposes the public API.
 """
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -87,10 +88,15 @@ def test_import_ms_accum_exposes_the_public_api():
 
 @pytest.mark.slow
 def test_a_built_wheel_holds_every_subpackage(tmp_path):
-    """An editable install hides a package list that misses a subpackage; the wheel shows it."""
+    """An editable install hides a package list that misses a subpackage; the wheel shows it. Built from a copy,
+    so that setuptools' build/ folder is not left in the working tree."""
+    source = tmp_path / "source"
+    shutil.copytree(PACKAGE, source / "ms_accum", ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(os.path.join(ROOT, name), source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                    str(tmp_path), ROOT], check=True, capture_output=True, text=True)
-    [wheel] = [name for name in os.listdir(tmp_path) if name.endswith(".whl")]
-    names = set(zipfile.ZipFile(tmp_path / wheel).namelist())
+                    str(tmp_path / "wheel"), str(source)], check=True, capture_output=True, text=True)
+    [wheel] = [name for name in os.listdir(tmp_path / "wheel") if name.endswith(".whl")]
+    names = set(zipfile.ZipFile(tmp_path / "wheel" / wheel).namelist())
     expected = {os.path.relpath(path, ROOT).replace(os.sep, "/") for path, _ in _modules()}
     assert expected <= names, f"missing from the wheel: {sorted(expected - names)}"
