@@ -96,6 +96,17 @@ def test_a_nan_micro_batch_skips_its_window_only_on_every_path(path, exec_mode):
     assert_params_close(params_of(net), expected, context=f"{path}, {exec_mode}")
     assert int(opt.global_step.asnumpy()[0]) == steps == 3, "the skipped window advanced the optimizer's step"
     assert float(cell.accu_skipped_windows.asnumpy()) == 1.0 and float(cell.accu_nonfinite_streak.asnumpy()) == 0.0
+    if path == "accumulator":
+        assert not bool(cell.last_overflow.asnumpy())  # the last window was applied
+
+
+def test_the_accumulator_says_its_window_was_skipped():
+    batches = poisoned((4,) * 3, bad=[1])
+    net, loss, opt = build("momentum")
+    accumulator = ms_accum.Accumulator(opt, N)
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+    done = [bool(accumulator(grad_fn(Tensor(x), Tensor(y))[1], x.shape[0]).asnumpy()) for x, y in batches]
+    assert done == [False, False, True] and bool(accumulator.last_overflow.asnumpy())
 
 
 def test_sink_mode_skips_a_nan_window_too(fake_device):  # noqa: F811

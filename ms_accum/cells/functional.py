@@ -67,12 +67,12 @@ class Accumulator(WindowEngine, nn.Cell):
 
     Outputs:
         Tensor, bool scalar: whether this call ended a window (its update was applied, or skipped for an
-        overflow).
+        overflow or a non-finite gradient, which ``last_overflow`` then says).
 
     Raises:
-        TypeError: If `optimizer` is not an optimizer, N is missing, given twice or not an integer, `clip_norm` is not a
-            number, `loss_scaler` is not a :class:`mindspore.amp.LossScaler`, or `noise_scale` is neither a bool
-            nor a str.
+        TypeError: If `optimizer` is not an optimizer, N is missing, given twice or not an integer, `clip_norm` is
+            not a number, `loss_scaler` is none of the loss-scale forms, or `noise_scale` is neither a bool nor a
+            str.
         ValueError: If N is < 1 (or a malformed schedule, or a policy without `noise_scale`) or `clip_norm` is not
             a finite number > 0; when called, if `grads` does not hold one gradient per optimizer parameter, each
             of its shape; when a window ends, if a micro-batch of it had `num_items` <= 0, or some of its
@@ -190,7 +190,7 @@ class Accumulator(WindowEngine, nn.Cell):
     def _apply_window(self):
         """_finish_window once the window's weighting is known to be consistent."""
         result, overflow, _ = self._end_window(self.optimizer)
-        if self.scale_kind is None:
+        if isinstance(overflow, bool):  # nonfinite="apply" without a loss scale: nothing was checked
             return result
         return ops.depend(result, ops.assign(self.last_overflow, overflow))
 
