@@ -15,7 +15,8 @@ PARTIAL_WINDOW_POLICIES = ("flush", "drop", "carry")
 
 
 class LoopFrontEnd:
-    """What a trainer supplies to :class:`WindowLoop`. The defaults do nothing."""
+    """What a trainer supplies to :class:`WindowLoop`: the first five methods are required; the hooks after them
+    do nothing unless a trainer needs them."""
 
     def window_steps(self, update):
         """The N of window `update` (counted from 0), when it opens."""
