@@ -10,8 +10,9 @@ samples from a dataset (Fashion-MNIST sample images), after a warm-up block each
 three neighbouring blocks gives one ratio per measuring trainer (measuring / not), and the median ratio is
 printed with its quartiles, per model, for wall time and for the process's CPU time (all its threads: less
 sensitive to other load on a shared machine, which steals wall time but not CPU time). The models: LeNet5 (61,706
-parameters, convolutions: much compute per parameter) and the wide MLP of benchmarks/data_parallel.py (1024 -> 2048 -> 2048 -> 10, 6.3 million parameters: the least
-compute per parameter, so the extra pass over the gradient weighs most).
+parameters, convolutions: much compute per parameter) and the wide MLP of benchmarks/data_parallel.py (1024 ->
+2048 -> 2048 -> 10, 6.3 million parameters: the least compute per parameter, so the extra pass over the gradient
+weighs most).
 """
 import argparse
 import statistics
