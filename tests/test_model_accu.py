@@ -104,6 +104,25 @@ def test_sink_mode_request_on_cpu_runs_the_same_alternation(capsys):
     assert printed.count("loss is") == 4 and "epoch: 1 step: 4, loss is" in printed
 
 
+@pytest.mark.parametrize("case", ["schedule", "partial_window", "sink_size", "state"])
+def test_sink_mode_requests_on_cpu_are_refused_as_on_a_device(case, tmp_path):
+    """On CPU MindSpore trains without sink when sink mode is asked; what sink mode cannot carry is refused all
+    the same, so that a script tried on CPU does not fail for the first time on a GPU or Ascend."""
+    net, loss, opt = build("momentum")
+    steps = {0: 2, 2: 4} if case == "schedule" else 4
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=steps)
+    model = ms_accum.Model_ACCU(cell, **({"state_path": str(tmp_path / "s.ckpt"), "save_state_every": 1}
+                                        if case == "state" else {}))
+    kwargs = {"partial_window": "drop"} if case == "partial_window" else {}
+    sizes = (4,) * (10 if case == "sink_size" else 8)
+    message = {"schedule": "must be one int in dataset sink mode", "partial_window": "'partial_window' must be "
+               "'flush' in dataset sink mode", "sink_size": r"'sink_size' \(the dataset size 10 when -1\) must be a "
+               "multiple", "state": "exact state saving and 'resume_from' work without dataset sink mode"}[case]
+    with pytest.raises(ValueError, match=message):
+        model.train(1, numpy_dataset(micro_batches(sizes)), dataset_sink_mode=True, **kwargs)
+    assert int(opt.global_step.asnumpy()[0]) == 0
+
+
 def test_checkpoints_are_taken_at_update_boundaries(tmp_path):
     cell, _, _ = make_cell("plain", steps=3)
     saver = ModelCheckpoint(prefix="accu", directory=str(tmp_path), config=CheckpointConfig(save_checkpoint_steps=1))

@@ -234,6 +234,24 @@ def test_model_accu_follows_the_schedule_without_sink(exec_mode):
     assert_windows_match(snapshots.taken, reference(batches, [1, 1, 2, 2, 3, 1]), "Model_ACCU")
 
 
+@pytest.mark.parametrize("alias", ["accumulation_steps", "mini_steps", "accumulate_step"])
+def test_every_entry_point_takes_every_older_name_of_n(alias):
+    net, loss, optimizer = build("momentum")
+    loss_net = nn.WithLossCell(net, loss)
+    for cell in (ms_accum.TrainAccuStepsCell(loss_net, optimizer, **{alias: 3}),
+                 ms_accum.TrainAccuStepsWithLossScaleCell(loss_net, optimizer, Tensor(8.0, ms.float32), **{alias: 3}),
+                 ms_accum.Accumulator(optimizer, **{alias: 3})):
+        assert cell.gradient_accumulation_steps == 3, type(cell).__name__
+    model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(loss_net, optimizer), **{alias: 2})
+    assert model.gradient_accumulation_steps == 2
+    with pytest.raises(ValueError, match=rf"For 'GradientAccumulation.train_process', '{alias}' must be an int"):
+        ms_accum.GradientAccumulation(net, loss, optimizer).train_process(
+            1, numpy_dataset(micro_batches([4] * 4)), ckpt_path=None, **{alias: 0})
+    with pytest.raises(ValueError, match=rf"For 'check_equivalence', '{alias}' must be an int >= 1"):
+        ms_accum.check_equivalence(lambda: nn.Dense(3, 2), nn.MSELoss(), lambda p: nn.SGD(p, 0.1),
+                                   (np.ones((4, 3), np.float32), np.ones((4, 2), np.float32)), **{alias: 0})
+
+
 def test_n_is_one_name_with_its_older_names_accepted():
     net, loss, optimizer = build("momentum")
     loss_net = nn.WithLossCell(net, loss)

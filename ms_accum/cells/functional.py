@@ -41,8 +41,8 @@ class Accumulator(WindowEngine, nn.Cell):
             windows are counted from 0 in its ``accu_windows`` Parameter (a flushed window counts), so the schedule
             follows a saved and reloaded Accumulator; or an :class:`AdaptiveAccumulation` policy, decided on the
             device after each window, inside a compiled step too (needs `noise_scale`). In a compiled step a change
-            of N compiles nothing. The tutorial's ``accumulate_step`` (and ``accumulation_steps``) is accepted in
-            its place, keyword only.
+            of N compiles nothing. The tutorial's ``accumulate_step`` (and ``accumulation_steps``, ``mini_steps``)
+            is accepted in its place, keyword only.
         clip_norm (float, optional): Clip each window's gradient to this global norm, once per window, as
             ``ops.clip_by_global_norm`` would clip the large batch's gradient. Default: ``None`` (no clipping).
         loss_scaler (Union[mindspore.amp.LossScaler, Cell, Tensor], optional): The scaler the loss was scaled
@@ -105,12 +105,12 @@ class Accumulator(WindowEngine, nn.Cell):
     """
 
     def __init__(self, optimizer, gradient_accumulation_steps=None, clip_norm=None, loss_scaler=None,
-                 noise_scale=False, average=True, nonfinite="skip", *, accumulate_step=None,
-                 accumulation_steps=None):
+                 noise_scale=False, average=True, nonfinite="skip",
+                 *, accumulation_steps=None, mini_steps=None, accumulate_step=None):
         super().__init__(auto_prefix=False)
         owner = "Accumulator"
-        steps = steps_argument(owner, gradient_accumulation_steps, {"accumulate_step": accumulate_step,
-                                                                    "accumulation_steps": accumulation_steps})
+        steps = steps_argument(owner, gradient_accumulation_steps, dict(
+            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step))
         self.optimizer = check_optimizer(owner, optimizer)
         self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
             data_parallel_reducer(optimizer.parameters)

@@ -144,8 +144,8 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             windows counted in the ``accu_windows`` Parameter, so it survives a saved state); or an
             :class:`AdaptiveAccumulation` policy, decided on the device after each window (its N in the
             ``accu_steps`` Parameter; needs `noise_scale`). The automatic mode and :class:`Model_ACCU` without sink
-            follow all three; dataset sink mode takes an int. ``accumulation_steps`` is accepted in its place
-            (keyword only). Default: ``1``.
+            follow all three; dataset sink mode takes an int. ``accumulation_steps``, ``mini_steps`` and
+            ``accumulate_step`` are accepted in its place (keyword only). Default: ``1``.
         clip_norm (float, optional): Clip the window's gradient (averaged, reduced across devices) to this global
             norm, once per window, as ``ops.clip_by_global_norm`` would clip the large batch's gradient; ``None``
             for no clipping. Default: ``None``.
@@ -193,9 +193,11 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
     """
 
     def __init__(self, network, optimizer, sens=1.0, gradient_accumulation_steps=None, clip_norm=None,
-                 noise_scale=False, average=True, nonfinite="skip", *, accumulation_steps=None):
+                 noise_scale=False, average=True, nonfinite="skip",
+                 *, accumulation_steps=None, mini_steps=None, accumulate_step=None):
         owner = "TrainAccuStepsCell"
-        steps = steps_argument(owner, gradient_accumulation_steps, {"accumulation_steps": accumulation_steps}, 1)
+        steps = steps_argument(owner, gradient_accumulation_steps, dict(
+            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step), 1)
         check_cell_arguments(owner, network, optimizer)
         super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
         self._init_engine(owner, self.weights.clone(prefix="accu_grads", init="zeros"),

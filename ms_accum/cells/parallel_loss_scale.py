@@ -39,7 +39,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
             :class:`mindspore.nn.TrainOneStepWithLossScaleCell`; or a :class:`mindspore.amp.LossScaler`, whose
             ``scale_value`` the cell then scales with and whose ``adjust`` it calls once per window.
         gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, as in
-            :class:`TrainAccuStepsCell` (``accumulation_steps`` accepted in its place). Default: ``1``.
+            :class:`TrainAccuStepsCell` (``accumulation_steps``, ``mini_steps``, ``accumulate_step`` accepted in
+            its place). Default: ``1``.
         clip_norm (float, optional): Clip the window's unscaled gradient to this global norm, once per window, as
             in :class:`TrainAccuStepsCell`. Default: ``None`` (no clipping).
         noise_scale (Union[bool, str]): Measure the gradient noise scale, as in :class:`TrainAccuStepsCell`
@@ -84,9 +85,10 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
     """
 
     def __init__(self, network, optimizer, scale_sense, gradient_accumulation_steps=None, clip_norm=None,
-                 noise_scale=False, average=True, *, accumulation_steps=None):
+                 noise_scale=False, average=True, *, accumulation_steps=None, mini_steps=None, accumulate_step=None):
         owner = "TrainAccuStepsWithLossScaleCell"
-        steps = steps_argument(owner, gradient_accumulation_steps, {"accumulation_steps": accumulation_steps}, 1)
+        steps = steps_argument(owner, gradient_accumulation_steps, dict(
+            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step), 1)
         check_cell_arguments(owner, network, optimizer)
         kind = scale_kind(owner, check_scale_sense(owner, scale_sense))
         # MindSpore's cell takes an update cell or a Tensor; an amp LossScaler's own Parameter then replaces the scale

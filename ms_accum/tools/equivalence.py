@@ -136,7 +136,8 @@ def _relative(got, want, scale, allowance=0.0):
 
 
 def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_accumulation_steps=None, seed=0,
-                      rtol=1e-5, cell="three_cells", average=True, *, accumulation_steps=None):
+                      rtol=1e-5, cell="three_cells", average=True,
+                      *, accumulation_steps=None, mini_steps=None, accumulate_step=None):
     r"""
     Compare one accumulated window with one large-batch step, from identical initial parameters.
 
@@ -169,7 +170,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
         inputs (tuple): The large batch: numpy arrays or Tensors sharing their first (batch) dimension, in the
             order the loss network takes them (network inputs, then the label).
         gradient_accumulation_steps (int): N, the micro-batches to split the batch into (``numpy.array_split``:
-            sizes may differ by one); ``accumulation_steps`` is accepted in its place (keyword only).
+            sizes may differ by one); ``accumulation_steps``, ``mini_steps`` and ``accumulate_step`` are accepted
+            in its place (keyword only).
         seed (int): Seed for the network copies. Default: ``0``.
         rtol (float): Largest relative difference that passes, for both figures. Default: ``1e-5``.
         cell (str): ``"three_cells"`` (TrainForwardBackward/TrainOptim/TrainClear) or ``"accu_steps"``
@@ -199,8 +201,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
         True
     """
     owner = "check_equivalence"
-    accumulation_steps, steps_name = steps_argument(owner, gradient_accumulation_steps,
-                                                    {"accumulation_steps": accumulation_steps})
+    accumulation_steps, steps_name = steps_argument(owner, gradient_accumulation_steps, dict(
+        accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step))
     check_positive_int(owner, steps_name, accumulation_steps)
     check_finite_positive(owner, "rtol", rtol)
     check_bool(owner, "average", average)

@@ -215,8 +215,8 @@ class GradientAccumulation:
     def train_process(self, epoch, train_dataset, gradient_accumulation_steps=None, callbacks=None,
                       partial_window="flush", ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0,
                       state_path=None, save_state_every=0, resume_from=None,
-                      max_nonfinite_windows=DEFAULT_MAX_NONFINITE_WINDOWS, *, mini_steps=None,
-                      accumulation_steps=None):
+                      max_nonfinite_windows=DEFAULT_MAX_NONFINITE_WINDOWS,
+                      *, accumulation_steps=None, mini_steps=None, accumulate_step=None):
         r"""
         Train for `epoch` epochs, one optimizer step every `gradient_accumulation_steps` micro-batches.
 
@@ -271,8 +271,8 @@ class GradientAccumulation:
             max_nonfinite_windows (int): Stop once this many windows in a row were skipped (non-finite, or
                 overflowing under a loss scale), with :class:`NonFiniteWindowError`; the state is written to
                 `state_path` first. Default: ``50``.
-            mini_steps, accumulation_steps: Older names of `gradient_accumulation_steps`, accepted in its place
-                (keyword only).
+            accumulation_steps, mini_steps, accumulate_step: Older names of `gradient_accumulation_steps`,
+                accepted in its place (keyword only).
 
         Returns:
             list[float], the mean loss of every update's window, in order. They are read from the device at the
@@ -290,8 +290,8 @@ class GradientAccumulation:
         """
         owner = "GradientAccumulation.train_process"
         epoch = check_positive_int(owner, "epoch", epoch)
-        steps, steps_name = steps_argument(owner, gradient_accumulation_steps,
-                                           {"mini_steps": mini_steps, "accumulation_steps": accumulation_steps})
+        steps, steps_name = steps_argument(owner, gradient_accumulation_steps, dict(
+            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step))
         schedule, policy = self._schedule_of(owner, steps, steps_name)
         check_choice(owner, "partial_window", partial_window, PARTIAL_WINDOW_POLICIES)
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:

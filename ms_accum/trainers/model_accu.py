@@ -118,8 +118,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         network (Cell): A :class:`TrainAccuStepsCell` or :class:`TrainAccuStepsWithLossScaleCell`.
         gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation], optional): N,
             replacing the cell's. Without sink mode each window is laid out with the cell's N for it (an int, its
-            schedule's entry, or its policy's choice); dataset sink mode takes one int. ``accumulation_steps`` is
-            accepted in its place (keyword only). Default: the cell's.
+            schedule's entry, or its policy's choice); dataset sink mode takes one int. ``accumulation_steps``,
+            ``mini_steps`` and ``accumulate_step`` are accepted in its place (keyword only). Default: the cell's.
         state_path (str, optional): Without sink mode, where to keep the exact training state (the cell's
             parameters, a half-filled window included, and the position in the data), written atomically with
             the previous generation kept beside it. In data parallel each rank passes its own path. Default:
@@ -155,7 +155,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
 
     def __init__(self, network, loss_fn=None, optimizer=None, metrics=None, eval_network=None, eval_indexes=None,
                  amp_level="O0", boost_level="O0", gradient_accumulation_steps=None, state_path=None,
-                 save_state_every=0, *, accumulation_steps=None, **kwargs):
+                 save_state_every=0, *, accumulation_steps=None, mini_steps=None, accumulate_step=None, **kwargs):
         if not isinstance(network, AccumulationModes):
             raise TypeError(f"For 'Model_ACCU', 'network' must be a TrainAccuStepsCell or "
                             f"TrainAccuStepsWithLossScaleCell, but got {type(network).__name__}. Wrap the loss "
@@ -165,8 +165,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             raise TypeError("For 'Model_ACCU', 'loss_fn' and 'optimizer' must be None because the accumulation "
                             "cell already holds them, but got "
                             f"{type(loss_fn).__name__ if loss_fn is not None else type(optimizer).__name__}.")
-        steps, name = steps_argument("Model_ACCU", gradient_accumulation_steps,
-                                     {"accumulation_steps": accumulation_steps}, network.gradient_accumulation_steps)
+        steps, name = steps_argument("Model_ACCU", gradient_accumulation_steps, dict(
+            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
+            network.gradient_accumulation_steps)
         if name != STEPS_NAME or gradient_accumulation_steps is not None:
             if not isinstance(steps, (dict, AccumulationSchedule, AdaptiveAccumulation)):
                 check_positive_int("Model_ACCU", name, steps)
@@ -226,6 +227,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                                             PARTIAL_WINDOW_POLICIES)
         self._max_nonfinite = check_positive_int("Model_ACCU.train", "max_nonfinite_windows", max_nonfinite_windows)
         check_resume_or_initial_epoch("Model_ACCU.train", resume_from, initial_epoch)
+        if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead
+            self._check_sink_mode(train_dataset, sink_size, resume_from)
         self._resume_from = resume_from
         mode = train_network(self).accumulation
         try:
@@ -233,6 +236,26 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         finally:
             self._resume_from = None
             train_network(self).accumulation = mode
+
+    def _check_sink_mode(self, train_dataset, sink_size, resume_from):
+        """What dataset sink mode cannot carry, refused before training on every device (a script tried on CPU,
+        where MindSpore trains without sink, must not fail for the first time on a GPU or Ascend)."""
+        _check_fixed_steps("Model_ACCU.train", train_network(self))
+        n = self.gradient_accumulation_steps
+        dataset_size = train_dataset.get_dataset_size()
+        sink = dataset_size if sink_size == -1 else sink_size
+        self._check_window_fits(sink)
+        if sink % n:
+            raise ValueError(f"For 'Model_ACCU.train', 'sink_size' (the dataset size {dataset_size} when -1) must "
+                             f"be a multiple of gradient_accumulation_steps {n} in dataset sink mode, but got "
+                             f"{sink}. Pass sink_size=k*{n}, or drop or pad batches.")
+        if self._partial_window != "flush":
+            raise ValueError(f"For 'Model_ACCU.train', 'partial_window' must be 'flush' in dataset sink mode, which "
+                             f"sinks whole windows only (sink_size a multiple of N), but got "
+                             f"{self._partial_window!r}. Pass dataset_sink_mode=False to drop or carry a window.")
+        if resume_from is not None or self._save_state_every:
+            raise ValueError("For 'Model_ACCU.train', exact state saving and 'resume_from' work without dataset "
+                             "sink mode; pass dataset_sink_mode=False, or resume at an epoch with 'initial_epoch'.")
 
     def build(self, *args, **kwargs):
         """Not supported: it would compile a third 'train' graph and bind the dataset to it."""
@@ -289,22 +312,12 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     def _train_dataset_sink_process(self, epoch, train_dataset, list_callback=None, cb_params=None, sink_size=-1,
                                     initial_epoch=0, valid_infos=None):
         """Per window: the accumulation graph sunk for N-1 steps, then the update graph sunk for 1 step."""
-        _check_fixed_steps("Model_ACCU.train", train_network(self))
         n = self.gradient_accumulation_steps
-        if self._resume_from is not None or self._save_state_every:
-            raise ValueError("For 'Model_ACCU.train', exact state saving and 'resume_from' work without dataset "
-                             "sink mode; pass dataset_sink_mode=False, or resume at an epoch with 'initial_epoch'.")
         if n == 1:
             return base_sink_process(self, epoch, train_dataset, list_callback, cb_params, sink_size, initial_epoch,
                                      valid_infos)
         dataset_size = train_dataset.get_dataset_size()
         sink_size = dataset_size if sink_size == -1 else sink_size
-        self._check_window_fits(sink_size)
-        if sink_size % n:
-            raise ValueError(f"For 'Model_ACCU.train', 'sink_size' (the dataset size {dataset_size} when -1) must "
-                             f"be a multiple of gradient_accumulation_steps {n} in dataset sink mode, but got "
-                             f"{sink_size}. "
-                             f"Pass sink_size=k*{n}, or drop or pad batches.")
         cycles = sink_size // n
         check_lr_schedule("Model_ACCU.train", train_network(self).optimizer, epoch * sink_size, epoch * cycles)
         dataset_sink_num = math.ceil(epoch * sink_size / dataset_size)
