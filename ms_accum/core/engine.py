@@ -59,8 +59,10 @@ class WindowEngine(NoiseMeasure):
     and :meth:`_end_window` at a window's end. The cell's attributes after :meth:`_init_engine`, on every path:
     ``accu_grads`` (the buffers), ``accu_items``, ``accu_micro_steps``, ``accu_loss``, ``accu_min_items`` (the open
     window), ``accu_last_items``, ``accu_last_grad_norm``, ``accu_last_clipped`` (the last window applied),
-    ``accu_windows`` (windows ended, or None where the caller counts them), ``accu_scale`` (the loss scale's
-    Parameter, or None), and the noise-scale Parameters of :class:`NoiseMeasure`.
+    ``accu_windows`` (windows ended) and ``accu_steps`` (an adaptive policy's N), both None where the caller
+    counts windows, ``accu_scale`` (the loss scale's Parameter, or None), the skip records
+    (``accu_skipped_windows``, ``accu_nonfinite_streak``, ``accu_skip_history``), and the noise-scale Parameters
+    of :class:`NoiseMeasure`.
 
     Reduction across devices uses the attributes :class:`mindspore.nn.TrainOneStepCell` sets (`grad_reducer`,
     `reducer_flag`, `degree`, `parallel_mode`); a cell that is not a TrainOneStepCell gets them from
@@ -82,6 +84,8 @@ class WindowEngine(NoiseMeasure):
         self.nonfinite = check_choice(owner, "nonfinite", nonfinite, NONFINITE_POLICIES)
         self.accu_windows = Parameter(Tensor(0, mstype.int32), name=f"{state.prefix}.windows",
                                       requires_grad=False) if count_windows else None
+        self.accu_steps = Parameter(Tensor(1, mstype.int32), name=f"{state.prefix}.steps",
+                                    requires_grad=False) if count_windows else None
         self.clip_norm, self.average = clip_norm, average
         self.window_map = ops.HyperMap()
         self._init_noise(noise)
@@ -102,8 +106,6 @@ class WindowEngine(NoiseMeasure):
         messages. Needs ``accu_windows`` (count_windows=True)."""
         self.steps_name = steps_name
         self.adaptive_policy = None
-        self.accu_steps = Parameter(Tensor(1, mstype.int32), name=f"{self.accu_windows.name.rsplit('.', 1)[0]}.steps",
-                                    requires_grad=False)
         self.gradient_accumulation_steps = steps
 
     @property

@@ -115,7 +115,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     be a multiple of N.
 
     Args:
-        network (Cell): A :class:`TrainAccuStepsCell` or :class:`TrainAccuStepsWithLossScaleCell`.
+        network (Cell): A :class:`TrainAccuStepsCell` or :class:`TrainAccuStepsWithLossScaleCell`. A cell built
+            with ``nonfinite="raise"`` is switched to ``"skip"`` here and Model_ACCU raises instead, with a
+            :class:`NonFiniteWindowError` that names the window's micro-batches (the cell's own error, raised inside
+            its graph, cannot).
         gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation], optional): N,
             replacing the cell's. Without sink mode each window is laid out with the cell's N for it (an int, its
             schedule's entry, or its policy's choice); dataset sink mode takes one int. ``accumulation_steps``,
