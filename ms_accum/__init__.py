@@ -19,11 +19,13 @@ from .cells.functional import Accumulator
 from .trainers.model_accu import Model_ACCU
 from .trainers.nonfinite import NonFiniteWindowError, NonFiniteWindowWarning
 from .cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
+from .core.global_batch import steps_for_global_batch
 from .core.schedule import AccumulationSchedule
+from .trainers.elastic import RunLayout
 from .trainers.state import load_training_state, save_training_state
 from .trainers.telemetry import WindowRecord, WindowTelemetry
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "TrainForwardBackward",
@@ -35,6 +37,7 @@ __all__ = [
     "updates_per_epoch",
     "AccumulationSchedule",
     "AdaptiveAccumulation",
+    "steps_for_global_batch",
     "TrainAccuStepsCell",
     "TrainAccuStepsWithLossScaleCell",
     "Model_ACCU",
@@ -55,4 +58,5 @@ __all__ = [
     "CheckpointError",
     "save_training_state",
     "load_training_state",
+    "RunLayout",
 ]

@@ -271,3 +271,28 @@ def train_py_worker(launcher, rank=None):
         except psutil.NoSuchProcess:
             continue
     return None
+
+
+def own_loop(path, seed, steps=3):
+    """A user's own loop on one of the front ends without a trainer, windows of `steps` micro-batches: (the
+    network, run(index, x, y) for one micro-batch, the cell to save, a function dropping the open window)."""
+    net, loss, opt = build("momentum", seed)
+    loss_net = nn.WithLossCell(net, loss)
+    if path == "cells":
+        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+        forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
+        optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
+
+        def run(index, x, y):
+            forward_backward(x, y)
+            if index % steps == steps - 1:
+                optim()
+                clear()
+        return net, run, forward_backward, clear
+    if path == "parallel":
+        cell = ms_accum.TrainAccuStepsCell(loss_net, opt, gradient_accumulation_steps=steps)
+        return net, lambda index, x, y: cell(x, y), cell, cell.drop
+    accumulator = ms_accum.Accumulator(opt, steps)
+    grad_fn = ms.value_and_grad(loss_net, None, opt.parameters)
+    return (net, lambda index, x, y: accumulator(grad_fn(x, y)[1], x.shape[0]), accumulator,
+            accumulator.drop)

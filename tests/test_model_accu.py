@@ -301,6 +301,15 @@ def test_sink_mode_alternates_two_graphs_per_window(fake_device, mode, capsys):
     assert_params_close(params_of(net), reference_train("momentum", windows_of(batches, n)), context="sink")
 
 
+def test_sink_mode_takes_n_from_the_global_batch(fake_device):
+    cell, _, _ = make_cell("plain", steps=1)
+    model = ms_accum.Model_ACCU(cell)
+    model.train(1, numpy_dataset(micro_batches((4,) * 12)), dataset_sink_mode=True, sink_size=6,
+                global_batch_size=12)
+    runs = [e for e in fake_device.events if e[0] == "run"]
+    assert runs == [("run", ms_accum.ACCUMULATE_PHASE, 2, True), ("run", ms_accum.UPDATE_PHASE, 1, False)] * 2
+
+
 def test_sink_size_must_be_a_multiple_of_the_window(fake_device):
     cell, _, _ = make_cell("plain", steps=4)
     with pytest.raises(ValueError, match=r"'sink_size' \(the dataset size 10 when -1\) must be a multiple of "

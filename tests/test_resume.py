@@ -14,7 +14,8 @@ from mindspore import nn
 
 import ms_accum
 from conftest import ROOT, ZOO
-from helpers import SAMPLE, params_of, run_script
+from helpers import SAMPLE, own_loop, params_of, run_script
+from ms_accum.trainers.elastic import LAYOUT_KEYS
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
@@ -175,44 +176,21 @@ def test_a_state_file_of_ms_accum_0_1_0_resumes_and_a_newer_format_is_refused(un
         model.train(EPOCHS, data(), dataset_sink_mode=False)
     monkeypatch.undo()
     saved = ms.load_checkpoint(state)
-    assert int(saved["ms_accum_state_format"].asnumpy()) == 2 and "accu_window.steps" in saved
+    assert int(saved["ms_accum_state_format"].asnumpy()) == 3 and "accu_window.steps" in saved
+    assert int(saved["ms_accum_layout_steps"].asnumpy()) == model.gradient_accumulation_steps  # its layout
     old = [{"name": name, "data": value} for name, value in saved.items()
            if name not in ("ms_accum_state_format", "accu_window.steps", "accu_window.skipped_windows",
-                           "accu_window.nonfinite_streak", "accu_window.skip_history")]
+                           "accu_window.nonfinite_streak", "accu_window.skip_history") + LAYOUT_KEYS]
     for path in (state, state.replace(".ckpt", ".prev.ckpt")):
         ms.save_checkpoint(old, path)
     resumed, net, _ = make_model(seed=99)
     resumed.train(EPOCHS, data(), dataset_sink_mode=False, resume_from=state)
     for name, want in expected.items():
         np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=name)
-    ms.save_checkpoint(old + [{"name": "ms_accum_state_format", "data": ms.Tensor(3, ms.int32)}], state)
-    with pytest.raises(ms_accum.CheckpointError, match=r"is a state file of format 3, written by a newer ms_accum "
-                                                       r"than this one \(which reads formats 1 to 2\)"):
+    ms.save_checkpoint(old + [{"name": "ms_accum_state_format", "data": ms.Tensor(4, ms.int32)}], state)
+    with pytest.raises(ms_accum.CheckpointError, match=r"is a state file of format 4, written by a newer ms_accum "
+                                                       r"than this one \(which reads formats 1 to 3\)"):
         make_model(seed=99)[0].train(EPOCHS, data(), dataset_sink_mode=False, resume_from=state)
-
-
-def _own_loop(path, seed):
-    """A user's own loop on one of the front ends without a trainer: (run one micro-batch, the cell to save)."""
-    from helpers import build  # pylint: disable=import-outside-toplevel
-    net, loss, opt = build("momentum", seed)
-    loss_net = nn.WithLossCell(net, loss)
-    if path == "cells":
-        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-        forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
-        optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
-
-        def run(index, x, y):
-            forward_backward(x, y)
-            if index % 3 == 2:
-                optim()
-                clear()
-        return net, run, forward_backward
-    if path == "parallel":
-        cell = ms_accum.TrainAccuStepsCell(loss_net, opt, gradient_accumulation_steps=3)
-        return net, lambda index, x, y: cell(x, y), cell
-    accumulator = ms_accum.Accumulator(opt, 3)
-    grad_fn = ms.value_and_grad(loss_net, None, opt.parameters)
-    return net, lambda index, x, y: accumulator(grad_fn(x, y)[1], x.shape[0]), accumulator
 
 
 @pytest.mark.parametrize("path", ["cells", "parallel", "accumulator"])
@@ -222,15 +200,15 @@ def test_a_users_own_loop_resumes_mid_window_with_save_training_state(path, tmp_
     of the run ends where the uninterrupted run ends."""
     from helpers import micro_batches  # pylint: disable=import-outside-toplevel
     batches = [(ms.Tensor(x), ms.Tensor(y)) for x, y in micro_batches([4] * 9)]
-    net, run, _ = _own_loop(path, seed=0)
+    net, run, _, _ = own_loop(path, seed=0)
     for index, (x, y) in enumerate(batches):
         run(index, x, y)
     expected = params_of(net)
-    net, run, saved = _own_loop(path, seed=0)
+    net, run, saved, _ = own_loop(path, seed=0)
     for index, (x, y) in enumerate(batches[:4]):
         run(index, x, y)
     state = ms_accum.save_training_state(saved, str(tmp_path / "state.ckpt"), micro_steps_done=4, updates_done=2)
-    net, run, fresh = _own_loop(path, seed=7)
+    net, run, fresh, _ = own_loop(path, seed=7)
     done, _ = ms_accum.load_training_state(fresh, state, total_micro_steps=9)
     for index, (x, y) in enumerate(batches[done:], start=done):
         run(index, x, y)

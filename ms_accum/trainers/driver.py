@@ -14,7 +14,9 @@ from ..core.loss_scale import check_scale_sense
 from ..core.engine import float32_buffers
 from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 from ..core.noise_scale import check_noise_scale, noise_scale_of
-from ..core.schedule import AccumulationSchedule, steps_argument
+from ..core.global_batch import steps_or_global_batch
+from ..core.schedule import AccumulationSchedule
+from .elastic import RunLayout
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
 from ..core.engine import NONFINITE_POLICIES
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
@@ -216,7 +218,7 @@ class GradientAccumulation:
                       partial_window="flush", ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0,
                       state_path=None, save_state_every=0, resume_from=None,
                       max_nonfinite_windows=DEFAULT_MAX_NONFINITE_WINDOWS,
-                      *, accumulation_steps=None, mini_steps=None, accumulate_step=None):
+                      *, global_batch_size=None, accumulation_steps=None, mini_steps=None, accumulate_step=None):
         r"""
         Train for `epoch` epochs, one optimizer step every `gradient_accumulation_steps` micro-batches.
 
@@ -271,6 +273,9 @@ class GradientAccumulation:
             max_nonfinite_windows (int): Stop once this many windows in a row were skipped (non-finite, or
                 overflowing under a loss scale), with :class:`NonFiniteWindowError`; the state is written to
                 `state_path` first. Default: ``50``.
+            global_batch_size (int, optional): Samples per update, G, in place of `gradient_accumulation_steps`:
+                N = G / the dataset's batch size (keyword only). State files record G, and a resume that would
+                change it is refused. Default: ``None``.
             accumulation_steps, mini_steps, accumulate_step: Older names of `gradient_accumulation_steps`,
                 accepted in its place (keyword only).
 
@@ -279,19 +284,21 @@ class GradientAccumulation:
             end (and when printed), so the loop does not wait for every update to finish.
 
         Raises:
-            TypeError: If `epoch` is not an int, or `gradient_accumulation_steps` is none of the types above (see
-                :class:`AccumulationSchedule` for a malformed schedule).
+            TypeError: If `epoch` is not an int, `gradient_accumulation_steps` is none of the types above (see
+                :class:`AccumulationSchedule` for a malformed schedule), or is given with `global_batch_size`.
             CheckpointError: If `resume_from` is not a state file of this model (see :func:`load_training_state`).
             ValueError: If `epoch` or N is < 1 (or a schedule is malformed), `initial_epoch` is not in [0, epoch),
                 `partial_window` is unknown, the dataset is empty, the optimizer's learning-rate list has one entry
                 per micro-batch of the run instead of one per update, N (a schedule's or policy's largest) exceeds
-                the micro-batches in an epoch with `partial_window` other than ``"carry"``, or N is an
-                :class:`AdaptiveAccumulation` without ``noise_scale=True``.
+                the micro-batches in an epoch with `partial_window` other than ``"carry"``, N is an
+                :class:`AdaptiveAccumulation` without ``noise_scale=True``, or `global_batch_size` is not a multiple
+                of the dataset's batch size.
         """
         owner = "GradientAccumulation.train_process"
         epoch = check_positive_int(owner, "epoch", epoch)
-        steps, steps_name = steps_argument(owner, gradient_accumulation_steps, dict(
-            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step))
+        steps, steps_name = steps_or_global_batch(owner, gradient_accumulation_steps, dict(
+            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
+            global_batch_size, train_dataset.get_batch_size(), 1)
         schedule, policy = self._schedule_of(owner, steps, steps_name)
         check_choice(owner, "partial_window", partial_window, PARTIAL_WINDOW_POLICIES)
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
@@ -315,13 +322,16 @@ class GradientAccumulation:
         check_state_saving(owner, state_path, save_state_every)
         check_positive_int(owner, "max_nonfinite_windows", max_nonfinite_windows)
         check_resume_or_initial_epoch(owner, resume_from, initial_epoch)
+        layout = RunLayout(1, train_dataset.get_batch_size(), steps_per_epoch,
+                           schedule.constant if policy is None and schedule.constant else 0, partial_window)
         plan = _Plan(epoch, steps_per_epoch, schedule, policy, partial_window, callbacks, log_every,
                      initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates,
-                     max_nonfinite_windows)
+                     max_nonfinite_windows, layout)
         self.window_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
         if resume_from is not None:
             plan.start_micro, plan.start_updates = load_training_state(self.exact_state, resume_from,
-                                                                       epoch * steps_per_epoch)
+                                                                       epoch * steps_per_epoch, layout=layout,
+                                                                       drop_window=self.clear)
         self.micro_step.set_train(True)
         run = _Run(self, plan)
         run.loop(train_dataset)
@@ -400,6 +410,7 @@ class _Plan:
     save_state_every: int
     total_updates: int
     max_nonfinite_windows: int
+    layout: RunLayout
 
 
 class _Run(LoopFrontEnd):
@@ -432,7 +443,7 @@ class _Run(LoopFrontEnd):
         plan, owner = self.plan, self.owner
         self.cb_params.train_dataset = train_dataset
         writer = StateWriter(owner.exact_state, plan.state_path, plan.save_state_every,
-                             plan.epoch * plan.steps_per_epoch, plan.start_micro)
+                             plan.epoch * plan.steps_per_epoch, plan.start_micro, layout=plan.layout)
         pending = int(owner.forward_backward.accu_micro_steps.asnumpy())  # a resumed window may be open
         with dataset_starting_at(train_dataset, plan.start_micro):
             iterator = train_dataset.create_tuple_iterator(num_epochs=plan.epoch)

@@ -101,7 +101,8 @@ class WindowLoop:
                 boundary = self._micro_batch(data, last_of_epoch=(self.micro_done + 1) % self.steps == 0,
                                              last_epoch=epoch == self.epochs)
                 if self.micro_done % self.steps:  # the epoch's last is saved once its epoch has ended
-                    self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=boundary)
+                    self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=boundary,
+                                      open_window=self.pending)
                 if boundary and run_context.get_stop_requested():
                     break
             if self.pending and self.partial_window == "drop":
@@ -110,7 +111,8 @@ class WindowLoop:
                 cb_params.cur_step_num -= 1  # the window begun is not an update: the next one takes its number
             if self.guard is not None:
                 self.guard.check()  # every window of the epoch reported before it ends
-            self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=not self.pending)
+            self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=not self.pending,
+                              open_window=self.pending)
             self.front.epoch_ends(cb_params, callbacks)
             callbacks.on_train_epoch_end(run_context)
             self.front.epoch_ended(cb_params)

@@ -21,8 +21,10 @@ from ..compat import (base_sink_process, check_model_internals, check_network_mo
 from ..core.adaptive import AdaptiveAccumulation
 from ..core.checks import (check_choice, check_lr_schedule, check_positive_int, check_resume_or_initial_epoch,
                            check_state_saving)
+from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationModes
+from .elastic import RunLayout
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
 from .state import StateWriter, dataset_starting_at, load_training_state
@@ -182,6 +184,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._registered_loops = set()
         self._state_path, self._save_state_every = state_path, save_state_every
         self._resume_from = None
+        self._trained, self._batch_size = False, 1
         self._partial_window = "flush"
         self._max_nonfinite = DEFAULT_MAX_NONFINITE_WINDOWS
         # the cell's nonfinite="raise" is decided here, on the host, where the window's micro-batches are known
@@ -197,7 +200,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     accumulation_steps = gradient_accumulation_steps  # the seed's name
 
     def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, sink_size=-1, initial_epoch=0,
-              resume_from=None, partial_window="flush", max_nonfinite_windows=DEFAULT_MAX_NONFINITE_WINDOWS):
+              resume_from=None, partial_window="flush", max_nonfinite_windows=DEFAULT_MAX_NONFINITE_WINDOWS, *,
+              global_batch_size=None):
         """
         :meth:`mindspore.train.Model.train`, plus exact resume and the partial-window policy without sink mode.
 
@@ -208,7 +212,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             resume_from (str, optional): A state file written through `state_path` (in data parallel, this
                 rank's): training continues at the exact micro-batch where it was written (a half-filled window
                 included) and ends with the parameters of an uninterrupted run, given deterministic data order and
-                kernels. In data parallel the ranks first agree on the newest position all of them saved. Not with
+                kernels. In data parallel the ranks first agree on the newest position all of them saved. A state
+                written on another number of devices resumes at the same sample of its epoch when the global batch
+                is the same (see :func:`load_training_state`; any of the saved run's files). Not with
                 `dataset_sink_mode` on GPU/Ascend, nor with `initial_epoch`. Default: ``None``.
             partial_window (str): Without sink mode, what becomes of a window still open at an epoch's end, as in
                 :meth:`GradientAccumulation.train_process`: ``"flush"`` applies it as a smaller window, ``"drop"``
@@ -217,28 +223,60 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             max_nonfinite_windows (int): Stop once this many windows in a row were skipped (non-finite, or
                 overflowing under a loss scale), with :class:`NonFiniteWindowError`; without sink mode the state is
                 written to `state_path` first. Default: ``50``.
+            global_batch_size (int, optional): Samples per update over all devices, G: sets the cell's N to
+                G / (devices x the dataset's batch size) before its first window, so that a run keeps its global
+                batch on any device count (keyword only). Default: ``None``, the cell's N.
             Others: as in :meth:`mindspore.train.Model.train`.
 
         Raises:
             CheckpointError: If `resume_from` is not a state file of this cell and rank, or the ranks saved no
                 common position.
-            ValueError: As listed for the class, if `epoch` is not an int >= 1, `partial_window` is unknown, or
-                `resume_from` is combined with `initial_epoch`.
+            ValueError: As listed for the class, if `epoch` is not an int >= 1, `partial_window` is unknown,
+                `resume_from` is combined with `initial_epoch`, or `global_batch_size` is not a multiple of
+                devices x micro-batch, or would change the N of a cell that has trained, or the cell's N is a
+                schedule or a policy.
         """
         epoch = check_positive_int("Model_ACCU.train", "epoch", epoch)
         self._partial_window = check_choice("Model_ACCU.train", "partial_window", partial_window,
                                             PARTIAL_WINDOW_POLICIES)
         self._max_nonfinite = check_positive_int("Model_ACCU.train", "max_nonfinite_windows", max_nonfinite_windows)
         check_resume_or_initial_epoch("Model_ACCU.train", resume_from, initial_epoch)
+        if global_batch_size is not None:
+            self._set_global_batch(global_batch_size, train_dataset)
         if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead
             self._check_sink_mode(train_dataset, sink_size, resume_from)
         self._resume_from = resume_from
+        self._batch_size = train_dataset.get_batch_size()
         mode = train_network(self).accumulation
         try:
             return super().train(epoch, train_dataset, callbacks, dataset_sink_mode, sink_size, initial_epoch)
         finally:
+            self._trained = True
             self._resume_from = None
             train_network(self).accumulation = mode
+
+    def _set_global_batch(self, global_batch_size, train_dataset):
+        """The cell's N for `global_batch_size` samples per update over this run's devices."""
+        owner, cell = "Model_ACCU.train", train_network(self)
+        steps = steps_for_global_batch(global_batch_size, train_dataset.get_batch_size(), _rank_and_world(cell)[1],
+                                       owner)
+        current = cell.gradient_accumulation_steps
+        if not isinstance(current, int):
+            raise ValueError(f"For '{owner}', '{GLOBAL_BATCH_NAME}' sets one N, but the cell's "
+                             f"'{cell.steps_name}' is {current!r}. Build the cell without it, or drop "
+                             f"'{GLOBAL_BATCH_NAME}'.")
+        if steps != current and self._trained:
+            raise ValueError(f"For '{owner}', '{GLOBAL_BATCH_NAME}' {global_batch_size} needs N = {steps}, but the "
+                             f"cell has trained with N = {current} and its graphs hold it. Build a new cell and "
+                             f"Model_ACCU for another global batch.")
+        cell.steps_name = DERIVED_STEPS_NAME
+        cell.gradient_accumulation_steps = steps
+
+    def _layout(self, steps):
+        """This run's RunLayout (micro-batches per epoch `steps`), recorded in its state files."""
+        cell, n = train_network(self), self.gradient_accumulation_steps
+        return RunLayout(_rank_and_world(cell)[1], self._batch_size, steps, n if isinstance(n, int) else 0,
+                         self._partial_window)
 
     def _check_sink_mode(self, train_dataset, sink_size, resume_from):
         """What dataset sink mode cannot carry, refused before training on every device (a script tried on CPU,
@@ -294,10 +332,12 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             check_lr_schedule("Model_ACCU.train", cell.optimizer, epoch * steps, updates)
         micro_done = initial_epoch * steps
         rank, world = _rank_and_world(cell)
+        layout = self._layout(steps)
         if self._resume_from is not None:
             micro_done, cb_params.cur_step_num = load_training_state(cell, self._resume_from, epoch * steps, rank,
-                                                                     world)
-        writer = StateWriter(cell, self._state_path, self._save_state_every, epoch * steps, micro_done, rank, world)
+                                                                     world, layout, cell.drop)
+        writer = StateWriter(cell, self._state_path, self._save_state_every, epoch * steps, micro_done, rank, world,
+                             layout)
         with dataset_starting_at(train_dataset, micro_done):
             dataset_helper = exec_train_preprocess(self, train_dataset, epoch)
         cb_params.dataset_sink_mode = False

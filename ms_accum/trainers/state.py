@@ -11,13 +11,15 @@ import os
 from contextlib import contextmanager
 
 from .checkpoint import CheckpointError, load_into, read_checkpoint, save_checkpoint_atomic
+from .elastic import check_same_global_batch, elastic_position, resume_notice, saved_layout
 
 MICRO_STEPS_DONE = "ms_accum_micro_steps_done"
 UPDATES_DONE = "ms_accum_updates_done"
 RANK = "ms_accum_rank"
 WORLD = "ms_accum_world"
 FORMAT = "ms_accum_state_format"
-STATE_FORMAT = 2  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the Parameters below
+STATE_FORMAT = 3  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the Parameters below; 3: 0.3.0,
+#                    which may add the run's layout (elastic.LAYOUT_KEYS, read only when present)
 ADDED_IN_FORMAT_2 = (".steps", ".skipped_windows", ".nonfinite_streak", ".skip_history")
 
 
@@ -38,7 +40,8 @@ def is_state_file(params):
     return MICRO_STEPS_DONE in params and UPDATES_DONE in params
 
 
-def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0, world=1):
+def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0, world=1, layout=None,
+                        open_window=0):
     """
     Write a training cell's exact state atomically, keeping the previous generation.
 
@@ -50,6 +53,10 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
         updates_done (int): Windows begun since the start of training (callbacks' ``cur_step_num``).
         rank (int): This process's rank. Default: ``0``.
         world (int): The number of data-parallel processes. Default: ``1``.
+        layout (RunLayout, optional): How the run cuts its data into windows (its global batch); recorded so that
+            :func:`load_training_state` can resume the state on another device count. Default: ``None``.
+        open_window (int): Micro-batches of the open window when `layout` is given (0 at an update boundary).
+            Default: ``0``.
 
     Returns:
         str, the absolute path written.
@@ -72,13 +79,17 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
         >>> ms_accum.load_training_state(cell, path, total_micro_steps=100)
         (37, 9)
     """
+    entries = {MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done, RANK: rank, WORLD: world,
+               FORMAT: STATE_FORMAT}
+    if layout is not None:
+        entries.update(layout.entries(open_window))
     return save_checkpoint_atomic(cell, state_path, keep_previous=previous_generation(state_path),
-                                  append_dict={MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done,
-                                               RANK: rank, WORLD: world, FORMAT: STATE_FORMAT})
+                                  append_dict=entries)
 
 
-def _generation(path, rank, world):
-    """(micro-batches done, contents) of one state file, checked against this process's rank and world."""
+def _generation(path, rank, world, may_move):
+    """(micro-batches done, contents) of one state file, checked against this process's rank and world; with
+    `may_move` a state of another world is let through (to be checked against the run's layout)."""
     params = read_checkpoint(path, arg_name="resume_from")
     if not is_state_file(params):
         raise CheckpointError(f"'resume_from' must be a training state file (written with 'state_path'), but "
@@ -90,11 +101,12 @@ def _generation(path, rank, world):
                               f"or resume from an epoch checkpoint.")
     saved_rank = int(params[RANK].asnumpy()) if RANK in params else 0
     saved_world = int(params[WORLD].asnumpy()) if WORLD in params else 1
-    if saved_world != world:
+    if saved_world != world and not may_move:
         raise CheckpointError(f"'resume_from' {path!r} was written by a run on {saved_world} process(es), but this "
-                              f"run has {world}: an exact state resumes on the same number of processes. Resume "
-                              f"from an epoch checkpoint to change it.")
-    if saved_rank != rank:
+                              f"run has {world}: an exact state resumes on the same number of processes, or on "
+                              f"another with its global batch kept through the trainers (global_batch_size). "
+                              f"Resume from an epoch checkpoint to change it.")
+    if saved_rank != rank and saved_world == world:
         raise CheckpointError(f"'resume_from' {path!r} is rank {saved_rank}'s state, but this is rank {rank}: "
                               f"every rank resumes from its own file (train.py: pass the run's checkpoint "
                               f"directory to '--resume').")
@@ -133,28 +145,38 @@ def gather_positions(positions, world):
     return [[int(p) for p in row if p >= 0] for row in gathered]
 
 
-def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1):
+def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, layout=None, drop_window=None):
     """
     Load into `cell` the newest state written through :func:`save_training_state` that every rank holds.
 
     On one process that is the newest generation. With `world` > 1 the ranks exchange the positions of their
     two generations (one AllGather) and all load the newest one they have in common.
 
+    With `layout`, a state written on another number of devices resumes too, when both runs keep the same global
+    batch with one fixed N (devices x N x micro-batch) and cut their epochs alike: the position moves to the same
+    sample of the epoch. Every device's file of the saved run holds the same parameters at an update boundary, so
+    any of them may be loaded. A state written inside a window resumes from the window's start (the open window's
+    sums are dropped through `drop_window` and its micro-batches run again); a line says so.
+
     Args:
         cell (Cell): The training cell, built like the one that was saved.
-        state_path (str): This rank's state file.
+        state_path (str): This rank's state file (after a change of device count, any rank's file of the saved run).
         total_micro_steps (int): Micro-batches of the whole run being resumed (epochs x micro-batches per epoch).
         rank (int): This process's rank. Default: ``0``.
         world (int): The number of data-parallel processes. Default: ``1``.
+        layout (RunLayout, optional): This run's layout (see :func:`save_training_state`). It checks that the
+            global batch is the saved run's and lets the device count change. Default: ``None``.
+        drop_window (Callable, optional): Discards the cell's open window (such as the cell's ``drop``); needed
+            when the device count changes and the state was written inside a window. Default: ``None``.
 
     Returns:
-        tuple[int, int], micro-batches and updates done when the loaded state was written.
+        tuple[int, int], micro-batches (on each device of this run) and updates done at the position resumed.
 
     Raises:
-        CheckpointError: If the file is missing or unreadable, belongs to another model, another rank or another
-            device count, was written by a newer ms_accum (a state file of ms_accum 0.1.0 is read), records no
-            position, was written at or past the end of this run, or the ranks hold no
-            common position.
+        CheckpointError: If the file is missing or unreadable, belongs to another model, another rank or (without
+            `layout`) another device count, was written by a newer ms_accum (a state file of ms_accum 0.1.0 is
+            read), records no position, was written at or past the end of this run, the ranks hold no common
+            position, or the saved run's global batch or cut of epochs differs from `layout`'s.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -174,31 +196,56 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1):
     generations = {}
     for path in (state_path, previous_generation(state_path)):
         if path == state_path or os.path.exists(path):
-            position, params = _generation(path, rank, world)
+            position, params = _generation(path, rank, world, may_move=layout is not None)
             generations.setdefault(position, (path, params))
     position = common_position(gather_positions(sorted(generations, reverse=True), world))
     path, params = generations[position]
+    updates = int(params[UPDATES_DONE].asnumpy())
+    saved_world = int(params[WORLD].asnumpy()) if WORLD in params else 1
+    saved, open_window = saved_layout(params, saved_world) if layout is not None else (None, None)
+    if saved_world != world and saved is None:
+        raise CheckpointError(f"'resume_from' {path!r} was written by a run on {saved_world} process(es), but this "
+                              f"run has {world}, and the file does not record its global batch (it was written by "
+                              f"ms_accum 0.2.0 or older, or without a layout). Resume on {saved_world} process(es), "
+                              f"or from an epoch checkpoint.")
+    load_into(cell, params, path, arg_name="resume_from", what="a training state of this model",
+              optional=_added_since_format_1 if FORMAT not in params else None)
+    if saved_world != world:
+        position, updates, rerun = elastic_position(saved, layout, position, updates, open_window, path)
+        if rerun:
+            if drop_window is None:
+                raise CheckpointError(f"'resume_from' {path!r} was written inside a window on {saved_world} "
+                                      f"device(s): resuming it on {world} needs 'drop_window' to discard that "
+                                      f"window's sums.")
+            drop_window()
+        print(resume_notice(saved, layout, position, rerun), flush=True)
+    elif saved is not None:
+        check_same_global_batch(saved, layout, path)
     if not 0 <= position < total_micro_steps:
         raise CheckpointError(f"'resume_from' {path!r} was written after {position} micro-batches, but this run "
                               f"has only {total_micro_steps}: raise 'epoch' to continue it.")
-    load_into(cell, params, path, arg_name="resume_from", what="a training state of this model",
-              optional=_added_since_format_1 if FORMAT not in params else None)
-    return position, int(params[UPDATES_DONE].asnumpy())
+    return position, updates
 
 
 class StateWriter:
     """
     Writes the exact state as training goes: every `every` micro-batches on one process; in data parallel at the
     first update boundary once `every` more micro-batches have passed, so that ranks never drift apart by more
-    than one generation.
+    than one generation. With a `layout` each file records it, and the micro-batches of the open window.
     """
 
-    def __init__(self, cell, state_path, every, total_micro_steps, start, rank=0, world=1):
+    def __init__(self, cell, state_path, every, total_micro_steps, start, rank=0, world=1, layout=None):
         self.cell, self.state_path, self.every = cell, state_path, every
         self.total, self.last, self.rank, self.world = total_micro_steps, start, rank, world
+        self.layout = layout
 
-    def after(self, micro_done, updates_done, at_update_boundary):
-        """Write the state if one is due after `micro_done` micro-batches; return whether it wrote."""
+    def _save(self, micro_done, updates_done, open_window):
+        return save_training_state(self.cell, self.state_path, micro_done, updates_done, self.rank, self.world,
+                                   self.layout, open_window)
+
+    def after(self, micro_done, updates_done, at_update_boundary, open_window=0):
+        """Write the state if one is due after `micro_done` micro-batches (`open_window` of them in the open
+        window); return whether it wrote."""
         if not self.every or micro_done >= self.total:
             return False
         if self.world > 1:
@@ -206,7 +253,7 @@ class StateWriter:
         else:
             due = micro_done % self.every == 0
         if due:
-            save_training_state(self.cell, self.state_path, micro_done, updates_done, self.rank, self.world)
+            self._save(micro_done, updates_done, open_window)
             self.last = micro_done
         return due
 
@@ -216,7 +263,7 @@ class StateWriter:
         if not self.state_path:
             return None
         self.last = micro_done
-        return save_training_state(self.cell, self.state_path, micro_done, updates_done, self.rank, self.world)
+        return self._save(micro_done, updates_done, 0)
 
 
 @contextmanager

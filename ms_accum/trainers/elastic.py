@@ -1,0 +1,160 @@
+"""Resuming an exact state on another device count, with the global batch kept.
+
+A window is an exact weighted mean over its samples, so a window of G samples gives the same update whether R
+devices carry N micro-batches each or R' devices carry N * R / R'. What must hold for a resume on R' devices to
+continue the uninterrupted run:
+
+- the same global batch G = devices x N x micro-batch, one fixed N per device (not a schedule or a policy);
+- each window holding the same samples on every device count: with MindSpore's distributed sampler (a dataset's
+  ``num_shards``/``shard_id``, the same shuffle seed) rank r of R reads positions r, r + R, r + 2R, ... of one
+  device-independent order of the epoch, so a window's samples over all ranks are the same contiguous block of
+  that order for every R;
+- epochs cut alike: the same number of whole windows, and either ``partial_window="drop"`` or a last partial
+  window of the same samples.
+
+Positions are converted through the sample offset in the epoch. A state written in the middle of a window (one
+device writes every few micro-batches) resumes from the window's start: the parameters are those of the last
+complete window, the open window's sums are dropped and its micro-batches run again on the new devices.
+"""
+from dataclasses import dataclass
+
+from .checkpoint import CheckpointError
+from .loop import PARTIAL_WINDOW_POLICIES as _PARTIAL
+from ..core.global_batch import GLOBAL_BATCH_NAME
+
+LAYOUT_KEYS = ("ms_accum_micro_batch", "ms_accum_steps_per_epoch", "ms_accum_layout_steps",
+               "ms_accum_partial_window", "ms_accum_open_window")
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """
+    How a run cuts its data into windows: what its exact state files record so that
+    :func:`load_training_state` can resume them on another number of devices with the global batch kept.
+    :class:`GradientAccumulation` and :class:`Model_ACCU` make their own; a loop of your own passes one to
+    :func:`save_training_state` and :func:`load_training_state`.
+
+    Args:
+        world (int): Data-parallel devices.
+        micro_batch_size (int): Samples per micro-batch on one device.
+        steps_per_epoch (int): Micro-batches per epoch on one device.
+        steps (int): N, micro-batches per window on one device; 0 when N varies (a schedule or a policy).
+        partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``, what becomes of an epoch's last, partial
+            window.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import ms_accum
+        >>> two = ms_accum.RunLayout(world=2, micro_batch_size=32, steps_per_epoch=937, steps=4,
+        ...                          partial_window="drop")
+        >>> one = ms_accum.RunLayout(1, 32, 1875, 8, "drop")
+        >>> two.global_batch_size == one.global_batch_size, two.full_windows == one.full_windows
+        (True, True)
+    """
+
+    world: int
+    micro_batch_size: int
+    steps_per_epoch: int
+    steps: int
+    partial_window: str
+
+    @property
+    def global_batch_size(self):
+        """Samples per window over every device (0 when N varies)."""
+        return self.world * self.steps * self.micro_batch_size
+
+    @property
+    def full_windows(self):
+        """Whole windows in an epoch."""
+        return self.steps_per_epoch // self.steps
+
+    @property
+    def tail_samples(self):
+        """Samples of the epoch after its whole windows, over every device."""
+        return (self.steps_per_epoch - self.full_windows * self.steps) * self.micro_batch_size * self.world
+
+    def describe(self):
+        """'256 = 2 devices x 4 micro-batches x 32 samples'."""
+        return (f"{self.global_batch_size} = {_count(self.world, 'device')} x {_count(self.steps, 'micro-batch')} "
+                f"x {_count(self.micro_batch_size, 'sample')}")
+
+    def entries(self, open_window):
+        """What a state file records of the layout, `open_window` being the micro-batches of the open window."""
+        return dict(zip(LAYOUT_KEYS, (self.micro_batch_size, self.steps_per_epoch, self.steps,
+                                      _PARTIAL.index(self.partial_window), open_window)))
+
+
+def _count(number, noun):
+    return f"{number} {noun}{'' if number == 1 else 'es' if noun.endswith('h') else 's'}"
+
+
+def saved_layout(params, world):
+    """(the RunLayout a state file records, the micro-batches of its open window), or (None, None) for a file
+    written without one (ms_accum 0.2.0 and older, or a user's own loop)."""
+    if not all(key in params for key in LAYOUT_KEYS):
+        return None, None
+    micro, per_epoch, steps, partial, open_window = (int(params[key].asnumpy()) for key in LAYOUT_KEYS)
+    return RunLayout(world, micro, per_epoch, steps, _PARTIAL[partial]), open_window
+
+
+def check_same_global_batch(saved, mine, path):
+    """Refuse a resume that would change the global batch (both layouts known, both with a fixed N)."""
+    if saved.steps and mine.steps and saved.global_batch_size != mine.global_batch_size:
+        raise CheckpointError(
+            f"'resume_from' {path!r} continues a run whose '{GLOBAL_BATCH_NAME}' was {saved.describe()}, but this "
+            f"run's is {mine.describe()}: resuming would change the learning dynamics. Keep "
+            f"{GLOBAL_BATCH_NAME}={saved.global_batch_size} (N = {saved.global_batch_size} / (devices x "
+            f"micro-batch)), or start a new run from an epoch checkpoint.")
+
+
+def elastic_position(saved, mine, position, updates, open_window, path):
+    """
+    Where a state written on `saved.world` devices resumes on `mine.world`: (micro-batches done on each of this
+    run's devices, updates done, micro-batches of the saved open window that run again).
+
+    Raises:
+        CheckpointError: If the runs' windows would not hold the same samples (see the module's docstring).
+    """
+    where = f"'resume_from' {path!r} was written on {_count(saved.world, 'device')} and this run has {mine.world}"
+    if not saved.steps or not mine.steps:
+        raise CheckpointError(f"{where}: an exact state moves to another device count only with a fixed "
+                              f"'{GLOBAL_BATCH_NAME}' (one N), but N changes between windows in the "
+                              f"{'saved' if not saved.steps else 'new'} run. Resume on "
+                              f"{_count(saved.world, 'device')}, or from an epoch checkpoint.")
+    check_same_global_batch(saved, mine, path)
+    if saved.partial_window != mine.partial_window:
+        raise CheckpointError(f"{where}: 'partial_window' must be the saved run's {saved.partial_window!r}, but got "
+                              f"{mine.partial_window!r}.")
+    if saved.full_windows != mine.full_windows:
+        raise CheckpointError(f"{where}: an epoch must hold the same windows of {saved.global_batch_size} samples, "
+                              f"but it holds {saved.full_windows} there and {mine.full_windows} here (micro-batches "
+                              f"per device and epoch: {saved.steps_per_epoch} and {mine.steps_per_epoch}). Use the "
+                              f"same data set and sample count (train.py: --num_samples counts every device's "
+                              f"samples with --global_batch_size).")
+    if saved.partial_window != "drop" and saved.tail_samples != mine.tail_samples:
+        raise CheckpointError(f"{where}: each epoch ends with a partial window of {saved.tail_samples} samples there "
+                              f"and {mine.tail_samples} here, which are not the same samples. Train both runs with "
+                              f"partial_window='drop' (train.py does with --global_batch_size), or resume on "
+                              f"{_count(saved.world, 'device')}.")
+    start = position - open_window  # the open window runs again from its first micro-batch
+    epoch, offset = divmod(start, saved.steps_per_epoch)
+    samples = offset * saved.micro_batch_size * saved.world
+    per_step = mine.micro_batch_size * mine.world
+    if samples % per_step:
+        raise CheckpointError(f"{where}: its window starts {samples} samples into an epoch, which is not a whole "
+                              f"number of this run's micro-batches over all devices ({per_step} samples).")
+    return epoch * mine.steps_per_epoch + samples // per_step, updates - (1 if open_window else 0), open_window
+
+
+def resume_notice(saved, mine, position, rerun):
+    """The log line of an elastic resume."""
+    epoch, offset = divmod(position, mine.steps_per_epoch)
+    line = (f"ms_accum: resuming a state of {_count(saved.world, 'device')} on {mine.world}, the global batch kept "
+            f"({saved.describe()} -> {mine.describe()}), at epoch {epoch + 1}, micro-batch {offset} of "
+            f"{mine.steps_per_epoch} on each device")
+    if rerun:
+        line += (f"; it was written {_count(rerun, 'micro-batch')} into a window, which runs again from its start "
+                 f"(after a change of device count a state resumes from the last complete window)")
+    return line + "."

@@ -1,0 +1,96 @@
+"""Elastic resume through the API: Model_ACCU with a global batch, on msrun ranks or on one device.
+
+As a script, one msrun rank: ``elastic_worker.py OUT ROLE [RESUME]``; ROLE ``full`` trains the whole run, ``cut``
+the same run stopped by a callback after CUT_AT updates (its state written at that boundary), ``resume`` the run
+resumed from the state file RESUME. Each saves its final parameters to OUT/<role>_rank_<r>.npz. The test module
+imports the same pieces to run them on one device (test_elastic.py).
+
+The data is one shuffled data set sharded with MindSpore's distributed sampler (num_shards/shard_id, one device
+included), 248 samples: with a micro-batch of 4 and a global batch of 16, 2 devices run N = 2 over 31
+micro-batches an epoch and 1 device N = 4 over 62; both see 15 windows and drop the tail.
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model_zoo_lenet"))
+
+from src.cpu_speed import apply_env_defaults  # noqa: E402
+
+apply_env_defaults()
+
+import numpy as np  # noqa: E402
+import mindspore as ms  # noqa: E402
+import mindspore.dataset as ds  # noqa: E402
+from mindspore import nn  # noqa: E402
+from mindspore.train import Callback  # noqa: E402
+
+import ms_accum  # noqa: E402
+
+SAMPLES, FEATURES, MICRO, GLOBAL, EPOCHS, CUT_AT = 248, 6, 4, 16, 2, 20
+UPDATES = SAMPLES // GLOBAL * EPOCHS
+DATA_SEED, NET_SEED = 11, 3
+
+
+def samples():
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(SAMPLES, FEATURES)).astype(np.float32)
+    y = np.tanh(x @ rng.normal(size=(FEATURES, 2))).astype(np.float32)
+    return x, y
+
+
+def dataset(rank, world):
+    """The run's data on rank `rank` of `world`: one order of every epoch, shared out by MindSpore's sampler."""
+    ds.config.set_seed(DATA_SEED)
+    x, y = samples()
+    return ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=True, num_shards=world, shard_id=rank).batch(MICRO)
+
+
+def network():
+    ms.set_seed(NET_SEED)
+    return nn.SequentialCell(nn.Dense(FEATURES, 16), nn.Tanh(), nn.Dense(16, 2))
+
+
+def learning_rates():
+    """One rate per update, so that a resume that miscounted updates would show."""
+    return [0.2 * (1.0 - 0.5 * u / UPDATES) for u in range(UPDATES)]
+
+
+class StopAt(Callback):
+    """Request a stop once `update` updates are done (a stop at an update boundary, as a scheduler's would)."""
+
+    def __init__(self, update):
+        super().__init__()
+        self.update = update
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num == self.update:
+            run_context.request_stop()
+
+
+def train(rank, world, state_path=None, save_state_every=0, resume_from=None, stop_at=None):
+    """One run of Model_ACCU with global_batch_size=GLOBAL; its network's parameters."""
+    net = network()
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=learning_rates(), momentum=0.9)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+    model = ms_accum.Model_ACCU(cell, state_path=state_path, save_state_every=save_state_every)
+    model.train(EPOCHS, dataset(rank, world), callbacks=[StopAt(stop_at)] if stop_at else None,
+                resume_from=resume_from, partial_window="drop", global_batch_size=GLOBAL)
+    return {p.name: p.asnumpy() for p in net.trainable_params()}
+
+
+def main(out, role, resume=None):
+    from mindspore.communication import get_group_size, get_rank, init, release  # noqa: E402
+    ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
+    init()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+    rank, world = get_rank(), get_group_size()
+    state = os.path.join(out, role, f"rank_{rank}", "state.ckpt")
+    params = train(rank, world, state_path=state, save_state_every=1, resume_from=resume,
+                   stop_at=CUT_AT if role == "cut" else None)
+    np.savez(os.path.join(out, f"{role}_rank_{rank}.npz"), **params)
+    release()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
