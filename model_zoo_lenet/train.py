@@ -20,6 +20,7 @@ modes are launched with msrun, for example on 2 CPU processes:
         --log_dir=runs/msrun_logs model_zoo_lenet/train.py --parallel_mode data_parallel ...
 """
 import argparse
+import glob
 import os
 import sys
 import time
@@ -44,7 +45,8 @@ from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
 from ms_accum.tools.argtypes import positive_float, positive_int
 from ms_accum.trainers.checkpoint import load_into
 from ms_accum.core.schedule import AccumulationSchedule, schedule_argument
-from ms_accum.trainers.state import is_state_file
+from ms_accum.trainers.elastic import saved_layout
+from ms_accum.trainers.state import WORLD, is_state_file
 
 STATE_FILE = "train_state.ckpt"
 
@@ -72,7 +74,14 @@ def parse_args(argv):
     parser.add_argument("--epoch_size", type=positive_int, default=10)
     parser.add_argument("--batch_size", type=positive_int, default=32, help="micro-batch size")
     parser.add_argument("--gradient_accumulation_steps", "--accumulation_steps", dest="accumulation_steps",
-                        type=positive_int, default=4, help="N, micro-batches per optimizer step (default: %(default)s)")
+                        type=positive_int, default=None,
+                        help="N, micro-batches per optimizer step on each device (default: 4)")
+    parser.add_argument("--global_batch_size", type=positive_int, default=None, metavar="G",
+                        help="samples per optimizer step over all devices, replacing --accumulation_steps: each "
+                             "device runs N = G / (devices x --batch_size), so the run keeps its learning dynamics "
+                             "on any device count and its exact state resumes on another one; epochs are cut to "
+                             "whole global batches (--partial_window drop) and --num_samples counts every device's "
+                             "samples")
     parser.add_argument("--accumulation_schedule", type=schedule_argument, default=None, metavar="U:N,...",
                         help="micro-batches per update by update index, replacing --accumulation_steps: 0:1,2:2,4:3 "
                              "runs updates 0-1 with 1, 2-3 with 2, then 3 (not with --dataset_sink_mode)")
@@ -94,8 +103,9 @@ def parse_args(argv):
     parser.add_argument("--momentum", type=float, default=0.9)
     parser.add_argument("--clip_norm", type=positive_float, default=None,
                         help="clip each update's gradient to this global norm (default: no clipping)")
-    parser.add_argument("--partial_window", default="flush", choices=list(ms_accum.PARTIAL_WINDOW_POLICIES),
-                        help="what to do with a window still open at the end of an epoch")
+    parser.add_argument("--partial_window", default=None, choices=list(ms_accum.PARTIAL_WINDOW_POLICIES),
+                        help="what to do with a window still open at the end of an epoch (default: flush; drop "
+                             "with --global_batch_size)")
     parser.add_argument("--nonfinite", choices=["skip", "raise", "apply"], default="skip",
                         help="a window whose gradient holds a NaN or an inf: skip it with a warning naming its "
                              "micro-batches, stop at it, or apply it as TrainOneStepCell would (default: %(default)s)")
@@ -106,7 +116,8 @@ def parse_args(argv):
                         help="apply the raw sum of micro-batch gradients (the tutorial's behaviour) instead of "
                              "the large-batch mean")
     parser.add_argument("--num_samples", type=positive_int, default=None,
-                        help="train on N samples only (per process in parallel modes)")
+                        help="train on N samples only (per process in parallel modes; over all processes with "
+                             "--global_batch_size)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--cpu_threads", type=positive_int, default=None,
                         help="MindSpore CPU kernel threads (default: MindSpore's own choice)")
@@ -125,8 +136,10 @@ def parse_args(argv):
     parser.add_argument("--resume", default=None, metavar="CKPT",
                         help="continue from what train.py wrote: an epoch checkpoint (any device count), or the "
                              "run's --ckpt_path directory (or, on one device, its train_state.ckpt) to continue at "
-                             "the exact micro-batch where it stopped, on the same device count; under msrun each "
-                             "rank then resumes from its own rank_<r>/train_state.ckpt")
+                             "the exact micro-batch where it stopped; under msrun each rank then resumes from its "
+                             "own rank_<r>/train_state.ckpt. On another device count the global batch must be kept "
+                             "(--global_batch_size): the run continues at the same sample, from the last complete "
+                             "window")
     parser.add_argument("--save_state_every", type=int, default=None, metavar="N",
                         help="write the exact training state to CKPT_PATH[/rank_R]/train_state.ckpt every N "
                              "micro-batches, atomically (0: never; not with --dataset_sink_mode nor --trainer "
@@ -175,6 +188,42 @@ class EpochCheckpoint(Callback):
             os.remove(self.written.pop(0))
 
 
+def set_global_batch(args, world):
+    """Resolve N and the partial-window policy from --global_batch_size (or their defaults without it)."""
+    if args.global_batch_size is None:
+        args.accumulation_steps = args.accumulation_steps or 4
+        args.partial_window = args.partial_window or "flush"
+        return
+    given = [flag for flag, value in (("--gradient_accumulation_steps", args.accumulation_steps),
+                                      ("--accumulation_schedule", args.accumulation_schedule),
+                                      ("--adaptive_steps", args.adaptive_steps)) if value is not None]
+    if given:
+        raise ValueError(f"'--global_batch_size' sets N (G / (devices x --batch_size)), but '{given[0]}' was given "
+                         f"too: pass one of them.")
+    args.accumulation_steps = ms_accum.steps_for_global_batch(args.global_batch_size, args.batch_size, world,
+                                                              owner="train.py")
+    args.partial_window = args.partial_window or "drop"
+
+
+def samples_per_process(args, world):
+    """--num_samples as each process's sample count: with --global_batch_size it counts every process's."""
+    if args.num_samples is None or args.global_batch_size is None:
+        return args.num_samples
+    if args.num_samples % world:
+        raise ValueError(f"'--num_samples' must be a multiple of the {world} processes with '--global_batch_size' "
+                         f"(it counts every process's samples), but got {args.num_samples}.")
+    return args.num_samples // world
+
+
+def shards(args, rank, world):
+    """The dataset's sharding: MindSpore's distributed sampler in parallel modes, and on one device too with
+    --global_batch_size, whose random sampler would shuffle an epoch in another order (a window's samples must be
+    the same block of one order on every device count)."""
+    if world == 1 and args.global_batch_size is None:
+        return {}
+    return {"num_shards": world, "shard_id": rank}
+
+
 def accumulation_plan(args, trainer_kind):
     """(the AdaptiveAccumulation policy or None, the AccumulationSchedule to plan the run with) from the flags."""
     varying = [flag for flag, value in (("--accumulation_schedule", args.accumulation_schedule),
@@ -207,9 +256,17 @@ def describe(policy, plan, args, world):
     return f"{n} per update (effective batch {args.batch_size * n * world})"
 
 
-def check_same_schedule(optimizer, state_path):
-    """An exact resume continues the same run: its learning-rate schedule must be this run's."""
-    saved = ms_accum.read_checkpoint(state_path).get(SCHEDULE)
+def check_same_run(optimizer, state_path, run_global_batch):
+    """An exact resume continues the same run: its global batch and its learning-rate schedule must be this
+    run's."""
+    params = ms_accum.read_checkpoint(state_path)
+    layout, _ = saved_layout(params, int(params[WORLD].asnumpy()) if WORLD in params else 1)
+    if layout is not None and layout.steps and run_global_batch and layout.global_batch_size != run_global_batch:
+        raise ValueError(f"'--resume' {state_path!r} continues a run whose 'global_batch_size' was "
+                         f"{layout.describe()}, but this run's is {run_global_batch}: pass --global_batch_size "
+                         f"{layout.global_batch_size} (or the --accumulation_steps that gives it), or resume from "
+                         f"an epoch checkpoint to change it.")
+    saved = params.get(SCHEDULE)
     mine = optimizer.learning_rate
     mine = getattr(mine, "learning_rate", mine)  # a list or Tensor rate is wrapped in _IteratorLearningRate
     if saved is not None and tuple(saved.shape) != tuple(mine.shape):
@@ -224,26 +281,44 @@ def resume_target(path, rank, world):
     What '--resume PATH' names for this rank: (checkpoint file, whether it is an exact state file).
 
     A directory is a run's --ckpt_path: its train_state.ckpt on one device, rank_<r>/train_state.ckpt for rank r
-    in parallel modes. A file is an epoch checkpoint, or a state file (whose rank is checked when it is loaded).
+    in parallel modes. When it holds neither, because the run had another device count, rank r takes the saved
+    run's state files in turn (every one holds the same parameters at an update boundary); loading them checks
+    that the global batch is kept. A file is an epoch checkpoint, or a state file (whose rank is checked when it is
+    loaded).
     """
     if os.path.isdir(path):
         directory = path if world == 1 else os.path.join(path, f"rank_{rank}")
         state = os.path.join(directory, STATE_FILE)
-        if not os.path.isfile(state):
+        if os.path.isfile(state):
+            return state, True
+        saved = sorted(glob.glob(os.path.join(path, "rank_*", STATE_FILE)),
+                       key=lambda name: int(os.path.basename(os.path.dirname(name))[len("rank_"):]))
+        saved += [name for name in [os.path.join(path, STATE_FILE)] if os.path.isfile(name)]
+        if not saved:
             raise ValueError(f"'--resume' {path!r} must be a run's --ckpt_path holding {os.path.relpath(state, path)}"
                              f" (written every --save_state_every micro-batches), but there is none; pass an "
                              f"epoch checkpoint file to resume at an epoch.")
-        return state, True
+        return saved[rank % len(saved)], True
     return path, is_state_file(ms_accum.read_checkpoint(path, arg_name="--resume"))
 
 
 SCHEDULE = "learning_rate"  # the optimizer's learning-rate table: configuration, rebuilt from the flags
+GLOBAL_BATCH = "global_batch_size"  # recorded in epoch checkpoints of runs with one N
 
 
-def resume_from(cell, ckpt_path):
+def resume_from(cell, ckpt_path, args, run_global_batch):
     """Load network and optimizer state into `cell`, but not the learning-rate schedule (this run's flags decide
-    it); return the number of epochs the checkpoint had done."""
+    it); return the number of epochs the checkpoint had done. With --global_batch_size the checkpoint's global
+    batch must be this run's."""
     params = ms_accum.read_checkpoint(ckpt_path, arg_name="--resume")
+    saved_global = int(params[GLOBAL_BATCH].asnumpy()) if GLOBAL_BATCH in params else None
+    if saved_global is not None and saved_global != run_global_batch:
+        if args.global_batch_size is not None:
+            raise ValueError(f"'--global_batch_size' must be the {saved_global} samples per update that {ckpt_path!r} "
+                             f"was trained with, but got {args.global_batch_size}: pass --global_batch_size "
+                             f"{saved_global}, or give N with --gradient_accumulation_steps to change it on purpose.")
+        print(f"note: {ckpt_path!r} was trained with a global batch of {saved_global} samples per update; this "
+              f"run's is {run_global_batch}.", flush=True)
     params.pop(SCHEDULE, None)
     load_into(cell, params, ckpt_path, optional=lambda name: ms_accum.is_accumulation_buffer(name) or name == SCHEDULE,
               arg_name="--resume", what="a checkpoint of this LeNet training run")
@@ -259,10 +334,9 @@ def main(argv=None):
     if trainer_kind in ("driver", "functional") and (args.parallel_mode != "stand_alone" or args.dataset_sink_mode):
         raise ValueError(f"'--trainer {trainer_kind}' runs on one device without sink mode; use '--trainer "
                          f"model_accu' with --parallel_mode or --dataset_sink_mode.")
-    if args.dataset_sink_mode and args.partial_window != "flush":
+    if args.dataset_sink_mode and args.partial_window not in (None, "flush"):
         raise ValueError(f"'--partial_window {args.partial_window}' needs windows cut by epoch, but "
                          f"'--dataset_sink_mode' sinks whole windows only: drop one of them.")
-    policy, plan = accumulation_plan(args, trainer_kind)
     set_device(args.device_target)
     set_mode(args.mode, args.device_target)
     if args.device_target == "CPU":
@@ -271,10 +345,11 @@ def main(argv=None):
         print(f"CPU settings: ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')}, kernel threads: "
               f"{threads}{blocking}")
     rank, world = init_parallel(args.parallel_mode)
+    set_global_batch(args, world)
+    policy, plan = accumulation_plan(args, trainer_kind)
     ms.set_seed(args.seed)
-    dataset = create_dataset(args.data_path, args.batch_size, "train", num_samples=args.num_samples,
-                             seed=args.seed, num_shards=world if world > 1 else None,
-                             shard_id=rank if world > 1 else None)
+    dataset = create_dataset(args.data_path, args.batch_size, "train", num_samples=samples_per_process(args, world),
+                             seed=args.seed, **shards(args, rank, world))
     steps = dataset.get_dataset_size()
     net = LeNet5()
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
@@ -309,8 +384,9 @@ def main(argv=None):
                                                  noise_scale=args.noise_scale, average=not args.raw_sum,
                                                  nonfinite=args.nonfinite)
     resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
+    run_global_batch = world * n * args.batch_size if policy is None and plan.constant is not None else None
     if exact:
-        check_same_schedule(optimizer, resume)
+        check_same_run(optimizer, resume, run_global_batch)
     if trainer_kind == "functional" and args.telemetry_csv:
         raise ValueError("'--telemetry_csv' is an option of '--trainer driver' and '--trainer model_accu'; the "
                          "functional loop prints its own progress.")
@@ -320,7 +396,7 @@ def main(argv=None):
     if exact and trainer_kind == "functional":
         raise ValueError("'--trainer functional' resumes at an epoch: pass an epoch checkpoint to '--resume', not "
                          "the exact training state.")
-    initial_epoch = resume_from(state_cell, resume) if resume and not exact else 0
+    initial_epoch = resume_from(state_cell, resume, args, run_global_batch) if resume and not exact else 0
     if initial_epoch >= args.epoch_size:
         raise ValueError(f"'--epoch_size' must exceed the {initial_epoch} epochs done in {resume!r}, but got "
                          f"{args.epoch_size}.")
@@ -345,7 +421,8 @@ def main(argv=None):
         checkpoints = ModelCheckpoint(prefix="checkpoint_lenet", directory=directory,
                                       config=CheckpointConfig(save_checkpoint_steps=updates_per_epoch,
                                                               keep_checkpoint_max=args.keep_checkpoint_max,
-                                                              append_info=["epoch_num", "step_num"]))
+                                                              append_info=["epoch_num", "step_num",
+                                                                           {GLOBAL_BATCH: run_global_batch}]))
     else:  # updates per epoch vary: save at every epoch's end instead of every so many updates
         checkpoints = EpochCheckpoint(state_cell, directory, args.keep_checkpoint_max)
     callbacks = [checkpoints, EpochSummary(steps * args.batch_size),

@@ -218,6 +218,13 @@ class TestCommandLineErrors:
         (("--momentum", "1.5"), "'--momentum' must be in [0, 1), the weight of the previous velocity, but got 1.5"),
         (("--warmup_epochs", "5", "--epoch_size", "1"), "'--warmup_epochs' must be an int in [0, --epoch_size 1], "
                                                         "but got 5"),
+        (("--global_batch_size", "100"), "For 'train.py', 'global_batch_size' must be a multiple of devices x "
+                                         "micro-batch = 1 x 32 = 32, so that every device runs a whole number of "
+                                         "micro-batches per update, but got 100. The nearest valid values are 96 or "
+                                         "128"),
+        (("--global_batch_size", "64", "--accumulation_steps", "2"), "'--global_batch_size' sets N (G / (devices x "
+                                                                     "--batch_size)), but "
+                                                                     "'--gradient_accumulation_steps' was given too"),
     ])
     def test_out_of_range_training_flags(self, flags, message):
         assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, *flags, check=False), message)
