@@ -102,6 +102,13 @@ EVIDENCE = {
         "test_nonfinite::test_a_nan_micro_batch_skips_its_window_only_on_every_path[model_accu]",
         "test_nonfinite::test_sink_mode_skips_a_nan_window_too",
         "test_nonfinite::test_a_nan_micro_batch_skips_its_window_only_on_every_path[accumulator]"),
+    "global batch kept on any device count (`global_batch_size`)": (
+        "test_elastic::test_a_users_own_loop_keeps_its_global_batch_in_its_state[cells]",
+        "test_elastic::test_the_driver_takes_a_global_batch_and_its_state_refuses_another",
+        "test_elastic::test_a_users_own_loop_keeps_its_global_batch_in_its_state[parallel]",
+        "test_elastic::test_a_state_of_two_devices_resumes_on_one",
+        "test_model_accu::test_sink_mode_takes_n_from_the_global_batch",
+        "test_elastic::test_a_users_own_loop_keeps_its_global_batch_in_its_state[accumulator]"),
 }
 
 
