@@ -68,8 +68,7 @@ def build(args):
 
 def make_peer(name, args):
     """(network, train(batches)): `train` runs the batches' windows through the peer and waits for the result."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import nn, ops  # pylint: disable=import-outside-toplevel
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
     net, loss, optimizer = build(args)
     steps = args.steps
@@ -93,7 +92,21 @@ def make_peer(name, args):
             trainer.train_process(1, dataset_of(batches), steps, ckpt_path=None, log_every=0)
             return finished()
         return net, train
-    loss_net = nn.WithLossCell(net, loss)
+    train_step = jit_step(name, nn.WithLossCell(net, loss), optimizer, steps)
+
+    def train(batches):
+        for x, y in dataset_of(batches).create_tuple_iterator(num_epochs=1):
+            train_step(x, y)
+        return finished()
+    return net, train
+
+
+def jit_step(name, loss_net, optimizer, steps):
+    """The MindSpore 2.x training step of `name` ("tutorial" or "accumulator"): value_and_grad and the accumulator
+    inside one ``ms.jit`` function, called once per micro-batch."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import ops  # pylint: disable=import-outside-toplevel
+    import ms_accum  # pylint: disable=import-outside-toplevel
     loss_net.set_train(True)
     if name == "tutorial":
         accumulator = _tutorial_class()(optimizer, steps)
@@ -106,20 +119,15 @@ def make_peer(name, args):
         def train_step(x, y):
             loss_value, grads = grad_fn(x, y)
             return ops.depend(loss_value, accumulator(grads))
-    else:
-        accumulator = ms_accum.Accumulator(optimizer, steps)
-        grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
+        return train_step
+    accumulator = ms_accum.Accumulator(optimizer, steps)
+    grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
 
-        @ms.jit
-        def train_step(x, y):
-            loss_value, grads = grad_fn(x, y)
-            return ops.depend(loss_value, accumulator(grads, x.shape[0]))
-
-    def train(batches):
-        for x, y in dataset_of(batches).create_tuple_iterator(num_epochs=1):
-            train_step(x, y)
-        return finished()
-    return net, train
+    @ms.jit
+    def train_step(x, y):
+        loss_value, grads = grad_fn(x, y)
+        return ops.depend(loss_value, accumulator(grads, x.shape[0]))
+    return train_step
 
 
 def _tutorial_class():

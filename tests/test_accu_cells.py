@@ -79,6 +79,21 @@ def test_graph_mode_compiles_one_graph_per_mode():
     assert len(cell.compile_cache) == 2
 
 
+def test_the_window_end_runs_without_data_or_network(exec_mode):
+    """end_window() ends a window of accumulating calls on its own: the update graph holds no forward and backward
+    (a graph that did would keep a second arena of activations; benchmarks/memory.py)."""
+    batches = micro_batches((4, 3, 2))
+    cell, net, opt = make_cell("plain", steps=3)
+    cell.set_accumulation(True)
+    for x, y in batches:
+        cell(Tensor(x), Tensor(y))
+    cell.end_window()
+    assert_params_close(params_of(net), reference_train("momentum", [batches]), context=exec_mode)
+    assert opt.global_step.asnumpy()[0] == 1 and int(cell.accu_micro_steps.asnumpy()) == 0
+    if exec_mode == "graph":
+        assert {key.split(".")[0] for key in cell.compile_cache} == {ms_accum.ACCUMULATE_PHASE, ms_accum.UPDATE_PHASE}
+
+
 def _by_attribute(cell, index, steps):
     cell.accumulation = index % steps != steps - 1  # the tutorial's style
 

@@ -76,6 +76,23 @@ def test_peers_benchmark_refuses_bad_arguments(args, message):
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
+MEMORY = os.path.join(ROOT, "benchmarks", "memory.py")
+
+
+@pytest.mark.slow
+@pytest.mark.ecosystem
+def test_memory_benchmark_prints_every_path_against_plain_training():
+    pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
+    done = run("--model", "block", "--micro_batch", 2, "--steps", 2, "--windows", 1,
+               "--configs", "plain-b,plain-b-data,three-cells,model-accu", script=MEMORY)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = dict((name, cells) for name, *cells in re.findall(
+        r"^\| ([a-z-]+) \| ([0-9]+) \| (-?[0-9]+) \| ([+-][0-9.]+)? \| ([+-][0-9.]+)? \|$", done.stdout, re.M))
+    assert list(rows) == ["plain-b", "plain-b-data", "three-cells", "model-accu"], done.stdout[-3000:]
+    assert all(rows[name][2] and rows[name][3] for name in ("three-cells", "model-accu")), rows
+    assert "one float32 copy of the trainable parameters" in done.stdout
+
+
 NOISE_COST = os.path.join(ROOT, "benchmarks", "noise_cost.py")
 NONFINITE_COST = os.path.join(ROOT, "benchmarks", "nonfinite_cost.py")
 

@@ -121,6 +121,9 @@ class Accumulator(WindowEngine, nn.Cell):
                           loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
                           items_source="passed to the Accumulator", rebuild="a new Accumulator", nonfinite=nonfinite)
         self._init_steps(*steps)
+        # The buffers divided in place failed to run in GRAPH_MODE here, with a loss scale or the raw sum
+        # ("Input size 0 add Parameter count 0 not equal to graph input size 1", MindSpore 2.10): divide a copy.
+        self.divide_in_place = False
         self.loss_scaler = loss_scaler
         self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)
         self.last_overflow = Parameter(Tensor(False, mstype.bool_), name=f"{WINDOW_PREFIX}.last_overflow",

@@ -127,6 +127,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         return ops.cast(window.buffers_overflow(self.window_map, self.accu_grads), mstype.float32)
 
     def construct(self, *inputs):
+        if not self._accumulate_now:  # the window's end (no inputs): see end_window
+            return self._end_window(self.optimizer)
         loss, items = micro_batch_forward(self.network, inputs, self._eager)
         scaling_sens = self.accu_scale
         status, scaling_sens = self.start_overflow_check(loss, scaling_sens)
@@ -134,7 +136,4 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         loss = self._add_micro_batch(loss, items, grads)
         flag = self._micro_batch_overflow(status, grads)
         loss = ops.depend(loss, ops.assign(self.accu_overflow, ops.maximum(self.accu_overflow, flag)))
-        if self._accumulate_now:
-            return loss, self.accu_overflow > 0.0, scaling_sens
-        mean_loss, overflow, next_scale = self._end_window(self.optimizer)
-        return ops.depend(mean_loss, loss), overflow, next_scale
+        return loss, self.accu_overflow > 0.0, scaling_sens

@@ -178,12 +178,6 @@ def needs_dataset_reset(model):
     return model._need_reset_data  # pylint: disable=protected-access
 
 
-def base_sink_process(model, *args):
-    """``mindspore.train.Model._train_dataset_sink_process`` itself, for a subclass that overrides it."""
-    from mindspore.train.model import Model  # pylint: disable=import-outside-toplevel
-    return Model._train_dataset_sink_process(model, *args)  # pylint: disable=protected-access
-
-
 def keep_cell_config_visible(wrapper, network):
     """``Cell._get_attr_from_cell``: keep `network`'s amp level and jit config visible on its `wrapper`."""
     wrapper._get_attr_from_cell(network)  # pylint: disable=protected-access

@@ -87,6 +87,9 @@ class WindowEngine(NoiseMeasure):
         self.accu_steps = Parameter(Tensor(1, mstype.int32), name=f"{state.prefix}.steps",
                                     requires_grad=False) if count_windows else None
         self.clip_norm, self.average = clip_norm, average
+        # The window's end divides the buffers in place (no divided copy beside them) when the window is reset
+        # right after; TrainOptim, whose caller clears the buffers, leaves them as they were unless told.
+        self.divide_in_place = count_windows
         self.window_map = ops.HyperMap()
         self._init_noise(noise)
         self.scale_kind, self.loss_scale_manager, self.accu_scale = loss_scale or (None, None, None)
@@ -242,12 +245,15 @@ class WindowEngine(NoiseMeasure):
             divisor = divisor * unscale
         grads, recorded = window.finish_gradients(
             self.window_map, self.accu_grads, divisor, self.grad_reducer, self.clip_norm,
-            (self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped), total)
+            (self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped), total, self.divide_in_place)
         norm = ops.depend(self.accu_last_grad_norm, recorded) * 1.0
         if self.measure_noise:
             recorded = ops.depend(recorded, self._record_noise(
                 norm, total, unscale, self._sum_over_devices if self.reducer_flag else None))
-        mean_loss = ops.depend(window.mean_loss(self._window_counters()), recorded)
+        loss_sum = self.accu_loss + 0.0
+        if self.reducer_flag:  # the window's mean loss over every device's items, as one device would report it
+            loss_sum = self._sum_over_devices(loss_sum)
+        mean_loss = ops.depend(loss_sum / ops.maximum(total, 1e-12), recorded)
         overflow = self._window_overflow(norm)
         next_scale = None
         if self.scale_kind is not None:

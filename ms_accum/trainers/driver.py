@@ -16,7 +16,7 @@ from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 from ..core.noise_scale import check_noise_scale, noise_scale_of
 from ..core.global_batch import steps_or_global_batch
 from ..core.schedule import AccumulationSchedule
-from .elastic import RunLayout
+from .elastic import RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
 from ..core.engine import NONFINITE_POLICIES
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
@@ -79,44 +79,22 @@ class _ExactState(nn.Cell):
         self.window_steps = Parameter(Tensor(0, mstype.int32), name="ms_accum_window_steps", requires_grad=False)
 
 
-class _MicroStep(nn.Cell):
-    """One micro-batch in GRAPH_MODE: forward and backward into the buffers, then, when `update` (a bool Tensor)
-    is set, the window's optimizer step and the clear. Every call runs the same compiled graph, the update a branch
-    taken at run time, as MindCV's TrainStep does. With a graph for the accumulating calls and another for the
-    window's end, the first update waited for two compilations of the network's backward: 21.6 s against
-    TrainStep's 12.9 s on EdgeNeXt xx_small (benchmarks/peers.py), 16.7 against 16.0 s with this one graph;
-    LeNet trains at 1.14 of plain Model.train with it (benchmarks/paired.py --path driver; three cells per window
-    gave 0.91). MindSpore orders the cells' reads and writes of the shared buffers as written. Outputs:
-    TrainOptim's on an update; on an accumulating call the same structure, from the micro-batch's loss (the driver
-    does not read them)."""
+class _WindowEnd(nn.Cell):
+    """The window's end in one graph: TrainOptim's step (or skip) and TrainClear's reset, without the network. Every
+    micro-batch runs TrainForwardBackward's graph, so the network's forward and backward are compiled once and
+    their activations held once: a graph that held the forward-backward and the window's end together (a branch
+    taken at run time, as MindCV's TrainStep does) held 5.0 float32 copies of the parameters above plain training
+    on MindCV's ResNet18 (192 x 192, micro-batch 8, benchmarks/memory.py). MindSpore orders the cells' reads and
+    writes of the shared buffers as written. Outputs: TrainOptim's."""
 
-    def __init__(self, forward_backward, optim, clear):
+    def __init__(self, optim, clear):
         super().__init__(auto_prefix=False)
-        self.forward_backward = forward_backward
         self.optim = optim
         self.clear = clear
-        self.loss_scaled = optim.loss_scaled
 
-    def __call__(self, *args, **kwargs):
-        # the forward-backward cell's PYNATIVE flag is read when this graph is compiled: set it for this mode
-        eager = context.get_context("mode") == context.PYNATIVE_MODE
-        self.forward_backward._eager = eager  # pylint: disable=protected-access
-        return super().__call__(*args, **kwargs)
-
-    def construct(self, update, *inputs):
-        loss = self.forward_backward(*inputs)
-        if update:
-            outputs = ops.depend(self.optim(), loss)
-            outputs = ops.depend(outputs, self.clear())
-        else:
-            outputs = self._accumulating_outputs(loss)
-        return outputs
-
-    def _accumulating_outputs(self, loss):
-        loss = ops.reshape(ops.cast(loss, mstype.float32), ())
-        if not self.loss_scaled:
-            return loss
-        return loss, ops.zeros((), mstype.bool_), self.optim.accu_scale * 1.0
+    def construct(self):
+        outputs = self.optim()
+        return ops.depend(outputs, self.clear())
 
 
 class GradientAccumulation:
@@ -129,9 +107,9 @@ class GradientAccumulation:
     (``set_train(True)``, as :meth:`mindspore.train.Model.train` does: BatchNorm normalises with batch statistics
     and updates its moving statistics once per micro-batch, Dropout is active). By default each update equals one
     large-batch step on exactly the samples of its window, or on its items when the loss network returns
-    ``(loss, num_items)`` (see :class:`TrainForwardBackward`). In GRAPH_MODE every micro-batch runs one compiled
-    graph (its forward-backward, and on the window's last micro-batch the optimizer step and the clear, a branch
-    taken at run time), so training starts after one compilation of the network.
+    ``(loss, num_items)`` (see :class:`TrainForwardBackward`). In GRAPH_MODE every micro-batch runs the
+    forward-backward's compiled graph and each window's end one small graph without the network (the optimizer
+    step and the clear), so the network is compiled once and its activations are held once.
 
     Args:
         network (Cell): The network to train.
@@ -206,12 +184,12 @@ class GradientAccumulation:
         # "raise" is decided here, on the host, where the window's micro-batches are known: the cell skips
         self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense, noise_scale,
                                 "skip" if nonfinite == "raise" else nonfinite)
+        self.optim.divide_in_place = True  # the driver clears the buffers right after every step
         self.clear = TrainClear(self.grad_sum)
         self.train_state = TrainState(self.loss_network, optimizer, self.optim.accu_scale,
                                       self.optim.loss_scale_manager)
         self.exact_state = _ExactState(self.forward_backward, self.optim)
-        self.micro_step = _MicroStep(self.forward_backward, self.optim, self.clear)
-        self._accumulate_flag, self._update_flag = Tensor(False), Tensor(True)
+        self.window_end = _WindowEnd(self.optim, self.clear)
         self.window_steps = self.exact_state.window_steps
 
     def train_process(self, epoch, train_dataset, gradient_accumulation_steps=None, callbacks=None,
@@ -323,7 +301,8 @@ class GradientAccumulation:
         check_positive_int(owner, "max_nonfinite_windows", max_nonfinite_windows)
         check_resume_or_initial_epoch(owner, resume_from, initial_epoch)
         layout = RunLayout(1, train_dataset.get_batch_size(), steps_per_epoch,
-                           schedule.constant if policy is None and schedule.constant else 0, partial_window)
+                           schedule.constant if policy is None and schedule.constant else 0, partial_window,
+                           dataset_shards(train_dataset) == 1)
         plan = _Plan(epoch, steps_per_epoch, schedule, policy, partial_window, callbacks, log_every,
                      initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates,
                      max_nonfinite_windows, layout)
@@ -332,7 +311,7 @@ class GradientAccumulation:
             plan.start_micro, plan.start_updates = load_training_state(self.exact_state, resume_from,
                                                                        epoch * steps_per_epoch, layout=layout,
                                                                        drop_window=self.clear)
-        self.micro_step.set_train(True)
+        self.forward_backward.set_train(True)
         run = _Run(self, plan)
         run.loop(train_dataset)
         if ckpt_path is not None:
@@ -353,16 +332,14 @@ class GradientAccumulation:
 
     def _accumulate(self, data):
         """Add one micro-batch to the open window."""
-        if context.get_context("mode") == context.GRAPH_MODE:
-            return self.micro_step(self._accumulate_flag, *data)
         return self.forward_backward(*data)
 
     def _end_window(self, data):
         """Add the window's last micro-batch `data`, step the optimizer once from the window and clear it; returns
         TrainOptim's outputs (the window's mean loss, or (mean loss, overflow, loss scale))."""
-        if context.get_context("mode") == context.GRAPH_MODE:
-            return self.micro_step(self._update_flag, *data)
         self.forward_backward(*data)
+        if context.get_context("mode") == context.GRAPH_MODE:
+            return self.window_end()
         outputs = self.optim()
         self.clear()
         return outputs

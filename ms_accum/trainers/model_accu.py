@@ -1,20 +1,22 @@
-"""Model_ACCU: a mindspore.train.Model that alternates an accumulation graph and an update graph.
+"""Model_ACCU: a mindspore.train.Model that alternates an accumulation graph and the window's end.
 
-In dataset sink mode (GPU, Ascend; GRAPH_MODE) each window runs the accumulation graph sunk for N-1 steps and the
-update graph sunk for 1 step: two compiled phases of one sink network, each registered once with its own loop
-size. Elsewhere (CPU, PYNATIVE, dataset_sink_mode=False) the same alternation runs micro-batch by micro-batch.
+In dataset sink mode (GPU, Ascend; GRAPH_MODE) each window runs the accumulation graph sunk for N steps (its loop
+size registered once), then the window's end, a graph of the cell without the network and without data. Elsewhere
+(CPU, PYNATIVE, dataset_sink_mode=False) the same alternation runs micro-batch by micro-batch. Only the
+accumulation graph holds the network's forward and backward, so its activations are held once.
 Written against the Model internals of MindSpore 2.7 to 2.10 (train/model.py `_train`, `_train_process`,
 `_train_dataset_sink_process`; train/dataset_helper.py `DatasetHelper`, `connect_network_with_dataset`); the
 private names and the methods it overrides are checked in ``_compat.py`` when ms_accum is imported.
 """
 import math
+import warnings
 from functools import partial
 
 from mindspore.train.callback import RunContext
 from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
 from mindspore.train.model import Model
 
-from ..compat import (base_sink_process, check_model_internals, check_network_mode, eval_during_train,
+from ..compat import (check_model_internals, check_network_mode, eval_during_train,
                       exec_train_preprocess, flush_from_cache, mark_backbone_training, needs_dataset_reset,
                       register_sink_loop, reset_op_ids, set_current_position, set_training_dataset,
                       store_training_step_info, train_network, transfer_tensor_to_tuple)
@@ -23,8 +25,8 @@ from ..core.checks import (check_choice, check_lr_schedule, check_positive_int, 
                            check_state_saving)
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
-from ..cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, AccumulationModes
-from .elastic import RunLayout
+from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
+from .elastic import SHARDING_HINT, RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
 from .state import StateWriter, dataset_starting_at, load_training_state
@@ -38,7 +40,7 @@ def _check_fixed_steps(owner, cell):
     policy."""
     if not isinstance(cell.gradient_accumulation_steps, int):
         raise ValueError(f"For '{owner}', the cell's 'gradient_accumulation_steps' must be one int in dataset sink "
-                         f"mode: each window's two graphs are compiled for a sink loop of N-1 and 1 steps, but got "
+                         f"mode: its accumulation graph is compiled for a sink loop of N steps, but got "
                          f"{cell.gradient_accumulation_steps!r}. Train with dataset_sink_mode=False, which follows a "
                          f"schedule or an AdaptiveAccumulation window by window, or pass one int N.")
 
@@ -184,7 +186,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._registered_loops = set()
         self._state_path, self._save_state_every = state_path, save_state_every
         self._resume_from = None
-        self._trained, self._batch_size = False, 1
+        self._trained, self._batch_size, self._sharded = False, 1, True
         self._partial_window = "flush"
         self._max_nonfinite = DEFAULT_MAX_NONFINITE_WINDOWS
         # the cell's nonfinite="raise" is decided here, on the host, where the window's micro-batches are known
@@ -247,6 +249,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             self._check_sink_mode(train_dataset, sink_size, resume_from)
         self._resume_from = resume_from
         self._batch_size = train_dataset.get_batch_size()
+        self._sharded = self._check_sharding(train_dataset)
         mode = train_network(self).accumulation
         try:
             return super().train(epoch, train_dataset, callbacks, dataset_sink_mode, sink_size, initial_epoch)
@@ -269,6 +272,11 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             raise ValueError(f"For '{owner}', '{GLOBAL_BATCH_NAME}' {global_batch_size} needs N = {steps}, but the "
                              f"cell has trained with N = {current} and its graphs hold it. Build a new cell and "
                              f"Model_ACCU for another global batch.")
+        if steps != current and current != 1:
+            raise ValueError(f"For '{owner}', N must be given once, but the cell's '{cell.steps_name}' is "
+                             f"{current} and '{GLOBAL_BATCH_NAME}' {global_batch_size} gives N = {steps}. Build the "
+                             f"cell without N (and Model_ACCU without 'gradient_accumulation_steps'), or drop "
+                             f"'{GLOBAL_BATCH_NAME}'.")
         cell.steps_name = DERIVED_STEPS_NAME
         cell.gradient_accumulation_steps = steps
 
@@ -276,7 +284,19 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         """This run's RunLayout (micro-batches per epoch `steps`), recorded in its state files."""
         cell, n = train_network(self), self.gradient_accumulation_steps
         return RunLayout(_rank_and_world(cell)[1], self._batch_size, steps, n if isinstance(n, int) else 0,
-                         self._partial_window)
+                         self._partial_window, self._sharded)
+
+    def _check_sharding(self, train_dataset):
+        """Whether MindSpore's distributed sampler shares the data out over this run's devices; in data parallel,
+        a warning when it does not (every device would read every sample, unless each reads files of its own)."""
+        world = _rank_and_world(train_network(self))[1]
+        shards = dataset_shards(train_dataset)
+        if world > 1 and shards != world:
+            warnings.warn(f"For 'Model_ACCU.train', the dataset is not sharded over the {world} devices "
+                          f"(num_shards {shards}): unless each device reads data of its own, every device trains on "
+                          f"every sample and a window holds the same samples {world} times. To share them out, "
+                          f"{SHARDING_HINT}.", UserWarning, stacklevel=3)
+        return shards == world
 
     def _check_sink_mode(self, train_dataset, sink_size, resume_from):
         """What dataset sink mode cannot carry, refused before training on every device (a script tried on CPU,
@@ -351,14 +371,12 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         WindowLoop(front, epoch, steps, self._partial_window, cb_params, list_callback, micro_done, pending,
                    writer).run(epoch_data)
 
-    # ---------------------------------------------------------------- sink: two sunk graphs per window
+    # ---------------------------------------------------------------- sink: N sunk steps and the window's end
     def _train_dataset_sink_process(self, epoch, train_dataset, list_callback=None, cb_params=None, sink_size=-1,
                                     initial_epoch=0, valid_infos=None):
-        """Per window: the accumulation graph sunk for N-1 steps, then the update graph sunk for 1 step."""
+        """Per window: the accumulation graph sunk for N steps, then the window's end, a graph without the network
+        (not sunk: it takes no data)."""
         n = self.gradient_accumulation_steps
-        if n == 1:
-            return base_sink_process(self, epoch, train_dataset, list_callback, cb_params, sink_size, initial_epoch,
-                                     valid_infos)
         dataset_size = train_dataset.get_dataset_size()
         sink_size = dataset_size if sink_size == -1 else sink_size
         cycles = sink_size // n
@@ -387,8 +405,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 set_current_position(self, cb_params.cur_epoch_num, int((cb_params.cur_step_num - 1) % cycles + 1))
                 store_training_step_info(self, cb_params)
                 list_callback.on_train_step_begin(run_context)
-                self._run_sink_graph(sink_net, train_dataset, accumulate=True, loop=n - 1)
-                cb_params.net_outputs = self._run_sink_graph(sink_net, train_dataset, accumulate=False, loop=1)
+                self._run_sink_graph(sink_net, train_dataset, loop=n)
+                cb_params.net_outputs = self._end_window()
                 cb_params.window_record = self._window_record(cb_params, cb_params.net_outputs, n, n)
                 list_callback.on_train_step_end(run_context)
                 guard.after_window(cb_params.cur_step_num, (cb_params.cur_step_num - 1) * n, n, sink_size)
@@ -422,20 +440,24 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                         cell.accu_nonfinite_streak), cell.optimizer,
                        cell.noise_records, window_steps)
 
-    def _run_sink_graph(self, sink_net, dataset, accumulate, loop):
-        """Select the mode and phase right before the call (set_train resets the phase), then launch."""
+    def _run_sink_graph(self, sink_net, dataset, loop):
+        """Select the accumulation mode and phase right before the call (set_train resets the phase), then launch
+        the accumulation graph sunk for `loop` steps."""
         sink_net = check_network_mode(self, sink_net)
-        train_network(self).set_accumulation(accumulate)
-        phase = ACCUMULATE_PHASE if accumulate else UPDATE_PHASE
-        sink_net.phase = phase
-        if phase not in self._registered_loops:
-            self._register_loop_size(dataset, loop, phase)
-            self._registered_loops.add(phase)
+        train_network(self).set_accumulation(True)
+        sink_net.phase = ACCUMULATE_PHASE
+        if ACCUMULATE_PHASE not in self._registered_loops:
+            self._register_loop_size(dataset, loop, ACCUMULATE_PHASE)
+            self._registered_loops.add(ACCUMULATE_PHASE)
         return sink_net()
+
+    def _end_window(self):
+        """The window's end on the device (a seam: the faked device of the tests records it)."""
+        return train_network(self).end_window()
 
     # Device seams: each one wraps a MindSpore call that needs a GPU or Ascend device queue.
     def _make_sink_helper(self, dataset, sink_size, dataset_sink_num):
-        """Create the device queue with a loop size of 1 (any N; no divisibility check on N-1)."""
+        """Create the device queue with a loop size of 1 (any N; the accumulation phase registers its own)."""
         dataset.__loop_size__ = 1
         helper = DatasetHelper(dataset, True, sink_size, dataset_sink_num)
         if needs_dataset_reset(self):

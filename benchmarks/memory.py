@@ -1,0 +1,205 @@
+"""Peak memory of every ms_accum path against plain training at the micro-batch and at the large batch.
+
+    .venv/bin/python benchmarks/memory.py                                   # ResNet18, 192x192, b 8, N 8, graph
+    .venv/bin/python benchmarks/memory.py --model block --image_size 0      # a transformer block model
+    .venv/bin/python benchmarks/memory.py --mode pynative
+
+Each configuration runs in its own fresh process: it builds the network (MindCV's, seeded, or the transformer
+block model), its loss and MindCV's momentum optimizer, notes the resident memory, trains --windows windows of N
+micro-batches (plain training: as many steps of b, or --windows steps of N x b), and reports the peak resident
+memory above that base (ru_maxrss) and the resident memory after the last window (what it holds). The figure that
+matters is the difference to plain training at b, in float32 copies of the trainable parameters.
+
+- plain-b, plain-Nb: ``nn.TrainOneStepCell`` on tensors, batch b and N x b;
+- three-cells: TrainForwardBackward x N, TrainOptim, TrainClear on tensors;
+- accumulator: ``ms_accum.Accumulator`` in a ``jit`` step (value_and_grad), on tensors;
+- tutorial: the MindSpore 2.x tutorial's accumulator in a ``jit`` step, on tensors;
+- driver: ``GradientAccumulation.train_process``, dataset;
+- model-accu: ``Model_ACCU.train`` over ``TrainAccuStepsCell``, dataset, no sink;
+- plain-b-data: ``Model.train`` over ``nn.TrainOneStepCell``, batch b, dataset (the driver's and Model_ACCU's
+  plain counterpart: a dataset pipeline holds memory of its own).
+"""
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from lenet_cells import start_mindspore  # noqa: E402  (no MindSpore import; puts the project on sys.path)
+
+CONFIGS = ("plain-b", "plain-Nb", "plain-b-data", "three-cells", "accumulator", "tutorial", "driver", "model-accu")
+DATASET_FED = ("plain-b-data", "driver", "model-accu")
+
+
+def rss_mib():
+    with open("/proc/self/statm", encoding="ascii") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
+
+
+def peak_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def block_model(classes, seed=0):
+    """A transformer block model: 4 encoder layers (d 256, 4 heads, feed-forward 1024) over 64 positions, mean
+    pooled, a classifier."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
+    ms.set_seed(seed)
+
+    class Blocks(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.CellList([nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+                                       for _ in range(4)])
+            self.head = nn.Dense(256, classes)
+
+        def construct(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.head(x.mean(1))
+    return Blocks()
+
+
+def build(args):
+    """(network, loss, optimizer): MindCV's model or the block model, label-smoothed CE, MindCV's momentum."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    import mindcv  # pylint: disable=import-outside-toplevel
+    ms.set_seed(0)
+    net = block_model(args.classes) if args.model == "block" else \
+        mindcv.create_model(args.model, num_classes=args.classes)
+    loss = mindcv.create_loss(name="CE", label_smoothing=0.1)
+    optimizer = mindcv.create_optimizer(net.trainable_params(), opt="momentum", lr=0.01, momentum=0.9,
+                                        weight_decay=1e-4)
+    return net, loss, optimizer
+
+
+def micro_batches(args, count):
+    rng = np.random.default_rng(1)
+    shape = (args.micro_batch, 64, 256) if args.model == "block" else \
+        (args.micro_batch, 3, args.image_size, args.image_size)
+    return [(rng.normal(size=shape).astype(np.float32),
+             rng.integers(0, args.classes, size=args.micro_batch).astype(np.int32)) for _ in range(count)]
+
+
+def dataset_of(batches, size):
+    import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
+    images, labels = np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches])
+    return ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=False).batch(size)
+
+
+def trainer(config, args, net, loss, optimizer, batches):
+    """A function running the whole measured job."""
+    from mindspore import Tensor, nn, ops  # pylint: disable=import-outside-toplevel
+    from mindspore.train import Model  # pylint: disable=import-outside-toplevel
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    from peers import jit_step  # pylint: disable=import-outside-toplevel
+    steps = args.steps
+    tensors = [(Tensor(x), Tensor(y)) for x, y in batches]
+    loss_net = nn.WithLossCell(net, loss)
+    if config in ("plain-b", "plain-Nb"):
+        step = nn.TrainOneStepCell(loss_net, optimizer)
+        if config == "plain-Nb":
+            tensors = [(ops.concat([x for x, _ in tensors[i:i + steps]]), ops.concat([y for _, y in
+                                                                                     tensors[i:i + steps]]))
+                       for i in range(0, len(tensors), steps)]
+        return lambda: [step(x, y) for x, y in tensors]
+    if config == "plain-b-data":
+        model = Model(nn.TrainOneStepCell(loss_net, optimizer))
+        return lambda: model.train(1, dataset_of(batches, args.micro_batch), dataset_sink_mode=False)
+    if config == "three-cells":
+        grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+        forward_backward = ms_accum.TrainForwardBackward(loss_net, optimizer, grad_sum)
+        optim, clear = ms_accum.TrainOptim(optimizer, grad_sum), ms_accum.TrainClear(grad_sum)
+
+        def run():
+            for index, (x, y) in enumerate(tensors):
+                forward_backward(x, y)
+                if index % steps == steps - 1:
+                    optim()
+                    clear()
+        return run
+    if config == "driver":
+        accumulation = ms_accum.GradientAccumulation(net, loss, optimizer)
+        return lambda: accumulation.train_process(1, dataset_of(batches, args.micro_batch), steps, ckpt_path=None,
+                                                  log_every=0)
+    if config == "model-accu":
+        model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(loss_net, optimizer,
+                                                                gradient_accumulation_steps=steps))
+        return lambda: model.train(1, dataset_of(batches, args.micro_batch), dataset_sink_mode=False)
+    train_step = jit_step(config, loss_net, optimizer, steps)
+    return lambda: [train_step(x, y) for x, y in tensors]
+
+
+def child(config, args):
+    """Measure one configuration in this process; print one JSON line."""
+    start_mindspore(args.mode)
+    net, loss, optimizer = build(args)
+    copy_mib = sum(int(np.prod(p.shape)) for p in net.trainable_params()) * 4 / 2 ** 20
+    batches = micro_batches(args, args.windows * args.steps)
+    run = trainer(config, args, net, loss, optimizer, batches)
+    base = rss_mib()
+    run()
+    float(optimizer.parameters[0].asnumpy().sum())  # the last update done
+    print(json.dumps({"config": config, "base": base, "peak": peak_mib() - base, "held": rss_mib() - base,
+                      "copy": copy_mib}), flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="resnet18", help="a MindCV model name, or 'block' (default: resnet18)")
+    parser.add_argument("--image_size", type=int, default=192)
+    parser.add_argument("--micro_batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=8, help="N")
+    parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args)
+        return
+    results = {}
+    for config in args.configs.split(","):
+        argv = [sys.executable, os.path.abspath(__file__), "--child", config] + [
+            f"--{name}={getattr(args, name)}" for name in ("model", "image_size", "micro_batch", "steps", "windows",
+                                                            "classes", "mode")]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        line = [text for text in done.stdout.splitlines() if text.startswith("{")]
+        if done.returncode or not line:
+            print(f"{config}: failed ({done.returncode})\n{done.stderr[-2000:]}", flush=True)
+            continue
+        results[config] = json.loads(line[-1])
+        print(f"{config}: peak +{results[config]['peak']:.0f} MiB, held +{results[config]['held']:.0f} MiB",
+              flush=True)
+    table(args, results)
+
+
+def table(args, results):
+    if not results:
+        return
+    copy = next(iter(results.values()))["copy"]
+    print(f"\n{args.model}, {'' if args.model == 'block' else f'{args.image_size}x{args.image_size}, '}micro-batch "
+          f"{args.micro_batch}, N = {args.steps}, {args.mode} mode; one float32 copy of the trainable parameters: "
+          f"{copy:.1f} MiB\n")
+    print("| configuration | peak MiB above the built network | held after the last window | copies above plain-b "
+          "| copies above plain-b-data |")
+    print("|---|---|---|---|---|")
+    for config, row in results.items():
+        cells = []
+        for baseline in ("plain-b", "plain-b-data"):
+            if baseline in results and config not in ("plain-b", "plain-b-data"):
+                cells.append(f"{(row['peak'] - results[baseline]['peak']) / copy:+.1f}")
+            else:
+                cells.append("")
+        print(f"| {config} | {row['peak']:.0f} | {row['held']:.0f} | {cells[0]} | {cells[1]} |")
+
+
+if __name__ == "__main__":
+    main()
