@@ -26,6 +26,7 @@ from mindspore import nn  # noqa: E402
 from mindspore.train import Callback  # noqa: E402
 
 import ms_accum  # noqa: E402
+from helpers import StopAt  # noqa: E402
 
 SAMPLES, FEATURES, MICRO, GLOBAL, EPOCHS, CUT_AT = 248, 6, 4, 16, 2, 20
 UPDATES = SAMPLES // GLOBAL * EPOCHS
@@ -56,27 +57,30 @@ def learning_rates():
     return [0.2 * (1.0 - 0.5 * u / UPDATES) for u in range(UPDATES)]
 
 
-class StopAt(Callback):
-    """Request a stop once `update` updates are done (a stop at an update boundary, as a scheduler's would)."""
+class LossLog(Callback):
+    """Each update's reported loss (the window's mean over every device's samples)."""
 
-    def __init__(self, update):
+    def __init__(self):
         super().__init__()
-        self.update = update
+        self.losses = []
 
     def on_train_step_end(self, run_context):
-        if run_context.original_args().cur_step_num == self.update:
-            run_context.request_stop()
+        self.losses.append(float(run_context.original_args().net_outputs.asnumpy()))
 
 
 def train(rank, world, state_path=None, save_state_every=0, resume_from=None, stop_at=None):
-    """One run of Model_ACCU with global_batch_size=GLOBAL; its network's parameters."""
+    """One run of Model_ACCU with global_batch_size=GLOBAL; its network's parameters, and under "losses" the loss
+    of every update."""
     net = network()
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=learning_rates(), momentum=0.9)
     cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
     model = ms_accum.Model_ACCU(cell, state_path=state_path, save_state_every=save_state_every)
-    model.train(EPOCHS, dataset(rank, world), callbacks=[StopAt(stop_at)] if stop_at else None,
+    log = LossLog()
+    model.train(EPOCHS, dataset(rank, world), callbacks=[log] + ([StopAt(stop_at)] if stop_at else []),
                 resume_from=resume_from, partial_window="drop", global_batch_size=GLOBAL)
-    return {p.name: p.asnumpy() for p in net.trainable_params()}
+    params = {p.name: p.asnumpy() for p in net.trainable_params()}
+    params["losses"] = np.array(log.losses)
+    return params
 
 
 def main(out, role, resume=None):

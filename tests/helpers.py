@@ -9,6 +9,7 @@ import numpy as np
 import mindspore as ms
 import mindspore.dataset as ds
 from mindspore import Tensor, nn, ops
+from mindspore.train import Callback
 
 import ms_accum
 from conftest import ROOT, ZOO
@@ -296,3 +297,15 @@ def own_loop(path, seed, steps=3):
     grad_fn = ms.value_and_grad(loss_net, None, opt.parameters)
     return (net, lambda index, x, y: accumulator(grad_fn(x, y)[1], x.shape[0]), accumulator,
             accumulator.drop)
+
+
+class StopAt(Callback):
+    """Request a stop once `update` updates are done (a stop at an update boundary, as a scheduler's would)."""
+
+    def __init__(self, update):
+        super().__init__()
+        self.update = update
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num == self.update:
+            run_context.request_stop()

@@ -20,7 +20,7 @@ import mindspore.dataset as ds
 from mindspore import nn
 
 import ms_accum
-from ms_accum.trainers.elastic import RunLayout, elastic_position
+from ms_accum.trainers.elastic import RunLayout, check_same_global_batch, dataset_shards, elastic_position
 from conftest import ZOO
 from helpers import SAMPLE, micro_batches, msrun_argv, msrun_env, own_loop, params_of, train_py_worker
 import elastic_worker as ew
@@ -115,6 +115,25 @@ def test_partial_windows_of_the_same_samples_move_too():
         elastic_position(RunLayout(1, 4, 41, 8, "flush"), RunLayout(2, 4, 21, 4, "flush"), 8, 1, 0, "s")
 
 
+def test_the_trainers_see_whether_the_data_are_sharded():
+    x = np.arange(40, dtype=np.float32)
+    assert dataset_shards(ds.NumpySlicesDataset({"x": x}, num_shards=2, shard_id=1).batch(4)) == 2
+    assert dataset_shards(ds.NumpySlicesDataset({"x": x}, num_shards=1, shard_id=0).map(lambda v: v).batch(4)) == 1
+    assert dataset_shards(ds.NumpySlicesDataset({"x": x}, sampler=ds.DistributedSampler(3, 0)).batch(4)) == 3
+    assert dataset_shards(ds.NumpySlicesDataset({"x": x}, shuffle=True).batch(4)) is None
+    assert dataset_shards(_tagged_mnist(1, 0)) == 1
+
+
+def test_a_resume_on_another_device_count_refuses_data_that_are_not_sharded():
+    for saved, mine, which in [(RunLayout(2, 4, 31, 2, "drop", sharded=False), ONE, "saved"),
+                               (TWO, RunLayout(1, 4, 62, 4, "drop", sharded=False), "new")]:
+        with pytest.raises(ms_accum.CheckpointError, match=rf"the {which} run's dataset is not sharded over its "
+                                                           rf"devices\. To continue exactly, build the dataset with "
+                                                           rf"num_shards=<devices>, shard_id=<rank> \(on one device "
+                                                           rf"num_shards=1, shard_id=0\)"):
+            elastic_position(saved, mine, 10, 5, 0, "s")
+
+
 def test_a_resume_that_would_change_the_global_batch_is_refused_naming_it():
     with pytest.raises(ms_accum.CheckpointError, match=r"continues a run whose 'global_batch_size' was 16 = 2 "
                                                        r"devices x 2 micro-batches x 4 samples, but this run's is "
@@ -124,6 +143,13 @@ def test_a_resume_that_would_change_the_global_batch_is_refused_naming_it():
     with pytest.raises(ms_accum.CheckpointError, match=r"only with a fixed 'global_batch_size' \(one N\), but N "
                                                        r"changes between windows in the saved run"):
         elastic_position(RunLayout(2, 4, 31, 0, "drop"), ONE, 10, 5, 0, "s")
+    # on the same device count too: a schedule's state resumed with one N, or the reverse
+    with pytest.raises(ms_accum.CheckpointError, match=r"continues a run whose N changed between windows \(a "
+                                                       r"schedule or a policy\), but this run's N is fixed"):
+        check_same_global_batch(RunLayout(1, 4, 62, 0, "drop"), ONE, "s")
+    with pytest.raises(ms_accum.CheckpointError, match=r"whose N was fixed, but this run's N changes between "
+                                                       r"windows.*Resume with the saved run's global_batch_size=16"):
+        check_same_global_batch(ONE, RunLayout(1, 4, 62, 0, "drop"), "s")
     with pytest.raises(ms_accum.CheckpointError, match=r"'partial_window' must be the saved run's 'drop', but got "
                                                        r"'flush'"):
         elastic_position(TWO, RunLayout(1, 4, 62, 4, "flush"), 10, 5, 0, "s")
@@ -174,6 +200,11 @@ def test_model_accu_sets_the_cells_n_from_the_global_batch_and_refuses_conflicts
     assert model.gradient_accumulation_steps == 6 and int(cell.optimizer.global_step.asnumpy()[0]) == 2
     with pytest.raises(ValueError, match=r"'global_batch_size' 16 needs N = 2, but the cell has trained with N = 6"):
         model.train(1, _dense_data(), global_batch_size=16)
+    given = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
+                                        gradient_accumulation_steps=3)
+    with pytest.raises(ValueError, match=r"N must be given once, but the cell's 'gradient_accumulation_steps' is 3 "
+                                         r"and 'global_batch_size' 48 gives N = 6"):
+        ms_accum.Model_ACCU(given).train(1, _dense_data(), global_batch_size=48)
     scheduled = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
                                             gradient_accumulation_steps={0: 1, 2: 2})
     with pytest.raises(ValueError, match=r"'global_batch_size' sets one N, but the cell's "
@@ -225,7 +256,7 @@ def _msrun(out_dir, script, *args, timeout=300):
 
 
 def _relative(got, want):
-    return max(float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want)
+    return max(float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want if k != "losses")
 
 
 def _large_batch_reference():
@@ -290,6 +321,10 @@ def test_one_global_batch_trains_alike_on_one_and_two_devices(api_runs):
     for rank in range(2):
         assert _relative(api_runs["two_full"][rank], reference) <= 1e-5, f"rank {rank}"
     assert _relative(api_runs["two_cut"], reference) > 1e-2, "the cut run was not cut"
+    # the reported loss is the window's mean over every device's samples: the same on 1 and 2 devices
+    assert len(api_runs["one_full"]["losses"]) == ew.UPDATES
+    for rank in range(2):
+        np.testing.assert_allclose(api_runs["two_full"][rank]["losses"], api_runs["one_full"]["losses"], rtol=1e-5)
 
 
 @pytest.mark.slow

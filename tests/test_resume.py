@@ -14,7 +14,7 @@ from mindspore import nn
 
 import ms_accum
 from conftest import ROOT, ZOO
-from helpers import SAMPLE, own_loop, params_of, run_script
+from helpers import SAMPLE, StopAt, own_loop, params_of, run_script
 from ms_accum.trainers.elastic import LAYOUT_KEYS
 from src.dataset import create_dataset
 from src.lenet import LeNet5
@@ -80,6 +80,23 @@ def test_resume_from_any_micro_batch_matches_an_uninterrupted_run(stop_after, un
                                    err_msg=f"{name} after resuming at micro-batch {stop_after}")
     assert resumed_losses == pytest.approx(losses[len(losses) - len(resumed_losses):], rel=1e-5)
     assert int(resumed.optimizer.global_step.asnumpy()[0]) == len(losses)
+
+
+@pytest.mark.parametrize("update", [4, 3])  # mid-epoch 2, and epoch 1's last window
+def test_a_requested_stop_writes_the_state_so_that_a_resume_loses_nothing(update, uninterrupted, tmp_path):
+    """save_state_every=100 would write nothing in this run; the stop writes the state where it stops."""
+    expected, _ = uninterrupted
+    state = str(tmp_path / "state.ckpt")
+    trainer, _ = make_trainer(seed=1)
+    trainer.train_process(EPOCHS, data(), N, callbacks=[StopAt(update)], ckpt_path=None, log_every=0,
+                          state_path=state, save_state_every=100)
+    saved = ms.load_checkpoint(state)
+    assert int(saved["ms_accum_updates_done"].asnumpy()) == update
+    assert int(saved["ms_accum_micro_steps_done"].asnumpy()) == {4: 14, 3: 10}[update]
+    trainer, net = make_trainer(seed=5)
+    trainer.train_process(EPOCHS, data(), N, ckpt_path=None, log_every=0, resume_from=state)
+    for name, want in expected.items():
+        np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
 def test_resume_refuses_a_network_only_checkpoint(tmp_path):

@@ -23,7 +23,9 @@ from .loop import PARTIAL_WINDOW_POLICIES as _PARTIAL
 from ..core.global_batch import GLOBAL_BATCH_NAME
 
 LAYOUT_KEYS = ("ms_accum_micro_batch", "ms_accum_steps_per_epoch", "ms_accum_layout_steps",
-               "ms_accum_partial_window", "ms_accum_open_window")
+               "ms_accum_partial_window", "ms_accum_sharded", "ms_accum_open_window")
+SHARDING_HINT = ("build the dataset with num_shards=<devices>, shard_id=<rank> (on one device num_shards=1, "
+                 "shard_id=0): MindSpore's distributed sampler then shares one order of each epoch out by rank")
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,9 @@ class RunLayout:
         steps (int): N, micro-batches per window on one device; 0 when N varies (a schedule or a policy).
         partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``, what becomes of an epoch's last, partial
             window.
+        sharded (bool): Whether the data are shared out by MindSpore's distributed sampler over `world` shards (a
+            dataset's ``num_shards``/``shard_id``, one shard on one device): what makes a window the same samples
+            on every device count. Default: ``True``.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -59,6 +64,7 @@ class RunLayout:
     steps_per_epoch: int
     steps: int
     partial_window: str
+    sharded: bool = True
 
     @property
     def global_batch_size(self):
@@ -83,7 +89,7 @@ class RunLayout:
     def entries(self, open_window):
         """What a state file records of the layout, `open_window` being the micro-batches of the open window."""
         return dict(zip(LAYOUT_KEYS, (self.micro_batch_size, self.steps_per_epoch, self.steps,
-                                      _PARTIAL.index(self.partial_window), open_window)))
+                                      _PARTIAL.index(self.partial_window), int(self.sharded), open_window)))
 
 
 def _count(number, noun):
@@ -95,12 +101,36 @@ def saved_layout(params, world):
     written without one (ms_accum 0.2.0 and older, or a user's own loop)."""
     if not all(key in params for key in LAYOUT_KEYS):
         return None, None
-    micro, per_epoch, steps, partial, open_window = (int(params[key].asnumpy()) for key in LAYOUT_KEYS)
-    return RunLayout(world, micro, per_epoch, steps, _PARTIAL[partial]), open_window
+    micro, per_epoch, steps, partial, sharded, open_window = (int(params[key].asnumpy()) for key in LAYOUT_KEYS)
+    return RunLayout(world, micro, per_epoch, steps, _PARTIAL[partial], bool(sharded)), open_window
+
+
+def dataset_shards(dataset):
+    """The shards of `dataset`'s source when MindSpore's distributed sampler shares it out (num_shards/shard_id,
+    or a DistributedSampler), else None."""
+    pending = [dataset]
+    while pending:
+        node = pending.pop()
+        children = getattr(node, "children", None) or []
+        if children:
+            pending.extend(children)
+            continue
+        sampler = getattr(node, "sampler", None)
+        if type(sampler).__name__ == "DistributedSampler":
+            return getattr(sampler, "num_shards", None) or getattr(node, "num_shards", None)
+    return None
 
 
 def check_same_global_batch(saved, mine, path):
-    """Refuse a resume that would change the global batch (both layouts known, both with a fixed N)."""
+    """Refuse a resume that would change the global batch: from a fixed N to a schedule or a policy or back, or
+    from one fixed G to another."""
+    if bool(saved.steps) != bool(mine.steps):
+        was = "was fixed" if saved.steps else "changed between windows (a schedule or a policy)"
+        now = "changes between windows" if saved.steps else "is fixed"
+        keep = f"{GLOBAL_BATCH_NAME}={saved.global_batch_size}" if saved.steps else "schedule or policy"
+        raise CheckpointError(f"'resume_from' {path!r} continues a run whose N {was}, but this run's N {now}: "
+                              f"resuming would change the learning dynamics. Resume with the saved run's {keep}, or "
+                              f"start a new run from an epoch checkpoint.")
     if saved.steps and mine.steps and saved.global_batch_size != mine.global_batch_size:
         raise CheckpointError(
             f"'resume_from' {path!r} continues a run whose '{GLOBAL_BATCH_NAME}' was {saved.describe()}, but this "
@@ -124,9 +154,16 @@ def elastic_position(saved, mine, position, updates, open_window, path):
                               f"{'saved' if not saved.steps else 'new'} run. Resume on "
                               f"{_count(saved.world, 'device')}, or from an epoch checkpoint.")
     check_same_global_batch(saved, mine, path)
+    if not saved.sharded or not mine.sharded:
+        which = "saved" if not saved.sharded else "new"
+        raise CheckpointError(f"{where}: a window holds the same samples on both only when both runs share their "
+                              f"data out with MindSpore's distributed sampler, but the {which} run's dataset is not "
+                              f"sharded over its devices. To continue exactly, {SHARDING_HINT}.")
     if saved.partial_window != mine.partial_window:
         raise CheckpointError(f"{where}: 'partial_window' must be the saved run's {saved.partial_window!r}, but got "
-                              f"{mine.partial_window!r}.")
+                              f"{mine.partial_window!r}. Pass partial_window={saved.partial_window!r}; if the "
+                              f"epochs' partial windows then differ, resume on {_count(saved.world, 'device')} or "
+                              f"from an epoch checkpoint.")
     if saved.full_windows != mine.full_windows:
         raise CheckpointError(f"{where}: an epoch must hold the same windows of {saved.global_batch_size} samples, "
                               f"but it holds {saved.full_windows} there and {mine.full_windows} here (micro-batches "

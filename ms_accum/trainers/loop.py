@@ -2,7 +2,8 @@
 
 It cuts epochs of micro-batches into windows and owns everything both trainers must do alike: the N of each
 window (asked of the front end when the window opens), the partial-window policy at an epoch's end, the callbacks
-(one step per update), the exact-state writes, the position in the data and stop requests. A front end only runs
+(one step per update), the exact-state writes, the position in the data and stop requests (a stop writes the
+state, when it is being kept, so that a resume loses nothing). A front end only runs
 micro-batches and windows its own way (:class:`LoopFrontEnd`).
 
 Partial windows: under ``"flush"`` (and ``"carry"`` in the last epoch) the epoch's last micro-batch ends its window,
@@ -104,6 +105,7 @@ class WindowLoop:
                     self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=boundary,
                                       open_window=self.pending)
                 if boundary and run_context.get_stop_requested():
+                    self.writer.on_stop(self.micro_done, cb_params.cur_step_num)
                     break
             if self.pending and self.partial_window == "drop":
                 self.front.drop()
@@ -117,6 +119,7 @@ class WindowLoop:
             callbacks.on_train_epoch_end(run_context)
             self.front.epoch_ended(cb_params)
             if run_context.get_stop_requested():
+                self.writer.on_stop(self.micro_done, cb_params.cur_step_num)
                 break
         callbacks.on_train_end(run_context)
 

@@ -77,6 +77,7 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
         >>> cell = ms_accum.TrainForwardBackward(nn.WithLossCell(net, nn.MSELoss()), optimizer, grad_sum)
         >>> path = ms_accum.save_training_state(cell, "/tmp/saved_state.ckpt", micro_steps_done=37, updates_done=9)
         >>> ms_accum.load_training_state(cell, path, total_micro_steps=100)
+        ms_accum: resuming /tmp/saved_state.ckpt at 37 micro-batches and 9 updates done.
         (37, 9)
     """
     entries = {MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done, RANK: rank, WORLD: world,
@@ -190,6 +191,7 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
         >>> cell = ms_accum.TrainForwardBackward(nn.WithLossCell(net, nn.MSELoss()), optimizer, grad_sum)
         >>> path = ms_accum.save_training_state(cell, "/tmp/loaded_state.ckpt", micro_steps_done=12, updates_done=3)
         >>> micro_done, updates_done = ms_accum.load_training_state(cell, path, total_micro_steps=10 * 4)
+        ms_accum: resuming /tmp/loaded_state.ckpt at 12 micro-batches and 3 updates done.
         >>> micro_done, updates_done
         (12, 3)
     """
@@ -224,6 +226,12 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
     if not 0 <= position < total_micro_steps:
         raise CheckpointError(f"'resume_from' {path!r} was written after {position} micro-batches, but this run "
                               f"has only {total_micro_steps}: raise 'epoch' to continue it.")
+    if saved_world == world:
+        where = "" if layout is None else \
+            f"epoch {position // layout.steps_per_epoch + 1}, micro-batch {position % layout.steps_per_epoch} of " \
+            f"{layout.steps_per_epoch}, "
+        print(f"ms_accum: resuming {path} at {where}{position} micro-batches and {updates} updates done.",
+              flush=True)
     return position, updates
 
 
@@ -256,6 +264,12 @@ class StateWriter:
             self._save(micro_done, updates_done, open_window)
             self.last = micro_done
         return due
+
+    def on_stop(self, micro_done, updates_done):
+        """Training stops at an update boundary on request: write the state there, when it is being kept
+        (`every` > 0) and not written at this position already."""
+        if self.every and self.state_path and micro_done != self.last and micro_done < self.total:
+            self.save_now(micro_done, updates_done)
 
     def save_now(self, micro_done, updates_done):
         """Write the state as it is now, at an update boundary (before training stops); return the path, or None
