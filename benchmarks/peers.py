@@ -1,17 +1,25 @@
-"""MindCV's TrainStep, the MindSpore tutorial's Accumulator and ms_accum (driver, Accumulator) on one MindCV model.
+"""MindCV's TrainStep, the MindSpore tutorial's accumulator and every ms_accum path on one model, time and start-up.
 
     .venv/bin/python benchmarks/peers.py              # EdgeNeXt xx_small, 64x64, micro-batch 8, N = 4, GRAPH_MODE
     .venv/bin/python benchmarks/peers.py --mode pynative --starts 1 --rounds 4 --windows 2
+    .venv/bin/python benchmarks/peers.py --mode pynative --starts 0 --peers tutorial,three-cells,driver,\
+        parallel,model-accu,accumulator --model block      # every path against the tutorial's jit step
 
-Every peer trains the same MindCV model (built by `mindcv.create_model` with the same initial weights, MindCV's
-momentum optimizer and label-smoothed cross-entropy) on the same micro-batches, fed by a dataset:
+Every peer trains the same model (a MindCV model built by `mindcv.create_model`; `--model block`, four
+transformer encoder layers; or `--model lenet`, LeNet5 on 1 x 32 x 32) with the same initial weights, MindCV's
+momentum optimizer and label-smoothed cross-entropy, on the same micro-batches, fed by a dataset:
 
 - `mindcv-trainstep`: MindCV's own `create_trainer(..., gradient_accumulation_steps=N)`, a `Model` over its
   `TrainStep` (built on `mindspore.boost.GradientAccumulation`), as MindCV's train.py runs it;
 - `tutorial`: the MindSpore tutorial's pattern, a `jit_class` accumulator adding each micro-batch's gradient of
   loss / N and stepping the optimizer every N-th call, inside a `jit` train step;
 - `driver`: `ms_accum.GradientAccumulation.train_process`;
+- `three-cells`: `TrainForwardBackward` per micro-batch, `TrainOptim` and `TrainClear` per window;
+- `parallel`: `TrainAccuStepsCell` called per micro-batch (its automatic mode);
+- `model-accu`: `Model_ACCU.train` over a `TrainAccuStepsCell`, without dataset sink mode;
 - `accumulator`: `ms_accum.Accumulator` inside a `jit` train step.
+
+The loops over tensors (tutorial, three-cells, parallel, accumulator) read the same dataset's iterator.
 
 Three figures per peer:
 
@@ -38,12 +46,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from lenet_cells import start_mindspore  # noqa: E402  (no MindSpore import; puts the project on sys.path)
 
-PEERS = ("mindcv-trainstep", "tutorial", "driver", "accumulator")
+PEERS = ("mindcv-trainstep", "tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator")
 
 
 def micro_batches(args, windows, seed):
     rng = np.random.default_rng(seed)
-    return [(rng.normal(size=(args.micro_batch, 3, args.image_size, args.image_size)).astype(np.float32),
+    shape = {"block": (args.micro_batch, 64, 256), "lenet": (args.micro_batch, 1, 32, 32)}.get(
+        args.model, (args.micro_batch, 3, args.image_size, args.image_size))
+    return [(rng.normal(size=shape).astype(np.float32),
              rng.integers(0, args.classes, size=args.micro_batch).astype(np.int32))
             for _ in range(windows * args.steps)]
 
@@ -55,11 +65,18 @@ def dataset_of(batches):
 
 
 def build(args):
-    """MindCV's model (seeded: the same initial weights every time), its loss and its momentum optimizer."""
+    """The model (seeded: the same initial weights every time), MindCV's loss and its momentum optimizer."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     import mindcv  # pylint: disable=import-outside-toplevel
+    from memory import block_model  # pylint: disable=import-outside-toplevel
     ms.set_seed(0)
-    net = mindcv.create_model(args.model, num_classes=args.classes)
+    if args.model == "block":
+        net = block_model(args.classes)
+    elif args.model == "lenet":
+        from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
+        net = LeNet5(num_class=args.classes)
+    else:
+        net = mindcv.create_model(args.model, num_classes=args.classes)
     loss = mindcv.create_loss(name="CE", label_smoothing=0.1)
     optimizer = mindcv.create_optimizer(net.trainable_params(), opt="momentum", lr=0.01, momentum=0.9,
                                         weight_decay=1e-4)
@@ -92,11 +109,39 @@ def make_peer(name, args):
             trainer.train_process(1, dataset_of(batches), steps, ckpt_path=None, log_every=0)
             return finished()
         return net, train
-    train_step = jit_step(name, nn.WithLossCell(net, loss), optimizer, steps)
+    if name == "model-accu":
+        model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer,
+                                                                gradient_accumulation_steps=steps))
+
+        def train(batches):
+            model.train(1, dataset_of(batches), dataset_sink_mode=False)
+            return finished()
+        return net, train
+    if name == "three-cells":
+        grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+        forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), optimizer, grad_sum)
+        optim, clear = ms_accum.TrainOptim(optimizer, grad_sum), ms_accum.TrainClear(grad_sum)
+
+        def train_step(x, y, index):
+            forward_backward(x, y)
+            if index % steps == steps - 1:
+                optim()
+                clear()
+    elif name == "parallel":
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=steps)
+        cell.set_train(True)
+
+        def train_step(x, y, _):
+            cell(x, y)
+    else:
+        jitted = jit_step(name, nn.WithLossCell(net, loss), optimizer, steps)
+
+        def train_step(x, y, _):
+            jitted(x, y)
 
     def train(batches):
-        for x, y in dataset_of(batches).create_tuple_iterator(num_epochs=1):
-            train_step(x, y)
+        for index, (x, y) in enumerate(dataset_of(batches).create_tuple_iterator(num_epochs=1)):
+            train_step(x, y, index)
         return finished()
     return net, train
 
@@ -249,7 +294,8 @@ def steady(args):
 
 
 def table(args, starts, baseline, window_s, ratios, failed):
-    print(f"\n{args.model}, {args.image_size}x{args.image_size}, micro-batch {args.micro_batch} x {args.steps}, "
+    size = {"block": "64 x 256 inputs", "lenet": "1 x 32 x 32"}.get(args.model, f"{args.image_size}x{args.image_size}")
+    print(f"\n{args.model}, {size}, micro-batch {args.micro_batch} x {args.steps}, "
           f"{args.mode.upper()} mode; steady blocks of {args.windows} windows x {args.rounds} rounds, baseline "
           f"{baseline} at {window_s:.3f} s per window; start-up medians of {args.starts} processes\n")
     print(f"| peer | first update, compile included (s) | first {args.first_windows} windows (s) | steady speed "
@@ -258,8 +304,9 @@ def table(args, starts, baseline, window_s, ratios, failed):
     for peer in args.peers:
         runs = [r for r in starts.get(peer, []) if "error" not in r]
         errors = [r["error"] for r in starts.get(peer, []) if "error" in r]
-        first = f"{statistics.median(r['first_update_s'] for r in runs):.1f}" if runs else "fails"
-        windows = f"{statistics.median(r['first_windows_s'] for r in runs):.1f}" if runs else "fails"
+        missing = "fails" if errors else "-"
+        first = f"{statistics.median(r['first_update_s'] for r in runs):.1f}" if runs else missing
+        windows = f"{statistics.median(r['first_windows_s'] for r in runs):.1f}" if runs else missing
         distance = f"{max(r['distance'] for r in runs):.1e}" if runs else "-"
         if peer in ratios:
             values = ratios[peer]

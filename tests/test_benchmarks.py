@@ -57,13 +57,14 @@ PEERS = os.path.join(ROOT, "benchmarks", "peers.py")
 @pytest.mark.ecosystem
 def test_peers_benchmark_prints_every_peer_with_its_distance():
     pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
-    done = run("--mode", "pynative", "--model", "edgenext_xx_small", "--micro-batch", 2, "--steps", 2,
-               "--first-windows", 2, "--windows", 1, "--rounds", 1, "--starts", 1, "--peers", "tutorial,driver",
+    peers = ["tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator"]
+    done = run("--mode", "pynative", "--model", "lenet", "--micro-batch", 2, "--steps", 2,
+               "--first-windows", 2, "--windows", 1, "--rounds", 1, "--starts", 1, "--peers", ",".join(peers),
                script=PEERS)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = re.findall(r"^\| (tutorial|driver) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \([0-9.]+-[0-9.]+\) \| "
+    rows = re.findall(r"^\| ([a-z-]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \([0-9.]+-[0-9.]+\) \| "
                       r"([0-9.e+-]+) \|$", done.stdout, re.M)
-    assert [r[0] for r in rows] == ["tutorial", "driver"], done.stdout[-3000:]
+    assert [r[0] for r in rows] == peers, done.stdout[-3000:]
     for _, first, windows, speed, distance in rows:
         assert 0 < float(first) <= float(windows) and float(speed) > 0
         assert float(distance) < 1e-4, "equal micro-batches: every peer applies the large batch's update"

@@ -1,6 +1,7 @@
 """Sparse gradients (nn.EmbeddingLookup(sparse=True)) accumulate into dense buffers in every ms_accum cell.
 
-MindSpore 2.10 hands a sparse gradient over as rows plus indices (RowTensor) in GRAPH_MODE only; in PYNATIVE_MODE
+MindSpore 2.10 hands a sparse gradient over as rows plus indices (RowTensor) in a compiled graph only: GRAPH_MODE,
+and PYNATIVE_MODE where ms_accum compiles each step. Run eagerly (MS_JIT=0, or a network that cannot be compiled)
 the same gradient arrives as the rows' values without their indices, so ms_accum refuses it with a clear error.
 """
 import numpy as np
@@ -52,7 +53,9 @@ def _graph_mode():
     ms.set_context(mode=ms.GRAPH_MODE)
 
 
-def test_three_cells_accumulate_sparse_rows():
+@pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE], ids=["graph", "pynative"])
+def test_three_cells_accumulate_sparse_rows(mode):
+    ms.set_context(mode=mode)
     net, loss_net, opt = build(sparse=True)
     grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
     forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
@@ -64,8 +67,10 @@ def test_three_cells_accumulate_sparse_rows():
     assert_params_close(params_of(net), dense_reference(), context="sparse, three cells")
 
 
+@pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE], ids=["graph", "pynative"])
 @pytest.mark.parametrize("kind", ["plain", "dynamic_scale"])
-def test_parallel_cells_accumulate_sparse_rows(kind):
+def test_parallel_cells_accumulate_sparse_rows(kind, mode):
+    ms.set_context(mode=mode)
     net, loss_net, opt = build(sparse=True)
     if kind == "plain":
         cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=3)
@@ -97,14 +102,15 @@ def test_sparse_and_dense_embeddings_train_alike_through_the_driver():
     assert_params_close(results[0], results[1], context="sparse vs dense, 2 epochs")
 
 
-def test_pynative_refuses_sparse_values_without_indices():
+def test_eager_pynative_refuses_sparse_values_without_indices(monkeypatch):
+    monkeypatch.setenv("MS_JIT", "0")  # every step eager, as for a network that cannot be compiled
     ms.set_context(mode=ms.PYNATIVE_MODE)
     _, loss_net, opt = build(sparse=True)
     grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
     forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
     ids, labels = batches()[0]
     with pytest.raises(ValueError, match=r"gradient of shape \(6, 4\) cannot be added to its buffer of shape "
-                                         r"\(10, 4\).*sparse gradient.*Run sparse models in GRAPH_MODE"):
+                                         r"\(10, 4\).*sparse gradient.*Run sparse models compiled.*GRAPH_MODE"):
         forward_backward(Tensor(ids), Tensor(labels))
     assert not grad_sum[0].asnumpy().any()
 

@@ -1,5 +1,5 @@
 """Accumulator: gradient accumulation for the functional training loop of MindSpore 2.x (value_and_grad)."""
-from mindspore import Parameter, Tensor, context, mutable, nn, ops
+from mindspore import Parameter, Tensor, mutable, nn, ops
 from mindspore import dtype as mstype
 
 from ..core import window
@@ -31,8 +31,8 @@ class Accumulator(WindowEngine, nn.Cell):
     when any of its micro-batches overflowed (an inf or nan in the float32 buffers; parameters and optimizer state
     untouched), and calls ``loss_scaler.adjust`` once per window. Do not call ``unscale`` or ``adjust`` yourself.
 
-    It works called from Python in PYNATIVE_MODE and inside a :func:`mindspore.jit`-compiled train step. No
-    full-size ``zeros`` copy is kept.
+    It works inside a :func:`mindspore.jit`-compiled train step, and called from Python in either mode (in
+    PYNATIVE_MODE a call runs as one compiled graph too). No full-size ``zeros`` copy is kept.
 
     Args:
         optimizer (Cell): The optimizer; `grads` follow its `parameters`.
@@ -141,19 +141,16 @@ class Accumulator(WindowEngine, nn.Cell):
         return self.gradient_accumulation_steps
 
     def __call__(self, grads, num_items=None):
-        """Check `grads` against the optimizer's parameters before anything is added; in GRAPH_MODE, hand them
-        over as a mutable tuple, so that one compiled graph serves every call (constant tensors would be folded
-        into a new graph each time)."""
+        """Check `grads` against the optimizer's parameters before anything is added; hand them over as a mutable
+        tuple and a number of items as a Tensor, so that one compiled graph serves every call (constants would be
+        folded into a new graph each time), in GRAPH_MODE and in PYNATIVE_MODE (``compiled.py``)."""
         if not isinstance(grads, (tuple, list)):
             raise TypeError(f"For 'Accumulator', 'grads' must be a tuple of Tensors, one per optimizer parameter, "
                             f"but got {type(grads).__name__}.")
         _check_grads(grads, self.shapes, [tuple(g.shape) if isinstance(g, Tensor) else None for g in grads])
-        grads = tuple(grads)
-        self._note_mode()
-        if context.get_context("mode") == context.GRAPH_MODE:
-            grads = mutable(grads)
-            if isinstance(num_items, (int, float)) and not isinstance(num_items, bool):
-                num_items = Tensor(num_items, mstype.float32)
+        grads = mutable(tuple(grads))
+        if isinstance(num_items, (int, float)) and not isinstance(num_items, bool):
+            num_items = Tensor(num_items, mstype.float32)
         return super().__call__(grads, num_items)
 
     def construct(self, grads, num_items=None):

@@ -97,6 +97,10 @@ class AccumulationModes:
             self._auto_steps = self.next_window_steps()
         return self._auto_steps
 
+    def _holds_network(self):
+        """The accumulation phase runs the network; the window's end does not (see ``compiled.py``)."""
+        return self._accumulate_now
+
     def _select(self, accumulate):
         self._accumulate_now = accumulate
         self.phase = ACCUMULATE_PHASE if accumulate else UPDATE_PHASE
@@ -110,12 +114,10 @@ class AccumulationModes:
             The update call's outputs.
         """
         self._select(False)
-        self._note_mode()
         return super().__call__()
 
     def __call__(self, *args, **kwargs):
         accumulate = self._decide()
-        self._note_mode()
         try:
             self._select(True)
             out = super().__call__(*args, **kwargs)

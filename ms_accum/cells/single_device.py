@@ -6,7 +6,7 @@ each micro-batch's gradient is weighted by what it weighs (``weighting.py``) whi
 divided by the window's total before the optimizer sees it. ``average=False`` reproduces the tutorial's raw sum
 instead.
 """
-from mindspore import jit, nn, ops
+from mindspore import nn, ops
 
 from ..core import window
 from ..core.checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
@@ -98,8 +98,10 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
                           noise=_noise_state(owner, state, noise_scale, average),
                           loss_scale=(kind, None, scale) if kind else None, count_windows=False)
 
+    def _holds_network(self):
+        return True
+
     def __call__(self, *args, **kwargs):
-        self._note_mode()
         try:
             return super().__call__(*args, **kwargs)
         except BaseException:
@@ -191,7 +193,6 @@ class TrainOptim(WindowEngine, nn.Cell):
                           nonfinite=nonfinite)
         self.loss_scaled = kind is not None
 
-    @jit  # one compiled graph in PYNATIVE_MODE too: about 50 small ops, launched one by one otherwise
     def construct(self):
         mean_loss, overflow, next_scale = self._end_window(self.optimizer, reset=False)
         if self.scale_kind is None:
@@ -258,7 +259,6 @@ class TrainClear(WindowEngine, nn.Cell):
                              "themselves would zero the network.")
         return super().__call__(*args, **kwargs)
 
-    @jit  # one compiled graph in PYNATIVE_MODE too (an assign per buffer otherwise)
     def construct(self):
         return self._reset_window(self.accu_micro_steps + 0)
 

@@ -5,17 +5,18 @@ thin front end over :class:`WindowEngine`. The engine binds the rules of ``windo
 counters and its choices, decided once when the cell is built:
 
 - adding a micro-batch (:meth:`WindowEngine._add_micro_batch`): its gradient weighted by its items, its items,
-  loss and noise sums; in PYNATIVE_MODE as one compiled graph;
+  loss and noise sums;
 - ending a window (:meth:`WindowEngine._end_window`): the item checks, the division by the window's items on all
   devices (and by the loss scale), the one reduction across devices, clipping, the noise-scale record, the
   overflow decision taken on every device alike, the optimizer step or its skip, the loss-scale update once per
   window, and the reset;
 - choosing N (:meth:`WindowEngine._init_steps`, :meth:`WindowEngine._steps_now`): an int or a schedule
-  ``{first_update: N}`` counted in the ``accu_windows`` Parameter.
+  ``{first_update: N}`` counted in the ``accu_windows`` Parameter;
+- running each call as a compiled graph in PYNATIVE_MODE too (:class:`compiled.CompiledCall`).
 
 The engine knows nothing of datasets, Model or training loops.
 """
-from mindspore import Parameter, ParameterTuple, Tensor, context, jit, mutable, ops
+from mindspore import Parameter, ParameterTuple, Tensor, jit, mutable, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
 from mindspore.communication.management import GlobalComm
@@ -26,6 +27,7 @@ from . import window
 from ..compat import get_device_num, get_gradients_mean, get_parallel_mode
 from .adaptive import AdaptiveAccumulation, next_steps_on_device
 from .checks import check_choice, check_positive_int
+from .compiled import CompiledCall
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
 from .schedule import STEPS_NAME, AccumulationSchedule
@@ -51,7 +53,7 @@ def data_parallel_reducer(weights):
     return parallel_mode, True, degree, DistributedGradReducer(weights, get_gradients_mean(), degree)
 
 
-class WindowEngine(NoiseMeasure):
+class WindowEngine(CompiledCall, NoiseMeasure):
     """
     Mixin: the rules of an accumulation window bound to one cell's buffers, counters and choices.
 
@@ -97,7 +99,6 @@ class WindowEngine(NoiseMeasure):
             self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
                 ParallelMode.STAND_ALONE, False, 1, Identity()
         self._device_policy = None  # an AdaptiveAccumulation's constants, once _init_steps is given one
-        self._eager = False  # PYNATIVE: add each micro-batch with one compiled graph (see _add_micro_batch)
         self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
         self.device_degree = float(self.degree) if self.reducer_flag else 1.0
         self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
@@ -173,17 +174,14 @@ class WindowEngine(NoiseMeasure):
     def _window_counters(self):
         return (self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items)
 
-    def _note_mode(self):
-        """Called before each call from Python: whether construct runs eagerly (PYNATIVE_MODE)."""
-        self._eager = context.get_context("mode") == context.PYNATIVE_MODE
-
     def _add_micro_batch(self, loss, items, grads, weight=None):
         """accu_grads += weight * grads (weight: the items by default, 1 when the cell sums instead of averaging);
         counters take in the micro-batch.
 
-        In PYNATIVE_MODE this runs as one compiled graph, with the gradients handed over as a mutable tuple (as
-        constants, MindSpore would compile a new graph per call): a few small operators per parameter, launched
-        one by one, cost about 3 ms per LeNet micro-batch otherwise.
+        Where the cell's step runs eagerly (PYNATIVE_MODE, its network not compiled: see ``compiled.py``), this
+        still runs as one compiled graph, with the gradients handed over as a mutable tuple (as constants,
+        MindSpore would compile a new graph per call): a few small operators per parameter, launched one by one,
+        cost about 3 ms per LeNet micro-batch otherwise.
         """
         if weight is None:
             weight = items if self.average else ops.ones_like(items)

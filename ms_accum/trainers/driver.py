@@ -2,7 +2,7 @@
 from dataclasses import dataclass
 from functools import partial
 
-from mindspore import Parameter, Tensor, context, nn, ops
+from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 
 from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_lr_schedule, check_optimizer,
@@ -11,6 +11,7 @@ from ..compat import CallbackManager, InternalCallbackParam
 from ..core.adaptive import AdaptiveAccumulation
 from .checkpoint import save_checkpoint_atomic
 from ..core.loss_scale import check_scale_sense
+from ..core.compiled import CompiledCall
 from ..core.engine import float32_buffers
 from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 from ..core.noise_scale import check_noise_scale, noise_scale_of
@@ -79,13 +80,13 @@ class _ExactState(nn.Cell):
         self.window_steps = Parameter(Tensor(0, mstype.int32), name="ms_accum_window_steps", requires_grad=False)
 
 
-class _WindowEnd(nn.Cell):
+class _WindowEnd(CompiledCall, nn.Cell):
     """The window's end in one graph: TrainOptim's step (or skip) and TrainClear's reset, without the network. Every
     micro-batch runs TrainForwardBackward's graph, so the network's forward and backward are compiled once and
     their activations held once: a graph that held the forward-backward and the window's end together (a branch
     taken at run time, as MindCV's TrainStep does) held 5.0 float32 copies of the parameters above plain training
     on MindCV's ResNet18 (192 x 192, micro-batch 8, benchmarks/memory.py). MindSpore orders the cells' reads and
-    writes of the shared buffers as written. Outputs: TrainOptim's."""
+    writes of the shared buffers as written. One compiled graph in PYNATIVE_MODE too. Outputs: TrainOptim's."""
 
     def __init__(self, optim, clear):
         super().__init__(auto_prefix=False)
@@ -338,11 +339,7 @@ class GradientAccumulation:
         """Add the window's last micro-batch `data`, step the optimizer once from the window and clear it; returns
         TrainOptim's outputs (the window's mean loss, or (mean loss, overflow, loss scale))."""
         self.forward_backward(*data)
-        if context.get_context("mode") == context.GRAPH_MODE:
-            return self.window_end()
-        outputs = self.optim()
-        self.clear()
-        return outputs
+        return self.window_end()
 
 
 def updates_per_epoch(steps, gradient_accumulation_steps, partial_window):

@@ -1,0 +1,63 @@
+"""PYNATIVE_MODE: a cell's call run as one compiled graph, as a user's own ``ms.jit`` step.
+
+MindSpore 2.x's default mode runs a Cell's ``construct`` operator by operator from Python. A user who trains there
+wraps the step in :func:`mindspore.jit`, and the MindSpore tutorials do. Every ms_accum cell does the same for
+itself: in PYNATIVE_MODE a call runs the cell's ``construct`` through :func:`mindspore.jit` (a micro-batch's forward,
+backward and addition in one graph; the window's end in another). In GRAPH_MODE nothing changes: the Cell is
+compiled as always.
+
+A graph holding the user's network can fail to compile (Python that MindSpore's graph syntax does not take). Such
+a cell (:meth:`CompiledCall._holds_network`) then runs eagerly, after a one-line notice; that is decided at the
+first call of each graph phase only, so an error of a later call is raised as it is. Graphs ms_accum writes
+alone (the window's end) are always compiled. ``MS_JIT=0``, MindSpore's switch for running ``ms.jit`` functions as
+plain Python, makes every cell run eagerly.
+"""
+import os
+import sys
+
+from mindspore import context, jit
+
+
+class CompiledCall:
+    """
+    Mixin for a Cell, placed before :class:`mindspore.nn.Cell` in the bases: in PYNATIVE_MODE its calls run
+    ``construct`` compiled by :func:`mindspore.jit`, one graph per phase (``cell.phase``) and input signature.
+
+    Sets ``_eager`` before every call, which ``construct`` may read (frozen into a compiled graph): True only where
+    ``construct`` runs operator by operator (PYNATIVE_MODE, not compiled).
+    """
+
+    _jit_construct = None  # the compiled construct, made at the first PYNATIVE call
+    _compiled_phases = frozenset()  # phases whose first compiled call succeeded
+    _eager_phases = frozenset()  # phases that run eagerly: their graph, holding the network, did not compile
+    _eager = False
+
+    def _holds_network(self):
+        """Whether the graph of the current phase holds the user's network (and may run eagerly if it cannot be
+        compiled). Default: no; the cells whose graph runs the network say so."""
+        return False
+
+    def __call__(self, *args, **kwargs):
+        pynative = context.get_context("mode") == context.PYNATIVE_MODE
+        phase = self.phase
+        if not pynative or os.getenv("MS_JIT") == "0" or phase in self._eager_phases:
+            self._eager = pynative
+            return super().__call__(*args, **kwargs)
+        self._eager = False
+        if self._jit_construct is None:
+            self._jit_construct = jit(self)
+        if phase in self._compiled_phases or not self._holds_network():
+            return self._jit_construct(*args, **kwargs)
+        try:
+            out = self._jit_construct(*args, **kwargs)
+        except Exception as error:  # pylint: disable=broad-except
+            # Run the step eagerly: an error of the network itself is raised from there, with this one chained.
+            self._eager = True
+            out = super().__call__(*args, **kwargs)
+            self._eager_phases = self._eager_phases | {phase}
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            print(f"ms_accum: {type(self).__name__} runs its step eagerly in PYNATIVE_MODE (slower): it could not be "
+                  f"compiled with mindspore.jit ({type(error).__name__}: {first_line[:200]}).", file=sys.stderr)
+            return out
+        self._compiled_phases = self._compiled_phases | {phase}
+        return out

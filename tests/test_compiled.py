@@ -1,0 +1,171 @@
+"""PYNATIVE_MODE: every path runs its steps compiled, as a user's own ms.jit step, and falls back to eager
+execution, with a one-line notice, only for a network that cannot be compiled (ms_accum/core/compiled.py).
+
+Which graphs ran compiled is observed through the seam compiled.py calls (its `jit`); the numbers are checked
+against plain large-batch training built without ms_accum.
+"""
+import collections
+
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor, nn
+
+import ms_accum
+from ms_accum.core import compiled
+from helpers import assert_params_close, build, concat, micro_batches, numpy_dataset, params_of, reference_train
+
+SIZES = (3, 5, 4)  # one window of three unequal micro-batches
+
+
+@pytest.fixture(autouse=True)
+def _pynative():
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    yield
+    ms.set_context(mode=ms.GRAPH_MODE)
+
+
+@pytest.fixture
+def compiled_calls(monkeypatch):
+    """(cell class, graph phase) -> calls that ran through mindspore.jit."""
+    calls = collections.Counter()
+    real_jit = compiled.jit
+
+    def spy(cell):
+        run = real_jit(cell)
+
+        def counted(*args, **kwargs):
+            calls[(type(cell).__name__, cell.phase)] += 1
+            return run(*args, **kwargs)
+        return counted
+
+    monkeypatch.setattr(compiled, "jit", spy)
+    return calls
+
+
+# Each runs `windows` (lists of equal length of micro-batches) through one front end built once.
+def _three_cells(net, loss, opt, windows):
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum)
+    optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
+    for window in windows:
+        for x, y in window:
+            forward_backward(Tensor(x), Tensor(y))
+        optim()
+        clear()
+
+
+def _each_micro_batch(cell, windows):
+    for window in windows:
+        for x, y in window:
+            cell(Tensor(x), Tensor(y))
+
+
+def _parallel(net, loss, opt, windows):
+    _each_micro_batch(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt,
+                                                  accumulation_steps=len(windows[0])), windows)
+
+
+def _parallel_loss_scale(net, loss, opt, windows):
+    _each_micro_batch(ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt,
+                                                               nn.FixedLossScaleUpdateCell(1024.0),
+                                                               accumulation_steps=len(windows[0])), windows)
+
+
+def _driver(net, loss, opt, windows):
+    trainer = ms_accum.GradientAccumulation(net, loss, opt)
+    trainer.train_process(1, numpy_dataset(sum(windows, [])), len(windows[0]), ckpt_path=None, log_every=0)
+
+
+def _model_accu(net, loss, opt, windows):
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, accumulation_steps=len(windows[0]))
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(sum(windows, [])), dataset_sink_mode=False)
+
+
+def _accumulator(net, loss, opt, windows):
+    accumulator = ms_accum.Accumulator(opt, accumulation_steps=len(windows[0]))
+    grad_fn = ms.value_and_grad(lambda x, y: loss(net(x), y), None, opt.parameters)
+    for window in windows:
+        for x, y in window:
+            _, grads = grad_fn(Tensor(x), Tensor(y))
+            accumulator(grads, x.shape[0])
+
+
+PATHS = {
+    "three-cells": (_three_cells, {("TrainForwardBackward", "train"), ("TrainOptim", "train"),
+                                   ("TrainClear", "train")}),
+    "driver": (_driver, {("TrainForwardBackward", "train"), ("_WindowEnd", "train")}),
+    "parallel": (_parallel, {("TrainAccuStepsCell", "train_accumulate"), ("TrainAccuStepsCell", "train_update")}),
+    "parallel-loss-scale": (_parallel_loss_scale, {("TrainAccuStepsWithLossScaleCell", "train_accumulate"),
+                                                   ("TrainAccuStepsWithLossScaleCell", "train_update")}),
+    "model-accu": (_model_accu, {("TrainAccuStepsCell", "train_accumulate"), ("TrainAccuStepsCell", "train_update")}),
+    "accumulator": (_accumulator, {("Accumulator", "train")}),
+}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_every_path_runs_its_steps_compiled_in_pynative(path, compiled_calls, capsys):
+    run, graphs = PATHS[path]
+    batches = micro_batches(SIZES)
+    net, loss, opt = build("adam")
+    run(net, loss, opt, [batches])
+    assert set(compiled_calls) == graphs, f"{path}: graphs run through mindspore.jit: {dict(compiled_calls)}"
+    assert "runs its step eagerly" not in capsys.readouterr().err
+    assert_params_close(params_of(net), reference_train("adam", [batches]), context=f"{path}, compiled PYNATIVE")
+
+
+class TryNet(nn.Cell):
+    """A network MindSpore's graph syntax does not take: a try statement in construct."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 2, 3, pad_mode="valid", has_bias=True)
+        self.flatten = nn.Flatten()
+        self.dense = nn.Dense(2 * 4 * 4, 4)
+
+    def construct(self, x):
+        try:
+            hidden = self.conv(x)
+        except ValueError:
+            hidden = x
+        return self.dense(self.flatten(ops_relu(hidden)))
+
+
+def ops_relu(x):
+    return ms.ops.relu(x)
+
+
+def _try_net(seed=0):
+    ms.set_seed(seed)
+    net = TryNet()
+    return net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"), nn.Momentum(
+        net.trainable_params(), learning_rate=0.1, momentum=0.9)
+
+
+@pytest.mark.parametrize("path", ["three-cells", "driver", "parallel", "model-accu"])
+def test_a_network_that_cannot_be_compiled_runs_eagerly_after_one_notice(path, capsys):
+    batches = micro_batches(SIZES)
+    net, loss, opt = _try_net()
+    PATHS[path][0](net, loss, opt, [batches, batches])  # a second window: no second notice
+    notices = [line for line in capsys.readouterr().err.splitlines() if "runs its step eagerly" in line]
+    assert len(notices) == 1, notices
+    assert "could not be compiled with mindspore.jit" in notices[0] and "Try" in notices[0], notices[0]
+
+    ref, ref_loss, ref_opt = _try_net()
+    step = nn.TrainOneStepCell(nn.WithLossCell(ref, ref_loss), ref_opt)
+    x, y = concat(batches)
+    for _ in range(2):
+        step(Tensor(x), Tensor(y))
+    assert_params_close(params_of(net), params_of(ref), context=f"{path}, eager fallback")
+
+
+def test_an_error_of_the_network_is_raised_not_taken_for_a_compile_failure(capsys):
+    net, _, opt = build("sgd")
+    per_sample = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="none")  # a loss that is not a scalar
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, per_sample), opt, grad_sum)
+    x, y = micro_batches((4,))[0]
+    with pytest.raises(ValueError, match="must return one scalar loss"):
+        forward_backward(Tensor(x), Tensor(y))
+    assert "runs its step eagerly" not in capsys.readouterr().err
+    assert not any(buffer.asnumpy().any() for buffer in grad_sum)
