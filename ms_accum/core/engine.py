@@ -236,11 +236,14 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         total = self.accu_items + 0.0
         if self.reducer_flag:
             total = self._sum_over_devices(total)
-        divisor = ops.maximum(total / self.device_degree, 1e-12) if self.average else ops.ones_like(total)
+        if self.average:
+            divisor = ops.maximum(total / self.device_degree, 1e-12)
+        else:  # the raw sum: handed on as it is where it may be (in place), else copied (see finish_gradients)
+            divisor = None if self.divide_in_place else ops.ones_like(total)
         unscale = 1.0
         if self.scale_kind is not None:
             unscale = ops.reshape(self.accu_scale, ()) * 1.0
-            divisor = divisor * unscale
+            divisor = unscale if divisor is None else divisor * unscale
         grads, recorded = window.finish_gradients(
             self.window_map, self.accu_grads, divisor, self.grad_reducer, self.clip_norm,
             (self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped), total, self.divide_in_place)

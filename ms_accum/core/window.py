@@ -161,9 +161,9 @@ def mean_loss(counters):
 
 def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, items, in_place=True):
     """
-    The gradient the optimizer receives: buffers / divisor, reduced across devices once, then scaled down so that
-    its global norm is at most `clip_norm` (a float, or None for no clipping) as ``ops.clip_by_global_norm``
-    does. Records the window in `last` (a WindowState's ``last``): its `items`, the gradient's global norm before
+    The gradient the optimizer receives: buffers / divisor (the buffers themselves when `divisor` is None: the raw
+    sum), reduced across devices once, then scaled down so that its global norm is at most `clip_norm` (a float,
+    or None for no clipping) as ``ops.clip_by_global_norm`` does. Records the window in `last` (a WindowState's ``last``): its `items`, the gradient's global norm before
     clipping, and whether it was clipped.
 
     With `in_place` the buffers are divided in place and handed on as they are (on one device, without clipping,
@@ -173,7 +173,9 @@ def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, item
     Returns (grads, a Tensor to depend on once the records are written).
     """
     last_items, last_grad_norm, last_clipped = last
-    if in_place:
+    if divisor is None:  # nothing to divide (MindSpore 2.7.0 fails at run time on an in-place multiply by 1);
+        grads = reducer(buffers)  # only with `in_place`: the optimizer reading a Parameter fails in Accumulator
+    elif in_place:
         divided = hyper_map(ops.partial(grad_ops.scale_in_place, 1.0 / divisor), buffers)
         grads = reducer(ops.depend(buffers, divided))
     else:
