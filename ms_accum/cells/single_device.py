@@ -9,6 +9,7 @@ instead.
 from mindspore import nn, ops
 
 from ..core import window
+from ..core.compiled import through_a_branch
 from ..core.checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
                            check_optimizer_trains, check_sens)
 from ..core.engine import WindowEngine
@@ -260,7 +261,8 @@ class TrainClear(WindowEngine, nn.Cell):
         return super().__call__(*args, **kwargs)
 
     def construct(self):
-        return self._reset_window(self.accu_micro_steps + 0)
+        cleared = self._reset_window(self.accu_micro_steps + 0)
+        return through_a_branch(cleared) if self._jit_in_pynative else cleared
 
 
 def _bind_window(owner, grad_sum, average):

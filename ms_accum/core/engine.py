@@ -27,7 +27,7 @@ from . import window
 from ..compat import get_device_num, get_gradients_mean, get_parallel_mode
 from .adaptive import AdaptiveAccumulation, next_steps_on_device
 from .checks import check_choice, check_positive_int
-from .compiled import CompiledCall
+from .compiled import CompiledCall, through_a_branch
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
 from .schedule import STEPS_NAME, AccumulationSchedule
@@ -187,7 +187,10 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             weight = items if self.average else ops.ones_like(items)
         if self._eager:
             return self._add_compiled(loss, items, mutable(grads), weight)
-        return self._add(loss, items, grads, weight)
+        out = self._add(loss, items, grads, weight)
+        if self._jit_in_pynative and loss is not None:
+            out = through_a_branch(out)
+        return out
 
     def _add(self, loss, items, grads, weight):
         return window.add_micro_batch(self.window_map, self.accu_grads, grads, weight, loss, items,
