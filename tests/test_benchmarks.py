@@ -77,6 +77,18 @@ def test_peers_benchmark_refuses_bad_arguments(args, message):
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
+JIT_BRANCH = os.path.join(ROOT, "benchmarks", "jit_branch.py")
+
+
+@pytest.mark.slow
+def test_jit_branch_benchmark_times_both_steps():
+    done = run("--rounds", 1, script=JIT_BRANCH)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = re.findall(r"^\| (straight|branched) \| ([0-9.]+) \| ([0-9.]+) \| [0-9]+/16 \|$", done.stdout, re.M)
+    assert [r[0] for r in rows] == ["straight", "branched"], done.stdout[-3000:]
+    assert re.search(r"straight / branched, mean time per call: [0-9.]+", done.stdout), done.stdout[-3000:]
+
+
 MEMORY = os.path.join(ROOT, "benchmarks", "memory.py")
 
 
