@@ -8,7 +8,8 @@ compiled as always.
 
 MindSpore 2.10 on CPU runs a PYNATIVE jit graph that holds no control flow about 20 ms slower per call, or with
 calls of 50 to 90 ms every few calls, than the same graph with one runtime branch (measured on LeNet, where the
-tutorial's step, whose accumulator branches every N-th call, takes 3 to 4 ms). A micro-step compiled here
+tutorial's step, whose accumulator branches every N-th call, takes 3 to 4 ms; ``benchmarks/jit_branch.py``
+shows it without ms_accum). A micro-step ms_accum compiles in PYNATIVE_MODE (the engine's addition, TrainClear)
 therefore passes its result through :func:`through_a_branch`, which changes no value.
 
 A graph holding the user's network can fail to compile (Python that MindSpore's graph syntax does not take). Such
