@@ -21,7 +21,7 @@ plain Python, makes every cell run eagerly.
 import os
 import sys
 
-from mindspore import context, jit, ops
+from mindspore import context, jit
 
 
 def through_a_branch(value):
