@@ -169,3 +169,16 @@ def test_an_error_of_the_network_is_raised_not_taken_for_a_compile_failure(capsy
         forward_backward(Tensor(x), Tensor(y))
     assert "runs its step eagerly" not in capsys.readouterr().err
     assert not any(buffer.asnumpy().any() for buffer in grad_sum)
+
+
+@pytest.mark.parametrize("path", ["three-cells", "parallel"])
+def test_a_network_with_hooks_runs_eagerly_so_its_hooks_run(path, capsys):
+    batches = micro_batches(SIZES)
+    net, loss, opt = build("sgd")
+    calls = []
+    net.conv.register_forward_hook(lambda cell, inputs, output: calls.append(1))
+    PATHS[path][0](net, loss, opt, [batches])
+    assert len(calls) == len(batches), "the hook must run once per micro-batch"
+    notices = [line for line in capsys.readouterr().err.splitlines() if "runs its step eagerly" in line]
+    assert len(notices) == 1 and "hooks (on 'network.network._backbone.conv')" in notices[0], notices
+    assert_params_close(params_of(net), reference_train("sgd", [batches]), context=f"{path}, hooks, eager")

@@ -15,13 +15,25 @@ therefore passes its result through :func:`through_a_branch`, which changes no v
 A graph holding the user's network can fail to compile (Python that MindSpore's graph syntax does not take). Such
 a cell (:meth:`CompiledCall._holds_network`) then runs eagerly, after a one-line notice; that is decided at the
 first call of each graph phase only, so an error of a later call is raised as it is. Graphs ms_accum writes
-alone (the window's end) are always compiled. ``MS_JIT=0``, MindSpore's switch for running ``ms.jit`` functions as
+alone (the window's end) are always compiled. A network with hooks (``register_forward_hook`` and the like) on
+any of its cells at that first call runs eagerly too, after a notice: a compiled graph would not call them. ``MS_JIT=0``, MindSpore's switch for running ``ms.jit`` functions as
 plain Python, makes every cell run eagerly.
 """
 import os
 import sys
 
 from mindspore import context, jit
+
+
+HOOKS = ("_forward_pre_hook", "_forward_hook", "_backward_pre_hook", "_backward_hook")
+
+
+def hooked_cell(cell):
+    """The name of a cell in `cell` (itself included) with a hook registered, or None."""
+    for name, sub in cell.cells_and_names():
+        if any(getattr(sub, hook, None) for hook in HOOKS):
+            return name or type(sub).__name__
+    return None
 
 
 def through_a_branch(value):
@@ -64,6 +76,13 @@ class CompiledCall:
             self._jit_construct = jit(self)
         if phase in self._compiled_phases or not self._holds_network():
             return self._jit_construct(*args, **kwargs)
+        hooked = hooked_cell(self)
+        if hooked is not None:
+            self._eager, self._jit_in_pynative = True, False
+            self._eager_phases = self._eager_phases | {phase}
+            print(f"ms_accum: {type(self).__name__} runs its step eagerly in PYNATIVE_MODE (slower): its network has "
+                  f"hooks (on '{hooked}'), which a compiled graph would not call.", file=sys.stderr)
+            return super().__call__(*args, **kwargs)
         try:
             out = self._jit_construct(*args, **kwargs)
         except Exception as error:  # pylint: disable=broad-except
