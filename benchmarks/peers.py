@@ -44,7 +44,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from lenet_cells import start_mindspore  # noqa: E402  (no MindSpore import; puts the project on sys.path)
+from lenet_cells import start_mindspore, three_cells  # noqa: E402  (no MindSpore import; puts the project on sys.path)
 
 PEERS = ("mindcv-trainstep", "tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator")
 
@@ -118,9 +118,7 @@ def make_peer(name, args):
             return finished()
         return net, train
     if name == "three-cells":
-        grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
-        forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), optimizer, grad_sum)
-        optim, clear = ms_accum.TrainOptim(optimizer, grad_sum), ms_accum.TrainClear(grad_sum)
+        forward_backward, optim, clear = three_cells(net, loss, optimizer)
 
         def train_step(x, y, index):
             forward_backward(x, y)

@@ -16,8 +16,8 @@ A graph holding the user's network can fail to compile (Python that MindSpore's 
 a cell (:meth:`CompiledCall._holds_network`) then runs eagerly, after a one-line notice; that is decided at the
 first call of each graph phase only, so an error of a later call is raised as it is. Graphs ms_accum writes
 alone (the window's end) are always compiled. A network with hooks (``register_forward_hook`` and the like) on
-any of its cells at that first call runs eagerly too, after a notice: a compiled graph would not call them. ``MS_JIT=0``, MindSpore's switch for running ``ms.jit`` functions as
-plain Python, makes every cell run eagerly.
+any of its cells at that first call runs eagerly too, after a notice: a compiled graph would not call them.
+``MS_JIT=0``, MindSpore's switch for running ``ms.jit`` functions as plain Python, makes every cell run eagerly.
 """
 import os
 import sys

@@ -17,8 +17,9 @@ def _check_dense_shape(buffer, grad):
     if buffer.shape != grad.shape:
         raise ValueError(f"A gradient of shape {grad.shape} cannot be added to its buffer of shape {buffer.shape}: "
                          f"it is the values of a sparse gradient (for example nn.EmbeddingLookup(sparse=True)), "
-                         f"whose row indices MindSpore drops when the step runs eagerly (PYNATIVE_MODE with MS_JIT=0, or a "
-                         f"network that could not be compiled). Run sparse models compiled: unset MS_JIT=0, or use "
+                         f"whose row indices MindSpore drops when the step runs eagerly (PYNATIVE_MODE with "
+                         f"MS_JIT=0, or a network that could not be compiled). Run sparse models compiled: unset "
+                         f"MS_JIT=0, or use "
                          f"GRAPH_MODE (mindspore.set_context(mode=mindspore.GRAPH_MODE)).")
 
 

@@ -163,8 +163,8 @@ def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, item
     """
     The gradient the optimizer receives: buffers / divisor (the buffers themselves when `divisor` is None: the raw
     sum), reduced across devices once, then scaled down so that its global norm is at most `clip_norm` (a float,
-    or None for no clipping) as ``ops.clip_by_global_norm`` does. Records the window in `last` (a WindowState's ``last``): its `items`, the gradient's global norm before
-    clipping, and whether it was clipped.
+    or None for no clipping) as ``ops.clip_by_global_norm`` does. Records the window in `last` (a WindowState's
+    ``last``): its `items`, the gradient's global norm before clipping, and whether it was clipped.
 
     With `in_place` the buffers are divided in place and handed on as they are (on one device, without clipping,
     the optimizer reads them), for a window reset right after: a divided copy held one more copy of the parameters
