@@ -2,10 +2,12 @@
 
     .venv/bin/python benchmarks/memory.py                                   # ResNet18, 192x192, b 8, N 8, graph
     .venv/bin/python benchmarks/memory.py --model block --image_size 0      # a transformer block model
+    .venv/bin/python benchmarks/memory.py --model mlp                       # a wide MLP: parameters dominate
     .venv/bin/python benchmarks/memory.py --mode pynative
 
-Each configuration runs in its own fresh process: it builds the network (MindCV's, seeded, or the transformer
-block model), its loss and MindCV's momentum optimizer, notes the resident memory, trains --windows windows of N
+Each configuration runs in its own fresh process: it builds the network (MindCV's, seeded, the transformer
+block model, or the wide MLP of benchmarks/data_parallel.py, whose memory is nearly all parameters, gradients and
+optimizer state), its loss and MindCV's momentum optimizer, notes the resident memory, trains --windows windows of N
 micro-batches (plain training: as many steps of b, or --windows steps of N x b), and reports the peak resident
 memory above that base (ru_maxrss) and the resident memory after the last window (what it holds). The figure that
 matters is the difference to plain training at b, in float32 copies of the trainable parameters.
@@ -67,12 +69,19 @@ def block_model(classes, seed=0):
 
 
 def build(args):
-    """(network, loss, optimizer): MindCV's model or the block model, label-smoothed CE, MindCV's momentum."""
+    """(network, loss, optimizer): MindCV's model, the block model or the wide MLP, label-smoothed CE, MindCV's
+    momentum."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
     import mindcv  # pylint: disable=import-outside-toplevel
     ms.set_seed(0)
-    net = block_model(args.classes) if args.model == "block" else \
-        mindcv.create_model(args.model, num_classes=args.classes)
+    if args.model == "block":
+        net = block_model(args.classes)
+    elif args.model == "mlp":
+        net = nn.SequentialCell(nn.Dense(1024, 2048), nn.ReLU(), nn.Dense(2048, 2048), nn.ReLU(),
+                                nn.Dense(2048, args.classes))
+    else:
+        net = mindcv.create_model(args.model, num_classes=args.classes)
     loss = mindcv.create_loss(name="CE", label_smoothing=0.1)
     optimizer = mindcv.create_optimizer(net.trainable_params(), opt="momentum", lr=0.01, momentum=0.9,
                                         weight_decay=1e-4)
@@ -81,8 +90,8 @@ def build(args):
 
 def micro_batches(args, count):
     rng = np.random.default_rng(1)
-    shape = (args.micro_batch, 64, 256) if args.model == "block" else \
-        (args.micro_batch, 3, args.image_size, args.image_size)
+    shape = {"block": (args.micro_batch, 64, 256), "mlp": (args.micro_batch, 1024)}.get(
+        args.model, (args.micro_batch, 3, args.image_size, args.image_size))
     return [(rng.normal(size=shape).astype(np.float32),
              rng.integers(0, args.classes, size=args.micro_batch).astype(np.int32)) for _ in range(count)]
 
@@ -152,7 +161,7 @@ def child(config, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="resnet18", help="a MindCV model name, or 'block' (default: resnet18)")
+    parser.add_argument("--model", default="resnet18", help="a MindCV model name, 'block' or 'mlp' (default: resnet18)")
     parser.add_argument("--image_size", type=int, default=192)
     parser.add_argument("--micro_batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=8, help="N")
@@ -185,7 +194,7 @@ def table(args, results):
     if not results:
         return
     copy = next(iter(results.values()))["copy"]
-    print(f"\n{args.model}, {'' if args.model == 'block' else f'{args.image_size}x{args.image_size}, '}micro-batch "
+    print(f"\n{args.model}, {'' if args.model in ('block', 'mlp') else f'{args.image_size}x{args.image_size}, '}micro-batch "
           f"{args.micro_batch}, N = {args.steps}, {args.mode} mode; one float32 copy of the trainable parameters: "
           f"{copy:.1f} MiB\n")
     print("| configuration | peak MiB above the built network | held after the last window | copies above plain-b "

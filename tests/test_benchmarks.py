@@ -106,6 +106,23 @@ def test_memory_benchmark_prints_every_path_against_plain_training():
     assert "one float32 copy of the trainable parameters" in done.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.ecosystem
+def test_memory_of_the_window_end_stays_within_the_goal_on_a_wide_mlp():
+    """On the wide MLP (6.3 M parameters, micro-batch 2) memory is nearly all parameters, gradients and optimizer
+    state, so each extra copy shows. The three cells and Model_ACCU stay within plain training plus 1.6 copies
+    (the goal is 1.5; MindSpore 2.7.0 measured 1.54 for the three cells, 2.10.0 0.9 and 1.3). Zeroing the buffers
+    through HyperMap, as before, built every buffer's zeros at once: 1.3 and 1.7 copies on 2.10.0."""
+    pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
+    done = run("--model", "mlp", "--micro_batch", 2, "--steps", 4, "--windows", 2,
+               "--configs", "plain-b,three-cells,model-accu", script=MEMORY)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    peaks = {name: float(peak) for name, peak in re.findall(r"^\| ([a-z-]+) \| ([0-9]+) \|", done.stdout, re.M)}
+    copy = float(re.search(r"one float32 copy of the trainable parameters: ([0-9.]+) MiB", done.stdout).group(1))
+    for name in ("three-cells", "model-accu"):
+        assert peaks[name] - peaks["plain-b"] <= 1.6 * copy, (name, peaks, copy)
+
+
 NOISE_COST = os.path.join(ROOT, "benchmarks", "noise_cost.py")
 NONFINITE_COST = os.path.join(ROOT, "benchmarks", "nonfinite_cost.py")
 

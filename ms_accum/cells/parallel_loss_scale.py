@@ -109,7 +109,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
     def _clear_window(self, result):
         """The window's overflow flag is cleared with its buffers."""
         result = ops.depend(result, ops.assign(self.accu_overflow, ops.zeros_like(self.accu_overflow)))
-        return window.reset_window(self.window_map, self.accu_grads, self._window_counters(), result)
+        return window.reset_window(self.accu_grads, self._window_counters(), result)
 
     def _local_overflow(self):
         """The window's overflow flag on this device, or-ed over its micro-batches (see construct)."""

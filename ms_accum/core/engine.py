@@ -284,7 +284,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
 
     def _clear_window(self, result):
         """Zero the buffers and counters after `result` is computed (the window not counted); returns `result`."""
-        return window.reset_window(self.window_map, self.accu_grads, self._window_counters(), result)
+        return window.reset_window(self.accu_grads, self._window_counters(), result)
 
     def _reset_window(self, result):
         """Zero the buffers and counters after `result` is computed, and count the window; returns `result`."""

@@ -4,12 +4,14 @@ Each helper is a ``MultitypeFuncGraph`` registered per gradient type. The accumu
 ``RowTensor`` gradients of sparse lookups (``nn.EmbeddingLookup(sparse=True)``: the touched rows' values and
 their indices, not the table's shape) and add the rows into the dense buffer in place with ScatterAdd, so no
 dense temporary of the table's size is built per micro-step. The others only ever see the dense buffers.
+
+:func:`clear_in_turn` zeroes the buffers one parameter after another, so that the window's end holds one
+parameter's zeros at a time, not a copy of them all.
 """
 from mindspore import dtype as mstype
 from mindspore import ops
 
 scale = ops.MultitypeFuncGraph("scale")
-clear = ops.MultitypeFuncGraph("clear")
 
 
 def _check_dense_shape(buffer, grad):
@@ -38,10 +40,28 @@ def _scale_buffer_in_place(factor, buffer):
     return ops.assign(buffer, buffer * ops.cast(factor, ops.dtype(buffer)))
 
 
-@clear.register("Tensor")
-def _clear_dense(buffer):
-    """buffer = 0 in place, without keeping a second full-size copy of zeros."""
-    return ops.assign(buffer, ops.zeros_like(buffer))
+def _after(scalar, done):
+    """`scalar`, used only once `done` is computed: a dependency through a scalar, never through a buffer (a
+    dependency on a Parameter's value made MindSpore keep loaded copies of the buffers: 2 to 6 parameter copies
+    more on ResNet18)."""
+    return scalar if done is None else ops.depend(scalar, done)
+
+
+def clear_in_turn(buffers):
+    """
+    buffers = 0 in place, one parameter after another (each one's zeros made once the previous buffer is
+    written), so that one parameter's zeros exist at a time: zeroed through ``HyperMap``, every buffer's zeros
+    were built first, 0.8 copies of the parameters on ResNet18. Zeros, not buffer - buffer: an inf or a NaN left by
+    a skipped window must be cleared too.
+
+    Returns:
+        Tensor, to depend on once every buffer is zero.
+    """
+    done = None
+    for buffer in buffers:
+        zero = _after(ops.zeros((), ops.dtype(buffer)), done)
+        done = ops.assign(buffer, ops.fill(ops.dtype(buffer), buffer.shape, zero))
+    return done
 
 
 accumulate_weighted = ops.MultitypeFuncGraph("accumulate_weighted")
