@@ -7,6 +7,7 @@ from ..core.checks import check_bool, check_clip_norm, check_optimizer
 from ..core.engine import WINDOW_PREFIX, WindowEngine, data_parallel_reducer, float32_buffers
 from ..core.loss_scale import scale_kind, scale_parameter
 from ..core.noise_scale import noise_state
+from ..core.runtime_checks import assert_in_graph
 from ..core.schedule import steps_argument
 from ..core.weighting import as_weight
 
@@ -179,7 +180,12 @@ class Accumulator(WindowEngine, nn.Cell):
     def _finish_window(self):
         """The window's update (or, on overflow, none), the loss scaler adjusted once, the buffers cleared."""
         unweighted = self.unweighted + 0
-        if ops.logical_and(unweighted > 0, unweighted < self.accu_micro_steps):
+        mixed = ops.logical_and(unweighted > 0, unweighted < self.accu_micro_steps)
+        if self.cache_safe:
+            checked = assert_in_graph(ops.logical_not(mixed), [unweighted, self.accu_micro_steps + 0])
+            return ops.depend(self._apply_window(checked),
+                              ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
+        if mixed:
             raise ValueError(f"For 'Accumulator', 'num_items' must be given for every micro-batch of a window or for "
                              f"none, but {unweighted} of this window's {self.accu_micro_steps + 0} micro-batches had "
                              f"none: each would weigh 1 beside the others' item counts. Pass num_items on every "
@@ -187,9 +193,10 @@ class Accumulator(WindowEngine, nn.Cell):
                              f"applied; to go on, save the network and build a new Accumulator.")
         return ops.depend(self._apply_window(), ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
 
-    def _apply_window(self):
-        """_finish_window once the window's weighting is known to be consistent."""
-        result, overflow, _ = self._end_window(self.optimizer)
+    def _apply_window(self, after=None):
+        """_finish_window once the window's weighting is known to be consistent (or, with `after`, once that
+        check has passed)."""
+        result, overflow, _ = self._end_window(self.optimizer, after=after)
         if isinstance(overflow, bool):  # nonfinite="apply" without a loss scale: nothing was checked
             return result
         return ops.depend(result, ops.assign(self.last_overflow, overflow))

@@ -30,6 +30,7 @@ from .checks import check_choice, check_positive_int
 from .compiled import CompiledCall, through_a_branch
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
+from .runtime_checks import compile_cache_on
 from .schedule import STEPS_NAME, AccumulationSchedule
 
 WINDOW_PREFIX = "accu_window"
@@ -79,6 +80,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         whose gradient is not finite does without a loss scale, ``"skip"``, ``"raise"`` or ``"apply"`` (no check,
         as MindSpore's TrainOneStepCell)."""
         self.owner_name, self.items_source, self.rebuild_hint = owner, items_source, rebuild
+        # MindSpore's compile cache cannot store a raise in a graph: check with Assert instead (runtime_checks.py)
+        self.cache_safe = compile_cache_on()
         self.accu_grads = buffers
         self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
         self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped = state.last
@@ -220,23 +223,28 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                 return False
             overflow = ops.logical_not(ops.isfinite(norm))
             if self.nonfinite == "raise":
-                window.check_finite(self.owner_name, overflow)
+                overflow = window.check_finite(self.owner_name, overflow, norm, self.cache_safe)
             return overflow
         return self._sum_over_devices(self._local_overflow()) > 0.0
 
-    def _end_window(self, optimizer, reset=True):
+    def _end_window(self, optimizer, reset=True, after=None):
         """
         The window's update: check the items, divide the buffers by the window's items on all devices (and by the
         loss scale), reduce once across devices, clip, record the window (and its noise-scale estimates), decide
         the overflow on every device alike, update the loss scale once, step `optimizer` unless the window
-        overflowed, and, with `reset`, clear the buffers and counters and count the window.
+        overflowed, and, with `reset`, clear the buffers and counters and count the window. `after`: a Tensor (a
+        check of the front end's) the window's end waits for, or None.
 
         Returns:
             (the window's mean loss on this device, whether the window was skipped (a loss-scale overflow, or a
             gradient that is not finite), the loss scale for the next window (None without one)).
         """
-        window.check_items(self.owner_name, self.accu_min_items, self.items_source, self.rebuild_hint)
+        checked = window.check_items(self.owner_name, self.accu_min_items, self.items_source, self.rebuild_hint,
+                                     self.cache_safe)
         total = self.accu_items + 0.0
+        for first in (checked, after):
+            if first is not None:
+                total = ops.depend(total, first)
         if self.reducer_flag:
             total = self._sum_over_devices(total)
         if self.average:

@@ -19,6 +19,7 @@ from mindspore import dtype as mstype
 
 from . import grad_ops
 from . import noise_scale
+from . import runtime_checks
 
 _ATTR = "_ms_accum_window"
 _NO_ITEMS = 3.0e38  # min_items of an empty window
@@ -139,13 +140,16 @@ def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, no
     return ops.depend(out, ops.assign_add(loss_sum, ops.cast(loss, mstype.float32) * items))
 
 
-def check_items(owner, min_items, source="returned by the loss network", rebuild="new cells"):
+def check_items(owner, min_items, source="returned by the loss network", rebuild="new cells", cache_safe=False):
     """
     Raise, before the update, if a micro-batch of the window reported no items (its loss, a mean over nothing, is
     meaningless). The error ends training with these cells: in GRAPH_MODE (and for jit-compiled cells) MindSpore
-    refuses to run a graph again after a runtime error in it.
+    refuses to run a graph again after a runtime error in it. With `cache_safe` the check is MindSpore's Assert
+    (``runtime_checks.py``): returns a Tensor the update must depend on (else None).
     """
     smallest = min_items * 1.0  # a Tensor, not the Parameter, so that the message shows its value
+    if cache_safe:
+        return runtime_checks.assert_in_graph(smallest > 0.0, [smallest])
     if smallest <= 0.0:
         raise ValueError(f"For '{owner}', 'num_items' {source} must be > 0 for every micro-batch, but a micro-batch "
                          f"of this window had {smallest}. Leave out micro-batches with no items, or give the item "
@@ -208,13 +212,17 @@ def count_skip(records, overflow, result):
     return ops.depend(result, ops.assign(streak, (streak + 1.0) * flag))
 
 
-def check_finite(owner, overflow):
+def check_finite(owner, overflow, norm, cache_safe=False):
     """Raise, before the update, if the window's gradient is not finite (nonfinite="raise"). As for
-    :func:`check_items`, the error ends training with these cells."""
+    :func:`check_items`, the error ends training with these cells. Returns `overflow`, which the update depends on
+    (with `cache_safe`, through MindSpore's Assert: see ``runtime_checks.py``)."""
+    if cache_safe:
+        return ops.depend(overflow, runtime_checks.assert_in_graph(ops.logical_not(overflow), [norm]))
     if overflow:
         raise ValueError(f"For '{owner}', the window's gradient must be finite, but it holds a NaN or an inf "
                          f"(nonfinite='raise'). The window was not applied. Find the micro-batch whose loss or "
                          f"gradient is not finite, or pass nonfinite='skip' to skip such windows.")
+    return overflow
 
 
 def step_unless(overflow, optimizer, grads, result):

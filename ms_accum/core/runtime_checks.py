@@ -1,0 +1,38 @@
+"""Checks made while a graph runs, and MindSpore's compile cache.
+
+A window's checks (every micro-batch had items, the weighting was not mixed, the gradient is finite under
+``nonfinite="raise"``) look at values known only at run time. By default they raise a ``ValueError`` from inside
+the graph, with the values in the message; MindSpore compiles such a ``raise`` into a ``PyExecute`` node, which
+its compile cache cannot store: with ``MS_COMPILER_CACHE_ENABLE=1`` the first window's end failed with
+``RuntimeError: Cannot export a PyExecute CNode in MindIR`` (MindSpore 2.10.0).
+
+With the compile cache on (decided when a cell is built), the same conditions are checked by MindSpore's
+``Assert`` operator instead, which the cache stores: a failed check stops the step before the optimizer, as the
+``raise`` does, with MindSpore's ``RuntimeError: assert failed`` after the line ``For 'Assert' condition is
+false.`` and the offending values; :data:`CACHE_FAILURES` says what each means.
+"""
+import os
+
+from mindspore import ops
+
+# What a failed Assert means, by the values it prints, for the messages and the docs.
+CACHE_FAILURES = {
+    "check_items": "a micro-batch of the window had num_items <= 0 (the value printed is the smallest)",
+    "check_mixed": "some micro-batches of the window had num_items and others not (printed: those without, "
+                   "and the window's micro-batches)",
+    "check_finite": "the window's gradient holds a NaN or an inf under nonfinite='raise' (printed: its norm)",
+}
+
+
+def compile_cache_on():
+    """Whether MindSpore's compile cache is on for graphs compiled from now (``MS_COMPILER_CACHE_ENABLE=1``)."""
+    return os.environ.get("MS_COMPILER_CACHE_ENABLE", "").strip() == "1"
+
+
+_assert = ops.Assert(summarize=3)
+
+
+def assert_in_graph(ok, values):
+    """Stop the graph, before whatever depends on the result, unless `ok` (a bool scalar Tensor); `values` (a
+    list of Tensors) are printed. Returns a Tensor to depend on."""
+    return _assert(ok, values)
