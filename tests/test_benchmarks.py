@@ -123,6 +123,23 @@ def test_memory_of_the_window_end_stays_within_the_goal_on_a_wide_mlp():
         assert peaks[name] - peaks["plain-b"] <= 1.6 * copy, (name, peaks, copy)
 
 
+COMPILE_CACHE = os.path.join(ROOT, "benchmarks", "compile_cache.py")
+
+
+@pytest.mark.slow
+@pytest.mark.ecosystem
+def test_compile_cache_benchmark_loads_the_cells_from_the_cache():
+    """Every row ran (a window's end that the cache cannot store fails its run), and the second cached run, which
+    loads the graphs instead of compiling them, starts faster than the first."""
+    pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
+    done = run(script=COMPILE_CACHE)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = dict((name, float(total)) for name, total in re.findall(
+        r"^\| ([a-z, ]+) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| ([0-9.]+) \|$", done.stdout, re.M))
+    assert list(rows) == ["no cache", "cache, first run", "cache, second run"], done.stdout[-3000:]
+    assert rows["cache, second run"] < rows["cache, first run"] / 2, rows
+
+
 NOISE_COST = os.path.join(ROOT, "benchmarks", "noise_cost.py")
 NONFINITE_COST = os.path.join(ROOT, "benchmarks", "nonfinite_cost.py")
 
