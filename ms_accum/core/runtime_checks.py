@@ -9,19 +9,12 @@ its compile cache cannot store: with ``MS_COMPILER_CACHE_ENABLE=1`` the first wi
 With the compile cache on (decided when a cell is built), the same conditions are checked by MindSpore's
 ``Assert`` operator instead, which the cache stores: a failed check stops the step before the optimizer, as the
 ``raise`` does, with MindSpore's ``RuntimeError: assert failed`` after the line ``For 'Assert' condition is
-false.`` and the offending values; :data:`CACHE_FAILURES` says what each means.
+false.`` and the offending values: the smallest num_items of the window (items check); the micro-batches
+without num_items and the window's micro-batches (mixed weighting); the gradient's norm (nonfinite='raise').
 """
 import os
 
 from mindspore import ops
-
-# What a failed Assert means, by the values it prints, for the messages and the docs.
-CACHE_FAILURES = {
-    "check_items": "a micro-batch of the window had num_items <= 0 (the value printed is the smallest)",
-    "check_mixed": "some micro-batches of the window had num_items and others not (printed: those without, "
-                   "and the window's micro-batches)",
-    "check_finite": "the window's gradient holds a NaN or an inf under nonfinite='raise' (printed: its norm)",
-}
 
 
 def compile_cache_on():
