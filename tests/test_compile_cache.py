@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import micro_batches, reference_train
+from helpers import assert_params_close, micro_batches, reference_train
 from conftest import ROOT
 
 WORKER = os.path.join(ROOT, "tests", "cache_worker.py")
@@ -28,23 +28,17 @@ def run_worker(path, out, cache):
         return [saved[f"arr_{i}"] for i in range(len(saved.files))], done
 
 
-def assert_close(got, want, context):
-    assert len(got) == len(want), context
-    for index, (a, b) in enumerate(zip(got, want)):
-        err = np.abs(a - b).max() / max(np.abs(b).max(), 1e-12)
-        assert err <= 1e-5, f"{context}: parameter {index} differs by {err:.3g} (relative)"
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("path", ["three-cells", "driver", "model-accu"])
 def test_a_second_run_loads_the_cached_graphs_and_trains_alike(path, tmp_path):
     batches = micro_batches(SIZES, seed=5)
     want = list(reference_train("momentum", [batches[:STEPS], batches[STEPS:]]).values())
     first, _ = run_worker(path, tmp_path / "first.npz", tmp_path / "cache")
-    assert_close(first, want, f"{path}, first run (compiling and storing)")
+    assert_params_close(dict(enumerate(first)), dict(enumerate(want)),
+                        context=f"{path}, first run (compiling and storing)")
     assert os.listdir(tmp_path / "cache"), "nothing was stored in the compile cache"
     second, _ = run_worker(path, tmp_path / "second.npz", tmp_path / "cache")
-    assert_close(second, want, f"{path}, second run (from the cache)")
+    assert_params_close(dict(enumerate(second)), dict(enumerate(want)), context=f"{path}, second run (from the cache)")
 
 
 @pytest.mark.slow

@@ -181,17 +181,16 @@ class Accumulator(WindowEngine, nn.Cell):
         """The window's update (or, on overflow, none), the loss scaler adjusted once, the buffers cleared."""
         unweighted = self.unweighted + 0
         mixed = ops.logical_and(unweighted > 0, unweighted < self.accu_micro_steps)
-        if self.cache_safe:
+        checked = None
+        if self.cache_safe:  # the compile cache cannot store a raise (runtime_checks.py)
             checked = assert_in_graph(ops.logical_not(mixed), [unweighted, self.accu_micro_steps + 0])
-            return ops.depend(self._apply_window(checked),
-                              ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
-        if mixed:
+        elif mixed:
             raise ValueError(f"For 'Accumulator', 'num_items' must be given for every micro-batch of a window or for "
                              f"none, but {unweighted} of this window's {self.accu_micro_steps + 0} micro-batches had "
                              f"none: each would weigh 1 beside the others' item counts. Pass num_items on every "
                              f"call (for example the micro-batch's sample count, x.shape[0]). The window was not "
                              f"applied; to go on, save the network and build a new Accumulator.")
-        return ops.depend(self._apply_window(), ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
+        return ops.depend(self._apply_window(checked), ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
 
     def _apply_window(self, after=None):
         """_finish_window once the window's weighting is known to be consistent (or, with `after`, once that
