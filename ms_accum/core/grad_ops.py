@@ -114,12 +114,12 @@ def _squared_sum_dense(grad):
 
 
 def sum_over(hyper_map, func, tensors):
-    """The sum over `tensors` of the scalar that `func` gives for each."""
+    """The sum over `tensors` of the scalar that `func` gives for each, in one AddN: a chain of additions compiled
+    about 2 s slower at a window's end over MindCV EdgeNeXt's 160 parameters (MindSpore 2.10, CPU)."""
     values = hyper_map(func, tensors)
-    total = values[0]
-    for value in values[1:]:
-        total = total + value
-    return total
+    if len(values) == 1:
+        return values[0]
+    return ops.addn(values)
 
 
 def global_norm(hyper_map, grads):
