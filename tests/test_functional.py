@@ -205,10 +205,40 @@ def test_no_items_names_the_accumulator():
     net, loss, opt = build("sgd")
     grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
     x, y = micro_batches((4,))[0]
-    with pytest.raises(ValueError, match=r"For 'Accumulator', 'num_items' passed to the Accumulator must be > 0 "
-                                         r"for every micro-batch, but a micro-batch of this window had 0.*build a "
-                                         r"new Accumulator"):
+    with pytest.raises(ValueError, match=r"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a "
+                                         r"window, .* but this window's smallest num_items was 0.* and 0 of its 1 "
+                                         r"micro-batches had none.*build a new Accumulator"):
         ms_accum.Accumulator(opt, 1)(grad_fn(Tensor(x), Tensor(y))[1], 0)
+
+
+@pytest.mark.parametrize("items", [(4, None), (4, 0)], ids=["mixed", "zero"])
+def test_the_items_check_as_an_assert_stops_the_window(monkeypatch, items):
+    """With MindSpore's compile cache on, the window's one items check is an Assert (a raise cannot be cached): a
+    mixed or empty window still stops before the update, inside a jit step."""
+    monkeypatch.setattr(ms_accum.core.engine, "compile_cache_on", lambda: True)
+    net, loss, opt = build("sgd")
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+    accumulator = ms_accum.Accumulator(opt, 2)
+    assert accumulator.cache_safe
+
+    @ms.jit
+    def weighed(x, y, num_items):
+        return accumulator(grad_fn(x, y)[1], num_items)
+
+    @ms.jit
+    def unweighed(x, y):
+        return accumulator(grad_fn(x, y)[1])
+
+    (x, y), (x2, y2) = micro_batches((4, 4), seed=17)
+    before = params_of(net)
+    weighed(Tensor(x), Tensor(y), Tensor(items[0], ms.float32))
+    with pytest.raises(RuntimeError, match="assert failed"):
+        if items[1] is None:
+            unweighed(Tensor(x2), Tensor(y2))
+        else:
+            weighed(Tensor(x2), Tensor(y2), Tensor(items[1], ms.float32))
+    assert_params_close(params_of(net), before, context="nothing applied")
+    assert opt.global_step.asnumpy()[0] == 0
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -232,8 +262,9 @@ def test_a_window_mixing_given_and_omitted_items_is_refused(style, ends_with):
     before = params_of(net)
     weighed(Tensor(x), Tensor(y))
     unweighed(Tensor(x2), Tensor(y2))
-    message = (r"For 'Accumulator', 'num_items' must be given for every micro-batch of a window or for none, but 1 "
-               r"of this window's 2 micro-batches had none.*The window was not applied")
+    message = (r"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a window, and given for every "
+               r"micro-batch or for none, but this window's smallest num_items was 1.* and 1 of its 2 micro-batches "
+               r"had none.*The window was not applied")
     with pytest.raises(ValueError, match=message.replace(" 2 ", " 3 ") if ends_with == "update" else message):
         if ends_with == "update":
             weighed(Tensor(x3), Tensor(y3))

@@ -120,7 +120,7 @@ class Accumulator(WindowEngine, nn.Cell):
                           check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
                           noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
                           loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
-                          items_source="passed to the Accumulator", rebuild="a new Accumulator", nonfinite=nonfinite)
+                          nonfinite=nonfinite)
         self._init_steps(*steps)
         # The buffers divided in place failed to run in GRAPH_MODE here, with a loss scale or the raw sum
         # ("Input size 0 add Parameter count 0 not equal to graph input size 1", MindSpore 2.10): divide a copy.
@@ -178,24 +178,31 @@ class Accumulator(WindowEngine, nn.Cell):
         return pending
 
     def _finish_window(self):
-        """The window's update (or, on overflow, none), the loss scaler adjusted once, the buffers cleared."""
-        unweighted = self.unweighted + 0
-        mixed = ops.logical_and(unweighted > 0, unweighted < self.accu_micro_steps)
+        """The window's update (or, on overflow, none), the loss scaler adjusted once, the buffers cleared. One
+        check of the window's items (each > 0, and given for every micro-batch or for none): in a user's jit step a
+        check that raises is compiled into a slow ``PyExecute`` node, and two of them cost about 3 s more than one
+        on MindCV's EdgeNeXt (``benchmarks/peers.py``)."""
+        smallest = self.accu_min_items * 1.0  # Tensors, not Parameters, so that the message shows their values
+        unweighted, micro_steps = self.unweighted + 0, self.accu_micro_steps + 0
+        mixed = ops.logical_and(unweighted > 0, unweighted < micro_steps)
+        wrong = ops.logical_or(mixed, smallest <= 0.0)
         checked = None
         if self.cache_safe:  # the compile cache cannot store a raise (runtime_checks.py)
-            checked = assert_in_graph(ops.logical_not(mixed), [unweighted, self.accu_micro_steps + 0])
-        elif mixed:
-            raise ValueError(f"For 'Accumulator', 'num_items' must be given for every micro-batch of a window or for "
-                             f"none, but {unweighted} of this window's {self.accu_micro_steps + 0} micro-batches had "
-                             f"none: each would weigh 1 beside the others' item counts. Pass num_items on every "
-                             f"call (for example the micro-batch's sample count, x.shape[0]). The window was not "
-                             f"applied; to go on, save the network and build a new Accumulator.")
+            checked = assert_in_graph(ops.logical_not(wrong), [smallest, unweighted, micro_steps])
+        elif wrong:
+            raise ValueError(f"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a window, and "
+                             f"given for every micro-batch or for none, but this window's smallest num_items was "
+                             f"{smallest} and {unweighted} of its {micro_steps} micro-batches had none (each would "
+                             f"weigh 1 beside the others' item counts). Leave out micro-batches with no items, and "
+                             f"pass num_items on every call (for example the micro-batch's sample count, "
+                             f"x.shape[0]). The window was not applied; to go on, save the network and build a new "
+                             f"Accumulator.")
         return ops.depend(self._apply_window(checked), ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
 
     def _apply_window(self, after=None):
         """_finish_window once the window's weighting is known to be consistent (or, with `after`, once that
         check has passed)."""
-        result, overflow, _ = self._end_window(self.optimizer, after=after)
+        result, overflow, _ = self._end_window(self.optimizer, after=after, check_items=False)
         if isinstance(overflow, bool):  # nonfinite="apply" without a loss scale: nothing was checked
             return result
         return ops.depend(result, ops.assign(self.last_overflow, overflow))

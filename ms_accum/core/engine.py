@@ -227,20 +227,23 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             return overflow
         return self._sum_over_devices(self._local_overflow()) > 0.0
 
-    def _end_window(self, optimizer, reset=True, after=None):
+    def _end_window(self, optimizer, reset=True, after=None, check_items=True):
         """
         The window's update: check the items, divide the buffers by the window's items on all devices (and by the
         loss scale), reduce once across devices, clip, record the window (and its noise-scale estimates), decide
         the overflow on every device alike, update the loss scale once, step `optimizer` unless the window
         overflowed, and, with `reset`, clear the buffers and counters and count the window. `after`: a Tensor (a
-        check of the front end's) the window's end waits for, or None.
+        check of the front end's) the window's end waits for, or None; `check_items` False leaves the items check
+        to the front end (one check that raises compiles about 3 s faster than two in Accumulator's graph).
 
         Returns:
             (the window's mean loss on this device, whether the window was skipped (a loss-scale overflow, or a
             gradient that is not finite), the loss scale for the next window (None without one)).
         """
-        checked = window.check_items(self.owner_name, self.accu_min_items, self.items_source, self.rebuild_hint,
-                                     self.cache_safe)
+        checked = None
+        if check_items:
+            checked = window.check_items(self.owner_name, self.accu_min_items, self.items_source, self.rebuild_hint,
+                                         self.cache_safe)
         total = self.accu_items + 0.0
         for first in (checked, after):
             if first is not None:
