@@ -192,9 +192,9 @@ class Accumulator(WindowEngine, nn.Cell):
         elif wrong:
             raise ValueError(f"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a window, and "
                              f"given for every micro-batch or for none, but this window's smallest num_items was "
-                             f"{smallest} and {unweighted} of its {micro_steps} micro-batches had none (each would "
-                             f"weigh 1 beside the others' item counts). Leave out micro-batches with no items, and "
-                             f"pass num_items on every call (for example the micro-batch's sample count, "
+                             f"{smallest} and {unweighted} of its {micro_steps} micro-batches had none (an omitted "
+                             f"num_items weighs 1 beside the others' item counts). Leave out micro-batches with no "
+                             f"items, and pass num_items on every call (for example the micro-batch's sample count, "
                              f"x.shape[0]). The window was not applied; to go on, save the network and build a new "
                              f"Accumulator.")
         return ops.depend(self._apply_window(checked), ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
@@ -202,7 +202,8 @@ class Accumulator(WindowEngine, nn.Cell):
     def _apply_window(self, after=None):
         """_finish_window once the window's weighting is known to be consistent (or, with `after`, once that
         check has passed)."""
-        result, overflow, _ = self._end_window(self.optimizer, after=after, check_items=False)
+        ended = self._end_window(self.optimizer, after=after, check_items=False)
+        result, overflow = ended[0], ended[1]  # unpacking the unused third made MindSpore warn of a lost node
         if isinstance(overflow, bool):  # nonfinite="apply" without a loss scale: nothing was checked
             return result
         return ops.depend(result, ops.assign(self.last_overflow, overflow))

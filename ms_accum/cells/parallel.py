@@ -229,8 +229,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
 
     def construct(self, *inputs):
         if not self._accumulate_now:  # the window's end (no inputs): see end_window
-            mean_loss, _, _ = self._end_window(self.optimizer)
-            return mean_loss
+            return self._end_window(self.optimizer)[0]
         loss, items = micro_batch_forward(self.network, inputs, self._eager)
         grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, self.sens, self._eager))
         return self._add_micro_batch(loss, items, grads)

@@ -195,10 +195,10 @@ class TrainOptim(WindowEngine, nn.Cell):
         self.loss_scaled = kind is not None
 
     def construct(self):
-        mean_loss, overflow, next_scale = self._end_window(self.optimizer, reset=False)
-        if self.scale_kind is None:
-            return ops.depend(mean_loss, overflow)
-        return mean_loss, overflow, next_scale
+        ended = self._end_window(self.optimizer, reset=False)
+        if self.scale_kind is None:  # indexed, not unpacked: an unused unpacked output makes MindSpore warn
+            return ops.depend(ended[0], ended[1])
+        return ended
 
 
 class TrainClear(WindowEngine, nn.Cell):
