@@ -106,14 +106,14 @@ def add_micro_sq(hyper_map, sums, grads, weight, first, every):
     micro_sq, measured_items, measured = sums
     weight = ops.cast(weight, mstype.float32)
     if every:
-        squared = weight * grad_ops.sum_over(hyper_map, micro_squared_sum, grads)
+        squared = weight * grad_ops.sum_over(hyper_map, micro_squared_sum, grads, sparse=True)
         done = ops.assign(micro_sq, ops.select(first, squared, micro_sq + squared))
         done = ops.depend(done, ops.assign(measured_items, ops.select(first, weight, measured_items + weight)))
         return ops.depend(done, ops.assign(measured, ops.select(first, ops.ones_like(measured), measured + 1.0)))
     done = weight
     if first:
         done = ops.depend(done, ops.assign(micro_sq, weight * grad_ops.sum_over(hyper_map, micro_squared_sum,
-                                                                                 grads)))
+                                                                                 grads, sparse=True)))
         done = ops.depend(done, ops.assign(measured_items, weight))
         done = ops.depend(done, ops.assign(measured, ops.ones_like(measured)))
     return done
