@@ -1,14 +1,15 @@
-"""MindSpore's own limit, shown without ms_accum: in PYNATIVE_MODE on CPU a jit graph without control flow runs
-slower per call than the same graph with one runtime branch.
+"""MindSpore's own limit, shown without ms_accum: on CPU a jit graph without control flow runs slower per call than
+the same graph with one runtime branch, in PYNATIVE_MODE by far, in GRAPH_MODE by a few milliseconds.
 
     .venv/bin/python benchmarks/jit_branch.py                 # LeNet5, micro-batch 8, PYNATIVE_MODE, 8 rounds
+    .venv/bin/python benchmarks/jit_branch.py --mode graph --rounds 30
 
 Two `ms.jit` steps over the same LeNet5 and micro-batches, each `value_and_grad` of the loss and an `assign_add`
 of the gradients into buffers (a micro-step of gradient accumulation): `straight` as written, `branched` with
 `if loss == loss: loss = loss * 1` after it (a runtime branch that changes no value). They take turns on 16
 micro-batches a round; each call waits for its loss. Printed: the median and mean time per call and the calls
 over three times the median, for each, and the ratio of their means. ms_accum passes every micro-step it compiles
-in PYNATIVE_MODE through such a branch (`ms_accum/core/compiled.py`).
+in PYNATIVE_MODE, and in GRAPH_MODE on CPU, through such a branch (`ms_accum/core/compiled.py`).
 """
 import argparse
 import os
@@ -63,10 +64,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--mode", choices=["pynative", "graph"], default="pynative")
     args = parser.parse_args()
     if args.micro_batch < 1 or args.rounds < 1:
         parser.error(f"--micro-batch and --rounds must be >= 1, but got {args.micro_batch} and {args.rounds}.")
-    start_mindspore("pynative")
+    start_mindspore(args.mode)
     from mindspore import Tensor  # pylint: disable=import-outside-toplevel
     rng = np.random.default_rng(0)
     data = [(Tensor(rng.normal(size=(args.micro_batch, 1, 32, 32)).astype(np.float32)),
@@ -82,7 +84,8 @@ def main():
                 began = time.perf_counter()
                 float(step(x, y).asnumpy())
                 times[name].append((time.perf_counter() - began) * 1000)
-    print(f"\nLeNet5, micro-batch {args.micro_batch}, PYNATIVE_MODE, {args.rounds} rounds of 16 calls each\n")
+    print(f"\nLeNet5, micro-batch {args.micro_batch}, {args.mode.upper()}_MODE, {args.rounds} rounds of 16 calls "
+          f"each\n")
     print("| jit step | median ms per call | mean ms | calls over 3x the median |")
     print("|---|---|---|---|")
     for name, values in times.items():

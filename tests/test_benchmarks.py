@@ -81,8 +81,9 @@ JIT_BRANCH = os.path.join(ROOT, "benchmarks", "jit_branch.py")
 
 
 @pytest.mark.slow
-def test_jit_branch_benchmark_times_both_steps():
-    done = run("--rounds", 1, script=JIT_BRANCH)
+@pytest.mark.parametrize("mode", ["pynative", "graph"])
+def test_jit_branch_benchmark_times_both_steps(mode):
+    done = run("--rounds", 1, "--mode", mode, script=JIT_BRANCH)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = re.findall(r"^\| (straight|branched) \| ([0-9.]+) \| ([0-9.]+) \| [0-9]+/16 \|$", done.stdout, re.M)
     assert [r[0] for r in rows] == ["straight", "branched"], done.stdout[-3000:]

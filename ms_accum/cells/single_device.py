@@ -262,7 +262,7 @@ class TrainClear(WindowEngine, nn.Cell):
 
     def construct(self):
         cleared = self._reset_window(self.accu_micro_steps + 0)
-        return through_a_branch(cleared) if self._jit_in_pynative else cleared
+        return through_a_branch(cleared) if self._branched else cleared
 
 
 def _bind_window(owner, grad_sum, average):

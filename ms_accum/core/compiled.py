@@ -9,8 +9,10 @@ compiled as always.
 MindSpore 2.10 on CPU runs a PYNATIVE jit graph that holds no control flow about 20 ms slower per call, or with
 calls of 50 to 90 ms every few calls, than the same graph with one runtime branch (measured on LeNet, where the
 tutorial's step, whose accumulator branches every N-th call, takes 3 to 4 ms; ``benchmarks/jit_branch.py``
-shows it without ms_accum). A micro-step ms_accum compiles in PYNATIVE_MODE (the engine's addition, TrainClear)
-therefore passes its result through :func:`through_a_branch`, which changes no value.
+shows it without ms_accum). GRAPH_MODE on CPU has the same limit (``benchmarks/jit_branch.py --mode graph``: 8.5
+times the branched step's time per call on LeNet). A micro-step ms_accum compiles (the engine's addition,
+TrainClear) therefore passes its result through :func:`through_a_branch`, which changes no value, wherever the
+cell is called from Python and compiled on CPU, and in PYNATIVE_MODE on any device (``_branched``).
 
 A graph holding the user's network can fail to compile (Python that MindSpore's graph syntax does not take). Such
 a cell (:meth:`CompiledCall._holds_network`) then runs eagerly, after a one-line notice; that is decided at the
@@ -49,16 +51,17 @@ class CompiledCall:
     Mixin for a Cell, placed before :class:`mindspore.nn.Cell` in the bases: in PYNATIVE_MODE its calls run
     ``construct`` compiled by :func:`mindspore.jit`, one graph per phase (``cell.phase``) and input signature.
 
-    Sets ``_eager`` and ``_jit_in_pynative`` before every call, which ``construct`` may read (frozen into a compiled
-    graph): ``_eager`` is True only where ``construct`` runs operator by operator (PYNATIVE_MODE, not compiled),
-    ``_jit_in_pynative`` only where it runs through :func:`mindspore.jit` in PYNATIVE_MODE.
+    Sets ``_eager`` and ``_branched`` before every call, which ``construct`` may read (frozen into a compiled graph):
+    ``_eager`` is True only where ``construct`` runs operator by operator (PYNATIVE_MODE, not compiled),
+    ``_branched`` where its micro-steps pass through :func:`through_a_branch` (compiled in PYNATIVE_MODE, or in
+    GRAPH_MODE on CPU). Called inside another graph (a user's jit step), the cell keeps the defaults (False).
     """
 
     _jit_construct = None  # the compiled construct, made at the first PYNATIVE call
     _compiled_phases = frozenset()  # phases whose first compiled call succeeded
     _eager_phases = frozenset()  # phases that run eagerly: their graph, holding the network, did not compile
     _eager = False
-    _jit_in_pynative = False
+    _branched = False
 
     def _holds_network(self):
         """Whether the graph of the current phase holds the user's network (and may run eagerly if it cannot be
@@ -69,16 +72,17 @@ class CompiledCall:
         pynative = context.get_context("mode") == context.PYNATIVE_MODE
         phase = self.phase
         if not pynative or os.getenv("MS_JIT") == "0" or phase in self._eager_phases:
-            self._eager, self._jit_in_pynative = pynative, False
+            self._eager = pynative
+            self._branched = not pynative and context.get_context("device_target") == "CPU"
             return super().__call__(*args, **kwargs)
-        self._eager, self._jit_in_pynative = False, True
+        self._eager, self._branched = False, True
         if self._jit_construct is None:
             self._jit_construct = jit(self)
         if phase in self._compiled_phases or not self._holds_network():
             return self._jit_construct(*args, **kwargs)
         hooked = hooked_cell(self)
         if hooked is not None:
-            self._eager, self._jit_in_pynative = True, False
+            self._eager, self._branched = True, False
             self._eager_phases = self._eager_phases | {phase}
             print(f"ms_accum: {type(self).__name__} runs its step eagerly in PYNATIVE_MODE (slower): its network has "
                   f"hooks (on '{hooked}'), which a compiled graph would not call.", file=sys.stderr)
@@ -87,7 +91,7 @@ class CompiledCall:
             out = self._jit_construct(*args, **kwargs)
         except Exception as error:  # pylint: disable=broad-except
             # Run the step eagerly: an error of the network itself is raised from there, with this one chained.
-            self._eager, self._jit_in_pynative = True, False
+            self._eager, self._branched = True, False
             out = super().__call__(*args, **kwargs)
             self._eager_phases = self._eager_phases | {phase}
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

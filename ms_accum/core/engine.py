@@ -191,7 +191,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         if self._eager:
             return self._add_compiled(loss, items, mutable(grads), weight)
         out = self._add(loss, items, grads, weight)
-        if self._jit_in_pynative and loss is not None:
+        if self._branched and loss is not None:
             out = through_a_branch(out)
         return out
 
