@@ -182,3 +182,21 @@ def test_a_network_with_hooks_runs_eagerly_so_its_hooks_run(path, capsys):
     notices = [line for line in capsys.readouterr().err.splitlines() if "runs its step eagerly" in line]
     assert len(notices) == 1 and "hooks (on 'network.network._backbone.conv')" in notices[0], notices
     assert_params_close(params_of(net), reference_train("sgd", [batches]), context=f"{path}, hooks, eager")
+
+
+def test_micro_steps_pass_through_the_branch_when_compiled_on_cpu():
+    """A straight graph runs several times slower per call on CPU, in GRAPH_MODE as in PYNATIVE_MODE
+    (benchmarks/jit_branch.py): the micro-steps and the clear are branched when compiled there, not when eager."""
+    net, loss, opt = build("sgd")
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum)
+    clear = ms_accum.TrainClear(grad_sum)
+    (x, y), = micro_batches((4,), seed=19)
+    for mode, branched in ((ms.GRAPH_MODE, True), (ms.PYNATIVE_MODE, True)):
+        ms.set_context(mode=mode)
+        forward_backward(Tensor(x), Tensor(y))
+        clear()
+        assert forward_backward._branched is branched and clear._branched is branched, mode
+    forward_backward._eager_phases = frozenset({forward_backward.phase})  # as after a failed compilation
+    forward_backward(Tensor(x), Tensor(y))
+    assert forward_backward._eager and not forward_backward._branched

@@ -62,6 +62,7 @@ class CompiledCall:
     _eager_phases = frozenset()  # phases that run eagerly: their graph, holding the network, did not compile
     _eager = False
     _branched = False
+    _on_cpu = None  # whether the device is the CPU, read once: MindSpore fixes the device at the first graph
 
     def _holds_network(self):
         """Whether the graph of the current phase holds the user's network (and may run eagerly if it cannot be
@@ -72,8 +73,9 @@ class CompiledCall:
         pynative = context.get_context("mode") == context.PYNATIVE_MODE
         phase = self.phase
         if not pynative or os.getenv("MS_JIT") == "0" or phase in self._eager_phases:
-            self._eager = pynative
-            self._branched = not pynative and context.get_context("device_target") == "CPU"
+            if not pynative and self._on_cpu is None:  # get_context takes about 30 us: not on every call
+                self._on_cpu = context.get_context("device_target") == "CPU"
+            self._eager, self._branched = pynative, not pynative and self._on_cpu
             return super().__call__(*args, **kwargs)
         self._eager, self._branched = False, True
         if self._jit_construct is None:
