@@ -1,0 +1,45 @@
+"""Every relative link of README.md, README_CN.md and docs/*.md leads to a file of the repository, and every
+'#anchor' to a heading of its page (GitHub's slugs), so that a page moved or a heading renamed cannot leave a
+dead link behind."""
+import glob
+import os
+import re
+
+from conftest import ROOT
+
+PAGES = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "README_CN.md")] + \
+    sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+LINK = re.compile(r"\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+
+
+def slug(heading):
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(page):
+    text = FENCE.sub("", open(page, encoding="utf-8").read())
+    return {slug(match.group(1)) for match in re.finditer(r"^#+ (.*)$", text, re.M)}
+
+
+def test_slug_follows_github():
+    assert slug("Start-up and MindSpore's compile cache") == "start-up-and-mindspores-compile-cache"
+    assert slug("PYNATIVE_MODE and the runtime branch") == "pynative_mode-and-the-runtime-branch"
+    assert slug("The test suite, earlier runs") == "the-test-suite-earlier-runs"
+
+
+def test_every_relative_link_and_anchor_resolves():
+    dead = []
+    for page in PAGES:
+        for match in LINK.finditer(FENCE.sub("", open(page, encoding="utf-8").read())):
+            link = match.group(1)
+            if re.match(r"[a-z]+:", link):  # http:, https:, mailto:
+                continue
+            target, _, fragment = link.partition("#")
+            path = os.path.normpath(os.path.join(os.path.dirname(page), target)) if target else page
+            if not os.path.exists(path):
+                dead.append(f"{os.path.relpath(page, ROOT)}: {link} (no such file)")
+            elif fragment and path.endswith(".md") and fragment not in anchors(path):
+                dead.append(f"{os.path.relpath(page, ROOT)}: {link} (no such heading)")
+    assert not dead, "dead links:\n" + "\n".join(dead)
