@@ -92,6 +92,16 @@ def test_the_executors_come_from_the_release_s_own_module():
     assert _compat.pynative_executor is api._pynative_executor  # pylint: disable=protected-access
 
 
+def test_the_mode_reader_follows_set_context():
+    before = ms.get_context("mode")
+    try:
+        for mode in (ms.GRAPH_MODE, ms.PYNATIVE_MODE):
+            ms.set_context(mode=mode)
+            assert _compat.get_mode() == mode == ms.get_context("mode")
+    finally:
+        ms.set_context(mode=before)
+
+
 class _ModelWithout(Model):
     """A Model whose release lost a method Model_ACCU overrides."""
     _flush_from_cache = None
