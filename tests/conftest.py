@@ -1,9 +1,14 @@
 """Test set-up: CPU speed settings before MindSpore loads, PYNATIVE mode, and the model zoo on sys.path."""
+import glob
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ZOO = os.path.join(ROOT, "model_zoo_lenet")
+DOC_PAGES = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "README_CN.md")] + \
+    sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))  # the READMEs, then every docs page
+DOC_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)  # a fenced block: its language and its code
 sys.path.insert(0, ZOO)
 
 from src.cpu_speed import apply_env_defaults, set_mode  # noqa: E402  (no MindSpore import)

@@ -1,17 +1,14 @@
 """The documentation's examples run as written: every Python block of README.md and docs/*.md, and the command
 that opens each docs page that starts with one."""
-import glob
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
-from conftest import ROOT
+from conftest import DOC_FENCE, DOC_PAGES, ROOT
 
 pytestmark = pytest.mark.slow
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)
 SKIP = "<!-- not run by tests/test_docs.py"
 
 
@@ -19,22 +16,20 @@ def blocks(path):
     """(language, code, whether it opens the page, whether it is marked not to run) for each fenced block."""
     text = open(path, encoding="utf-8").read()
     out = []
-    for index, match in enumerate(FENCE.finditer(text)):
+    for index, match in enumerate(DOC_FENCE.finditer(text)):
         before = text[:match.start()].rstrip().splitlines()
         marked = bool(before) and before[-1].startswith(SKIP)
         out.append((match.group(1), match.group(2), index == 0, marked))
     return out
 
 
-PAGES = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "README_CN.md")] + \
-    sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
 EXAMPLES = [(os.path.relpath(page, ROOT), n, language, code)
-            for page in PAGES for n, (language, code, first, marked) in enumerate(blocks(page))
+            for page in DOC_PAGES for n, (language, code, first, marked) in enumerate(blocks(page))
             if not marked and (language == "python" or (language == "bash" and first and "docs" in page))]
 
 
 def test_every_docs_page_opens_with_an_example():
-    for page in PAGES[2:]:
+    for page in DOC_PAGES[2:]:
         found = blocks(page)
         assert found and found[0][0] in ("python", "bash"), f"{page} must start with a runnable example"
 
