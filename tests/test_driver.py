@@ -1,6 +1,7 @@
 """GradientAccumulation: epoch-end policies, loss reporting, callbacks, checkpoints and argument errors."""
 import os
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -283,14 +284,35 @@ class TestBadInput:
     def test_learning_rate_schedule_counted_in_micro_batches(self):
         net, loss, _ = build()
         trainer = ms_accum.GradientAccumulation(net, loss, nn.SGD(net.trainable_params(), [0.1, 0.1, 0.05, 0.05]))
-        with pytest.raises(ValueError, match=r"learning-rate schedule must have one entry per update \(2\), but got "
-                                             r"4 entries, one per micro-batch"):
+        with pytest.warns(UserWarning, match=r"learning-rate list has 4 entries, one per micro-batch of this run, "
+                                             r"but the optimizer reads one entry per update \(2 in this run\)"):
             trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None)
         net, loss, _ = build()
         fitting = ms_accum.GradientAccumulation(net, loss, nn.SGD(net.trainable_params(), [0.1, 0.05]))
-        assert len(fitting.train_process(1, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None)) == 2
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=".*learning-rate list")  # one entry per update: no warning
+            assert len(fitting.train_process(1, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None)) == 2
 
     def test_checkpoint_name(self):
         trainer, _, _ = _trainer()
         with pytest.raises(ValueError, match="'ckpt_path' must be a str ending with '.ckpt', but got 'model.bin'"):
             ms_accum.save_checkpoint_atomic(trainer.train_state, "model.bin")
+
+
+def test_a_per_update_learning_rate_list_trained_one_epoch_per_call_follows_the_list():
+    """A list for the whole run (2 epochs of 2 updates) has as many entries as one call's micro-batches: the
+    driver warns (it cannot tell), trains, and each update reads the list's next entry, as one call would."""
+    rates = [0.1, 0.06, 0.03, 0.01]
+    whole_net, loss, _ = build()
+    whole = ms_accum.GradientAccumulation(whole_net, loss, nn.SGD(whole_net.trainable_params(), rates))
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*learning-rate list")
+        whole.train_process(2, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None)
+    net, loss, _ = build()
+    trainer = ms_accum.GradientAccumulation(net, loss, nn.SGD(net.trainable_params(), rates))
+    for _ in range(2):
+        with pytest.warns(UserWarning, match="learning-rate list has 4 entries"):
+            trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None)
+    assert int(trainer.optimizer.global_step.asnumpy()[0]) == 4
+    for name, value in params_of(whole_net).items():
+        np.testing.assert_allclose(params_of(net)[name], value, rtol=1e-6, atol=1e-7, err_msg=name)

@@ -4,6 +4,7 @@ Each check raises with one message shape: "For 'Owner', 'arg' must be <expected>
 """
 import math
 import numbers
+import warnings
 
 from mindspore import Parameter, ParameterTuple, Tensor
 from mindspore.nn import Cell, CellList
@@ -143,11 +144,12 @@ def check_resume_or_initial_epoch(owner, resume_from, initial_epoch):
 
 def check_lr_schedule(owner, optimizer, micro_steps, updates):
     """
-    Raise if the optimizer's learning-rate list has one entry per micro-batch instead of one per update.
+    Warn if the optimizer's learning-rate list may have one entry per micro-batch instead of one per update.
 
     A list or 1-D Tensor learning rate is indexed by the optimizer's global_step, which advances once per window;
-    one built with `micro_steps` entries (the count of micro-batches in the whole run) was built for the wrong
-    unit and would stretch the schedule by the accumulation factor.
+    one built with `micro_steps` entries (the count of micro-batches in the run) was likely built for the wrong
+    unit and would stretch the schedule by the accumulation factor. It may also be a per-update list for a longer
+    run trained over several calls (one epoch per call, say), so this warns instead of raising.
     """
     if micro_steps == updates or not getattr(optimizer, "dynamic_lr", False):
         return
@@ -156,7 +158,9 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates):
         table = getattr(rate, "learning_rate", rate)  # a list or Tensor rate is wrapped in _IteratorLearningRate
         length = table.shape[0] if isinstance(table, Tensor) and len(table.shape) == 1 else None
         if length == micro_steps:
-            raise ValueError(f"For '{owner}', the optimizer's learning-rate schedule must have one entry per update "
-                             f"({updates}), but got {length} entries, one per micro-batch. The optimizer's "
-                             f"global_step advances once per accumulation window: build the schedule for "
-                             f"{updates} steps.")
+            warnings.warn(f"For '{owner}', the optimizer's learning-rate list has {length} entries, one per "
+                          f"micro-batch of this run, but the optimizer reads one entry per update ({updates} in this "
+                          f"run): a list built per micro-batch runs {micro_steps / updates:.3g} times slower than "
+                          f"planned. Build it with one entry per update. (A per-update list for a longer run, trained "
+                          f"over several calls, is right as it is.)", UserWarning, stacklevel=3)
+            return

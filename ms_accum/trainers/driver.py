@@ -267,8 +267,7 @@ class GradientAccumulation:
                 :class:`AccumulationSchedule` for a malformed schedule), or is given with `global_batch_size`.
             CheckpointError: If `resume_from` is not a state file of this model (see :func:`load_training_state`).
             ValueError: If `epoch` or N is < 1 (or a schedule is malformed), `initial_epoch` is not in [0, epoch),
-                `partial_window` is unknown, the dataset is empty, the optimizer's learning-rate list has one entry
-                per micro-batch of the run instead of one per update, N (a schedule's or policy's largest) exceeds
+                `partial_window` is unknown, the dataset is empty, N (a schedule's or policy's largest) exceeds
                 the micro-batches in an epoch with `partial_window` other than ``"carry"``, N is an
                 :class:`AdaptiveAccumulation` without ``noise_scale=True``, or `global_batch_size` is not a multiple
                 of the dataset's batch size.

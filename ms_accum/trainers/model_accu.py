@@ -142,9 +142,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         TypeError: If `network` is not an accumulation cell, `loss_fn` or `optimizer` is given, or
             N is given twice or is not an int, a schedule or a policy.
         ValueError: If N is < 1; at train time, if a schedule or policy meets dataset sink mode,
-            if N exceeds the micro-batches of an epoch, in sink mode does not divide `sink_size`, or the
-            optimizer's learning-rate list has one entry per
-            micro-batch of the run instead of one per update.
+            if N exceeds the micro-batches of an epoch, or in sink mode does not divide `sink_size`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
