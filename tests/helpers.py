@@ -295,7 +295,7 @@ def own_loop(path, seed, steps=3):
         return net, lambda index, x, y: cell(x, y), cell, cell.drop
     accumulator = ms_accum.Accumulator(opt, steps)
     grad_fn = ms.value_and_grad(loss_net, None, opt.parameters)
-    return (net, lambda index, x, y: accumulator(grad_fn(x, y)[1], x.shape[0]), accumulator,
+    return (net, lambda index, x, y: accumulator(grad_fn(x, y)[1], x.shape[0]), (net, accumulator),
             accumulator.drop)
 
 

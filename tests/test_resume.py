@@ -233,6 +233,59 @@ def test_a_users_own_loop_resumes_mid_window_with_save_training_state(path, tmp_
         np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=f"{path}: {name}")
 
 
+def _batchnorm_accumulator_loop(seed):
+    """A user's jit step around an Accumulator, on a network with BatchNorm (moving statistics the optimizer does
+    not train): (the network, the accumulator, the step)."""
+    ms.set_seed(seed)
+    net = nn.SequentialCell([nn.Dense(8, 16), nn.BatchNorm1d(16), nn.ReLU(), nn.Dense(16, 3)])
+    net.set_train(True)
+    optimizer = nn.Momentum(net.trainable_params(), 0.1, 0.9)
+    accumulator = ms_accum.Accumulator(optimizer, gradient_accumulation_steps=3)
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
+                                None, optimizer.parameters)
+
+    @ms.jit
+    def step(x, y):
+        loss, grads = grad_fn(x, y)
+        return loss, accumulator(grads, x.shape[0])
+    return net, accumulator, step
+
+
+def test_an_accumulator_saved_with_its_network_resumes_its_batchnorm_statistics_exactly(tmp_path):
+    """An Accumulator holds the optimizer's parameters and the window, not the network: saved alone it warns
+    (BatchNorm's moving statistics would be lost); saved as (network, accumulator) mid-window, every Parameter of
+    the network ends where the uninterrupted run's does."""
+    rng = np.random.default_rng(0)
+    batches = [(ms.Tensor(rng.normal(size=(4, 8)).astype(np.float32) + 2),
+                ms.Tensor(rng.integers(0, 3, 4).astype(np.int32))) for _ in range(9)]
+    net, _, step = _batchnorm_accumulator_loop(0)
+    for x, y in batches:
+        step(x, y)
+    expected = params_of(net)
+    assert any("moving_mean" in name for name in expected)
+    net, accumulator, step = _batchnorm_accumulator_loop(0)
+    for x, y in batches[:4]:
+        step(x, y)
+    with pytest.warns(UserWarning, match=r"'cell' \(Accumulator\) holds the optimizer's parameters and the open "
+                                         r"window but not the network.*as a tuple \(network, accumulator\)"):
+        ms_accum.save_training_state(accumulator, str(tmp_path / "alone.ckpt"), 4, 2)
+    state = ms_accum.save_training_state((net, accumulator), str(tmp_path / "state.ckpt"), 4, 2)
+    net, accumulator, step = _batchnorm_accumulator_loop(7)
+    done, _ = ms_accum.load_training_state([net, accumulator], state, total_micro_steps=9)
+    for x, y in batches[done:]:
+        step(x, y)
+    for name, want in expected.items():
+        np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_cells_saved_together_must_be_cells_with_distinct_parameter_names(tmp_path):
+    with pytest.raises(TypeError, match=r"For 'save_training_state', 'cell' must be a Cell or a tuple of Cells "
+                                        r"\(such as \(network, accumulator\)\), but got tuple of \['Dense', 'str'\]"):
+        ms_accum.save_training_state((nn.Dense(2, 2), "net"), str(tmp_path / "state.ckpt"), 1, 1)
+    with pytest.raises(ValueError, match=r"two different Parameters are named 'weight'"):
+        ms_accum.load_training_state((nn.Dense(2, 2), nn.Dense(2, 2)), str(tmp_path / "state.ckpt"), 4)
+
+
 # ------------------------------------------------------------------ state generations and rank agreement
 def _positions_in(state_path):
     from ms_accum.trainers.state import previous_generation

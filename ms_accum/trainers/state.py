@@ -1,15 +1,19 @@
 """Exact training state: written every few micro-batches, resumed at the exact micro-batch, on every rank.
 
 A state file holds a training cell (network, optimizer state, gradient buffers and window counters, so a window
-may be half full) and the run's position: micro-batches and updates done, and the rank and device count that
+may be half full) and the run's position: micro-batches done and windows begun, and the rank and device count that
 wrote it. Each write keeps the previous generation beside it (``<name>.prev.ckpt``). In data parallel every rank
 writes its own file at update boundaries only, so two ranks' newest files differ by at most one generation even
 when a crash falls between their writes; on resume the ranks agree on the newest position that all of them
 hold, and refuse to start if there is none.
 """
 import os
+import warnings
 from contextlib import contextmanager
 
+from mindspore import nn
+
+from ..core.engine import WindowEngine
 from .checkpoint import CheckpointError, load_into, read_checkpoint, save_checkpoint_atomic
 from .elastic import check_same_global_batch, elastic_position, resume_notice, saved_layout
 
@@ -40,13 +44,58 @@ def is_state_file(params):
     return MICRO_STEPS_DONE in params and UPDATES_DONE in params
 
 
+class _Together(nn.Cell):
+    """Several cells saved and loaded as one, their Parameters under their own names (no prefix is added)."""
+
+    def __init__(self, cells):
+        super().__init__(auto_prefix=False)
+        for index, cell in enumerate(cells):
+            self.insert_child_to_cell(f"cell_{index}", cell)
+
+
+def _state_cell(owner, cell):
+    """`cell` as one Cell to save or load: a Cell, or a tuple or list of Cells (a network and the Accumulator that
+    trains it) whose Parameters have distinct names."""
+    if isinstance(cell, nn.Cell):
+        return cell
+    if not isinstance(cell, (tuple, list)) or not cell or not all(isinstance(c, nn.Cell) for c in cell):
+        raise TypeError(f"For '{owner}', 'cell' must be a Cell or a tuple of Cells (such as (network, accumulator)), "
+                        f"but got {type(cell).__name__}"
+                        f"{' of ' + str([type(c).__name__ for c in cell]) if isinstance(cell, (tuple, list)) else ''}.")
+    together = _Together(cell)
+    seen = {}
+    for param in together.get_parameters():  # each Parameter once, even when two cells share it
+        if param.name in seen:
+            raise ValueError(f"For '{owner}', the Parameters of the cells in 'cell' must have distinct names, but two "
+                             f"different Parameters are named {param.name!r}: a state file keeps one value per name. "
+                             f"Pass cells whose Parameters are named apart.")
+        seen[param.name] = param
+    return together
+
+
+def _warn_without_network(owner, cell):
+    """Warn when `cell` is an ms_accum cell that does not hold the network (Accumulator, TrainOptim, TrainClear):
+    the network's Parameters outside the optimizer would not be in the state."""
+    if isinstance(cell, WindowEngine) and getattr(cell, "network", None) is None:
+        kind = type(cell).__name__
+        warnings.warn(f"For '{owner}', 'cell' ({kind}) holds the optimizer's parameters and the open window but not "
+                      f"the network: the network's other Parameters (BatchNorm moving statistics, frozen weights) "
+                      f"are not saved or loaded with it. Pass the network with it, as a tuple "
+                      f"(network, {kind.lower() if kind == 'Accumulator' else 'cell'}), to keep them.", UserWarning,
+                      stacklevel=3)
+
+
 def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0, world=1, layout=None,
                         open_window=0):
     """
     Write a training cell's exact state atomically, keeping the previous generation.
 
     Args:
-        cell (Cell): The training cell (TrainForwardBackward for the driver, the accumulation cell for Model_ACCU).
+        cell (Union[Cell, tuple[Cell]]): The training cell (TrainForwardBackward for the driver and the three
+            cells, the accumulation cell for Model_ACCU), or several cells saved together: an
+            :class:`Accumulator` does not hold the network, so pass ``(network, accumulator)`` to keep the
+            network's Parameters that the optimizer does not train (BatchNorm moving statistics, frozen weights).
+            An :class:`Accumulator`, :class:`TrainOptim` or :class:`TrainClear` alone is saved with a warning.
         state_path (str): Target file, ending with ``.ckpt``; the previous file moves to
             ``<name>.prev.ckpt``.
         micro_steps_done (int): Micro-batches consumed since the start of training.
@@ -62,7 +111,8 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
         str, the absolute path written.
 
     Raises:
-        ValueError: If `state_path` does not end with ``.ckpt``.
+        TypeError: If `cell` is neither a Cell nor a tuple or list of Cells.
+        ValueError: If `state_path` does not end with ``.ckpt``, or two Parameters of the cells share a name.
         OSError: If the file cannot be written; the previous generations are left as they were.
 
     Supported Platforms:
@@ -77,15 +127,16 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
         >>> cell = ms_accum.TrainForwardBackward(nn.WithLossCell(net, nn.MSELoss()), optimizer, grad_sum)
         >>> path = ms_accum.save_training_state(cell, "/tmp/saved_state.ckpt", micro_steps_done=37, updates_done=9)
         >>> ms_accum.load_training_state(cell, path, total_micro_steps=100)
-        ms_accum: resuming /tmp/saved_state.ckpt at 37 micro-batches and 9 updates done.
+        ms_accum: resuming /tmp/saved_state.ckpt at 37 micro-batches done, 9 windows begun.
         (37, 9)
     """
     entries = {MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done, RANK: rank, WORLD: world,
                FORMAT: STATE_FORMAT}
     if layout is not None:
         entries.update(layout.entries(open_window))
-    return save_checkpoint_atomic(cell, state_path, keep_previous=previous_generation(state_path),
-                                  append_dict=entries)
+    _warn_without_network("save_training_state", cell)
+    return save_checkpoint_atomic(_state_cell("save_training_state", cell), state_path,
+                                  keep_previous=previous_generation(state_path), append_dict=entries)
 
 
 def _generation(path, rank, world, may_move):
@@ -160,7 +211,8 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
     sums are dropped through `drop_window` and its micro-batches run again); a line says so.
 
     Args:
-        cell (Cell): The training cell, built like the one that was saved.
+        cell (Union[Cell, tuple[Cell]]): The training cell, or the cells saved together, built like those that
+            were saved.
         state_path (str): This rank's state file (after a change of device count, any rank's file of the saved run).
         total_micro_steps (int): Micro-batches of the whole run being resumed (epochs x micro-batches per epoch).
         rank (int): This process's rank. Default: ``0``.
@@ -171,9 +223,12 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
             when the device count changes and the state was written inside a window. Default: ``None``.
 
     Returns:
-        tuple[int, int], micro-batches (on each device of this run) and updates done at the position resumed.
+        tuple[int, int], micro-batches done (on each device of this run) and windows begun at the position
+        resumed (the updates done, plus one when the state was written inside a window).
 
     Raises:
+        TypeError: If `cell` is neither a Cell nor a tuple or list of Cells.
+        ValueError: If two Parameters of the cells share a name.
         CheckpointError: If the file is missing or unreadable, belongs to another model, another rank or (without
             `layout`) another device count, was written by a newer ms_accum (a state file of ms_accum 0.1.0 is
             read), records no position, was written at or past the end of this run, the ranks hold no common
@@ -191,10 +246,12 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
         >>> cell = ms_accum.TrainForwardBackward(nn.WithLossCell(net, nn.MSELoss()), optimizer, grad_sum)
         >>> path = ms_accum.save_training_state(cell, "/tmp/loaded_state.ckpt", micro_steps_done=12, updates_done=3)
         >>> micro_done, updates_done = ms_accum.load_training_state(cell, path, total_micro_steps=10 * 4)
-        ms_accum: resuming /tmp/loaded_state.ckpt at 12 micro-batches and 3 updates done.
+        ms_accum: resuming /tmp/loaded_state.ckpt at 12 micro-batches done, 3 windows begun.
         >>> micro_done, updates_done
         (12, 3)
     """
+    _warn_without_network("load_training_state", cell)
+    cell = _state_cell("load_training_state", cell)
     generations = {}
     for path in (state_path, previous_generation(state_path)):
         if path == state_path or os.path.exists(path):
@@ -230,7 +287,7 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
         where = "" if layout is None else \
             f"epoch {position // layout.steps_per_epoch + 1}, micro-batch {position % layout.steps_per_epoch} of " \
             f"{layout.steps_per_epoch}, "
-        print(f"ms_accum: resuming {path} at {where}{position} micro-batches and {updates} updates done.",
+        print(f"ms_accum: resuming {path} at {where}{position} micro-batches done, {updates} windows begun.",
               flush=True)
     return position, updates
 
