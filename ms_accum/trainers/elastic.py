@@ -83,8 +83,8 @@ class RunLayout:
 
     def describe(self):
         """'256 = 2 devices x 4 micro-batches x 32 samples'."""
-        return (f"{self.global_batch_size} = {_count(self.world, 'device')} x {_count(self.steps, 'micro-batch')} "
-                f"x {_count(self.micro_batch_size, 'sample')}")
+        return (f"{self.global_batch_size} = {count(self.world, 'device')} x {count(self.steps, 'micro-batch')} "
+                f"x {count(self.micro_batch_size, 'sample')}")
 
     def entries(self, open_window):
         """What a state file records of the layout, `open_window` being the micro-batches of the open window."""
@@ -92,7 +92,8 @@ class RunLayout:
                                       _PARTIAL.index(self.partial_window), int(self.sharded), open_window)))
 
 
-def _count(number, noun):
+def count(number, noun):
+    """'1 window', '2 windows', '3 micro-batches': `number` and `noun`, in the plural unless it is 1."""
     return f"{number} {noun}{'' if number == 1 else 'es' if noun.endswith('h') else 's'}"
 
 
@@ -147,12 +148,12 @@ def elastic_position(saved, mine, position, updates, open_window, path):
     Raises:
         CheckpointError: If the runs' windows would not hold the same samples (see the module's docstring).
     """
-    where = f"'resume_from' {path!r} was written on {_count(saved.world, 'device')} and this run has {mine.world}"
+    where = f"'resume_from' {path!r} was written on {count(saved.world, 'device')} and this run has {mine.world}"
     if not saved.steps or not mine.steps:
         raise CheckpointError(f"{where}: an exact state moves to another device count only with a fixed "
                               f"'{GLOBAL_BATCH_NAME}' (one N), but N changes between windows in the "
                               f"{'saved' if not saved.steps else 'new'} run. Resume on "
-                              f"{_count(saved.world, 'device')}, or from an epoch checkpoint.")
+                              f"{count(saved.world, 'device')}, or from an epoch checkpoint.")
     check_same_global_batch(saved, mine, path)
     if not saved.sharded or not mine.sharded:
         which = "saved" if not saved.sharded else "new"
@@ -162,7 +163,7 @@ def elastic_position(saved, mine, position, updates, open_window, path):
     if saved.partial_window != mine.partial_window:
         raise CheckpointError(f"{where}: 'partial_window' must be the saved run's {saved.partial_window!r}, but got "
                               f"{mine.partial_window!r}. Pass partial_window={saved.partial_window!r}; if the "
-                              f"epochs' partial windows then differ, resume on {_count(saved.world, 'device')} or "
+                              f"epochs' partial windows then differ, resume on {count(saved.world, 'device')} or "
                               f"from an epoch checkpoint.")
     if saved.full_windows != mine.full_windows:
         raise CheckpointError(f"{where}: an epoch must hold the same windows of {saved.global_batch_size} samples, "
@@ -174,7 +175,7 @@ def elastic_position(saved, mine, position, updates, open_window, path):
         raise CheckpointError(f"{where}: each epoch ends with a partial window of {saved.tail_samples} samples there "
                               f"and {mine.tail_samples} here, which are not the same samples. Train both runs with "
                               f"partial_window='drop' (train.py does with --global_batch_size), or resume on "
-                              f"{_count(saved.world, 'device')}.")
+                              f"{count(saved.world, 'device')}.")
     start = position - open_window  # the open window runs again from its first micro-batch
     epoch, offset = divmod(start, saved.steps_per_epoch)
     samples = offset * saved.micro_batch_size * saved.world
@@ -188,10 +189,10 @@ def elastic_position(saved, mine, position, updates, open_window, path):
 def resume_notice(saved, mine, position, rerun):
     """The log line of an elastic resume."""
     epoch, offset = divmod(position, mine.steps_per_epoch)
-    line = (f"ms_accum: resuming a state of {_count(saved.world, 'device')} on {mine.world}, the global batch kept "
+    line = (f"ms_accum: resuming a state of {count(saved.world, 'device')} on {mine.world}, the global batch kept "
             f"({saved.describe()} -> {mine.describe()}), at epoch {epoch + 1}, micro-batch {offset} of "
             f"{mine.steps_per_epoch} on each device")
     if rerun:
-        line += (f"; it was written {_count(rerun, 'micro-batch')} into a window, which runs again from its start "
+        line += (f"; it was written {count(rerun, 'micro-batch')} into a window, which runs again from its start "
                  f"(after a change of device count a state resumes from the last complete window)")
     return line + "."

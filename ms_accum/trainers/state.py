@@ -15,7 +15,7 @@ from mindspore import nn
 
 from ..core.engine import WindowEngine
 from .checkpoint import CheckpointError, load_into, read_checkpoint, save_checkpoint_atomic
-from .elastic import check_same_global_batch, elastic_position, resume_notice, saved_layout
+from .elastic import check_same_global_batch, count, elastic_position, resume_notice, saved_layout
 
 MICRO_STEPS_DONE = "ms_accum_micro_steps_done"
 UPDATES_DONE = "ms_accum_updates_done"
@@ -287,8 +287,8 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
         where = "" if layout is None else \
             f"epoch {position // layout.steps_per_epoch + 1}, micro-batch {position % layout.steps_per_epoch} of " \
             f"{layout.steps_per_epoch}, "
-        print(f"ms_accum: resuming {path} at {where}{position} micro-batches done, {updates} windows begun.",
-              flush=True)
+        print(f"ms_accum: resuming {path} at {where}{count(position, 'micro-batch')} done, "
+              f"{count(updates, 'window')} begun.", flush=True)
     return position, updates
 
 
