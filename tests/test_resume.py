@@ -279,11 +279,16 @@ def test_an_accumulator_saved_with_its_network_resumes_its_batchnorm_statistics_
 
 
 def test_cells_saved_together_must_be_cells_with_distinct_parameter_names(tmp_path):
-    with pytest.raises(TypeError, match=r"For 'save_training_state', 'cell' must be a Cell or a tuple of Cells "
-                                        r"\(such as \(network, accumulator\)\), but got tuple of \['Dense', 'str'\]"):
+    with pytest.raises(TypeError, match=r"For 'save_training_state', 'cell' must be a Cell, or a tuple or list of "
+                                        r"Cells \(such as \(network, accumulator\)\), but got tuple of "
+                                        r"\['Dense', 'str'\]"):
         ms_accum.save_training_state((nn.Dense(2, 2), "net"), str(tmp_path / "state.ckpt"), 1, 1)
-    with pytest.raises(ValueError, match=r"two different Parameters are named 'weight'"):
+    with pytest.raises(ValueError, match=r"two different Parameters are named 'weight'.*one parent Cell"):
         ms_accum.load_training_state((nn.Dense(2, 2), nn.Dense(2, 2)), str(tmp_path / "state.ckpt"), 4)
+    with pytest.raises(ValueError, match=r"For 'save_training_state', 'state_path' must be a str ending with "
+                                         r"'.ckpt', but got '.*state.bin'"):
+        ms_accum.save_training_state(nn.Dense(2, 2), str(tmp_path / "state.bin"), 1, 1)
+    assert not os.listdir(tmp_path)  # nothing written
 
 
 # ------------------------------------------------------------------ state generations and rank agreement

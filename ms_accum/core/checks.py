@@ -149,15 +149,17 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates):
     A list or 1-D Tensor learning rate is indexed by the optimizer's global_step, which advances once per window;
     one built with `micro_steps` entries (the count of micro-batches in the run) was likely built for the wrong
     unit and would stretch the schedule by the accumulation factor. It may also be a per-update list for a longer
-    run trained over several calls (one epoch per call, say), so this warns instead of raising.
+    run trained over several calls (one epoch per call, say), so this warns instead of raising, and not when the
+    updates already done (the optimizer's global_step) and this run's fill the list exactly.
     """
     if micro_steps == updates or not getattr(optimizer, "dynamic_lr", False):
         return
+    done = int(optimizer.global_step.asnumpy().reshape(-1)[0])
     rates = optimizer.learning_rate
     for rate in rates if isinstance(rates, (tuple, list, CellList)) else (rates,):
         table = getattr(rate, "learning_rate", rate)  # a list or Tensor rate is wrapped in _IteratorLearningRate
         length = table.shape[0] if isinstance(table, Tensor) and len(table.shape) == 1 else None
-        if length == micro_steps:
+        if length == micro_steps != done + updates:
             warnings.warn(f"For '{owner}', the optimizer's learning-rate list has {length} entries, one per "
                           f"micro-batch of this run, but the optimizer reads one entry per update ({updates} in this "
                           f"run): a list built per micro-batch runs {micro_steps / updates:.3g} times slower than "

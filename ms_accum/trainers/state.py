@@ -59,8 +59,8 @@ def _state_cell(owner, cell):
     if isinstance(cell, nn.Cell):
         return cell
     if not isinstance(cell, (tuple, list)) or not cell or not all(isinstance(c, nn.Cell) for c in cell):
-        raise TypeError(f"For '{owner}', 'cell' must be a Cell or a tuple of Cells (such as (network, accumulator)), "
-                        f"but got {type(cell).__name__}"
+        raise TypeError(f"For '{owner}', 'cell' must be a Cell, or a tuple or list of Cells (such as (network, "
+                        f"accumulator)), but got {type(cell).__name__}"
                         f"{' of ' + str([type(c).__name__ for c in cell]) if isinstance(cell, (tuple, list)) else ''}.")
     together = _Together(cell)
     seen = {}
@@ -68,7 +68,8 @@ def _state_cell(owner, cell):
         if param.name in seen:
             raise ValueError(f"For '{owner}', the Parameters of the cells in 'cell' must have distinct names, but two "
                              f"different Parameters are named {param.name!r}: a state file keeps one value per name. "
-                             f"Pass cells whose Parameters are named apart.")
+                             f"Make them attributes of one parent Cell (which prefixes their names with the "
+                             f"attributes') and save and load that Cell.")
         seen[param.name] = param
     return together
 
@@ -130,6 +131,9 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
         ms_accum: resuming /tmp/saved_state.ckpt at 37 micro-batches done, 9 windows begun.
         (37, 9)
     """
+    if not isinstance(state_path, str) or not state_path.endswith(".ckpt"):
+        raise ValueError(f"For 'save_training_state', 'state_path' must be a str ending with '.ckpt', but got "
+                         f"{state_path!r}.")
     entries = {MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done, RANK: rank, WORLD: world,
                FORMAT: STATE_FORMAT}
     if layout is not None:
