@@ -43,6 +43,7 @@ def test_every_relative_link_and_anchor_resolves():
             path = os.path.normpath(os.path.join(os.path.dirname(page), target)) if target else page
             if not os.path.exists(path):
                 dead.append(f"{os.path.relpath(page, ROOT)}: {link} (no such file)")
-            elif fragment and path.endswith(".md") and fragment not in (anchors.get(path) or headings(prose(path))):
+            elif fragment and path.endswith(".md") and \
+                    fragment not in (anchors[path] if path in anchors else headings(prose(path))):
                 dead.append(f"{os.path.relpath(page, ROOT)}: {link} (no such heading)")
     assert not dead, "dead links:\n" + "\n".join(dead)

@@ -127,6 +127,12 @@ def check_not_aliased(owner, arg_name, buffers, owned):
                          f"it would zero the weights. Build it with {GRAD_SUM_RECIPE}.")
 
 
+def check_ckpt_path(owner, arg_name, path):
+    """Raise unless `path` is a str naming a MindSpore checkpoint file (ending with '.ckpt')."""
+    if not isinstance(path, str) or not path.endswith(".ckpt"):
+        raise ValueError(f"For '{owner}', '{arg_name}' must be a str ending with '.ckpt', but got {path!r}.")
+
+
 def check_state_saving(owner, state_path, save_state_every):
     """Raise unless `save_state_every` is an int >= 0, and > 0 only together with a `state_path`."""
     if isinstance(save_state_every, bool) or not isinstance(save_state_every, int) or save_state_every < 0 \
@@ -154,12 +160,11 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates):
     """
     if micro_steps == updates or not getattr(optimizer, "dynamic_lr", False):
         return
-    done = int(optimizer.global_step.asnumpy().reshape(-1)[0])
     rates = optimizer.learning_rate
     for rate in rates if isinstance(rates, (tuple, list, CellList)) else (rates,):
         table = getattr(rate, "learning_rate", rate)  # a list or Tensor rate is wrapped in _IteratorLearningRate
         length = table.shape[0] if isinstance(table, Tensor) and len(table.shape) == 1 else None
-        if length == micro_steps != done + updates:
+        if length == micro_steps and length != int(optimizer.global_step.asnumpy().reshape(-1)[0]) + updates:
             warnings.warn(f"For '{owner}', the optimizer's learning-rate list has {length} entries, one per "
                           f"micro-batch of this run, but the optimizer reads one entry per update ({updates} in this "
                           f"run): a list built per micro-batch runs {micro_steps / updates:.3g} times slower than "

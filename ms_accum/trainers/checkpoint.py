@@ -9,6 +9,8 @@ import shutil
 
 import mindspore as ms
 
+from ..core.checks import check_ckpt_path
+
 BUFFER_PREFIXES = ("accu_grads.", "grad_sum.", "accu_window.")
 
 
@@ -83,9 +85,7 @@ def save_checkpoint_atomic(save_obj, ckpt_path, choice_func=None, append_dict=No
         >>> from ms_accum import save_checkpoint_atomic
         >>> path = save_checkpoint_atomic(nn.Dense(2, 2), "/tmp/dense.ckpt")
     """
-    if not isinstance(ckpt_path, str) or not ckpt_path.endswith(".ckpt"):
-        raise ValueError(f"For 'save_checkpoint_atomic', 'ckpt_path' must be a str ending with '.ckpt', "
-                         f"but got {ckpt_path!r}.")
+    check_ckpt_path("save_checkpoint_atomic", "ckpt_path", ckpt_path)
     target = os.path.abspath(ckpt_path)
     directory, name = os.path.split(target)
     os.makedirs(directory, exist_ok=True)

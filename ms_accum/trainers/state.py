@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 from mindspore import nn
 
+from ..core.checks import check_ckpt_path
 from ..core.engine import WindowEngine
 from .checkpoint import CheckpointError, load_into, read_checkpoint, save_checkpoint_atomic
 from .elastic import check_same_global_batch, count, elastic_position, resume_notice, saved_layout
@@ -131,9 +132,7 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
         ms_accum: resuming /tmp/saved_state.ckpt at 37 micro-batches done, 9 windows begun.
         (37, 9)
     """
-    if not isinstance(state_path, str) or not state_path.endswith(".ckpt"):
-        raise ValueError(f"For 'save_training_state', 'state_path' must be a str ending with '.ckpt', but got "
-                         f"{state_path!r}.")
+    check_ckpt_path("save_training_state", "state_path", state_path)
     entries = {MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done, RANK: rank, WORLD: world,
                FORMAT: STATE_FORMAT}
     if layout is not None:
