@@ -7,10 +7,13 @@
 
 Each configuration runs in its own fresh process: it builds the network (MindCV's, seeded, the transformer
 block model, or the wide MLP of benchmarks/data_parallel.py, whose memory is nearly all parameters, gradients and
-optimizer state), its loss and MindCV's momentum optimizer, notes the resident memory, trains --windows windows of N
-micro-batches (plain training: as many steps of b, or --windows steps of N x b), and reports the peak resident
-memory above that base (ru_maxrss) and the resident memory after the last window (what it holds). The figure that
-matters is the difference to plain training at b, in float32 copies of the trainable parameters.
+optimizer state), its loss, MindCV's momentum optimizer and the micro-batches as Tensors, notes the resident
+memory, then builds what the configuration adds (its cells and their buffers, the tutorial's zeros copy) and
+trains --windows windows of N micro-batches (plain training: as many steps of b, or --windows steps of N x b),
+and reports the peak resident memory above that base (ru_maxrss) and the resident memory after the last window
+(what it holds). The figure that matters is the difference to plain training at b, in float32 copies of the
+trainable parameters: accumulation's buffers are one copy, whenever they become resident (a Parameter made by
+``initializer("zeros")`` takes its memory when first written, a ``clone(init="zeros")`` at once).
 
 - plain-b, plain-Nb: ``nn.TrainOneStepCell`` on tensors, batch b and N x b;
 - three-cells: TrainForwardBackward x N, TrainOptim, TrainClear on tensors;
@@ -69,8 +72,8 @@ def block_model(classes, seed=0):
 
 
 def build(args):
-    """(network, loss, optimizer): MindCV's model, the block model or the wide MLP, label-smoothed CE, MindCV's
-    momentum."""
+    """(network, loss, optimizer): MindCV's model, the block model, the wide MLP or the tiny one, label-smoothed CE,
+    MindCV's momentum."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     from mindspore import nn  # pylint: disable=import-outside-toplevel
     import mindcv  # pylint: disable=import-outside-toplevel
@@ -80,6 +83,8 @@ def build(args):
     elif args.model == "mlp":
         net = nn.SequentialCell(nn.Dense(1024, 2048), nn.ReLU(), nn.Dense(2048, 2048), nn.ReLU(),
                                 nn.Dense(2048, args.classes))
+    elif args.model == "tiny":  # parameters of 64 KiB: what a graph holds beyond its tensors shows
+        net = nn.SequentialCell(nn.Dense(1024, 16), nn.ReLU(), nn.Dense(16, args.classes))
     else:
         net = mindcv.create_model(args.model, num_classes=args.classes)
     loss = mindcv.create_loss(name="CE", label_smoothing=0.1)
@@ -90,7 +95,8 @@ def build(args):
 
 def micro_batches(args, count):
     rng = np.random.default_rng(1)
-    shape = {"block": (args.micro_batch, 64, 256), "mlp": (args.micro_batch, 1024)}.get(
+    vector = (args.micro_batch, 1024)
+    shape = {"block": (args.micro_batch, 64, 256), "mlp": vector, "tiny": vector}.get(
         args.model, (args.micro_batch, 3, args.image_size, args.image_size))
     return [(rng.normal(size=shape).astype(np.float32),
              rng.integers(0, args.classes, size=args.micro_batch).astype(np.int32)) for _ in range(count)]
@@ -102,21 +108,27 @@ def dataset_of(batches, size):
     return ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=False).batch(size)
 
 
-def trainer(config, args, net, loss, optimizer, batches):
-    """A function running the whole measured job."""
-    from mindspore import Tensor, nn, ops  # pylint: disable=import-outside-toplevel
+def tensors_of(config, batches, steps):
+    """The micro-batches as Tensors (for plain-Nb, each window's joined into one batch), made before the base is
+    taken: the data is not what a configuration adds."""
+    from mindspore import Tensor  # pylint: disable=import-outside-toplevel
+    if config == "plain-Nb":
+        return [(Tensor(np.concatenate([x for x, _ in batches[i:i + steps]])),
+                 Tensor(np.concatenate([y for _, y in batches[i:i + steps]])))
+                for i in range(0, len(batches), steps)]
+    return [(Tensor(x), Tensor(y)) for x, y in batches]
+
+
+def trainer(config, args, net, loss, optimizer, batches, tensors):
+    """A function running the whole measured job, its cells built here (after the base is taken)."""
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
     from mindspore.train import Model  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
     from peers import jit_step  # pylint: disable=import-outside-toplevel
     steps = args.steps
-    tensors = [(Tensor(x), Tensor(y)) for x, y in batches]
     loss_net = nn.WithLossCell(net, loss)
     if config in ("plain-b", "plain-Nb"):
         step = nn.TrainOneStepCell(loss_net, optimizer)
-        if config == "plain-Nb":
-            tensors = [(ops.concat([x for x, _ in tensors[i:i + steps]]), ops.concat([y for _, y in
-                                                                                     tensors[i:i + steps]]))
-                       for i in range(0, len(tensors), steps)]
         return lambda: [step(x, y) for x, y in tensors]
     if config == "plain-b-data":
         model = Model(nn.TrainOneStepCell(loss_net, optimizer))
@@ -151,42 +163,63 @@ def child(config, args):
     net, loss, optimizer = build(args)
     copy_mib = sum(int(np.prod(p.shape)) for p in net.trainable_params()) * 4 / 2 ** 20
     batches = micro_batches(args, args.windows * args.steps)
-    run = trainer(config, args, net, loss, optimizer, batches)
+    tensors = tensors_of(config, batches, args.steps) if config not in DATASET_FED else None
     base = rss_mib()
+    run = trainer(config, args, net, loss, optimizer, batches, tensors)
     run()
     float(optimizer.parameters[0].asnumpy().sum())  # the last update done
     print(json.dumps({"config": config, "base": base, "peak": peak_mib() - base, "held": rss_mib() - base,
                       "copy": copy_mib}), flush=True)
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="resnet18", help="a MindCV model name, 'block' or 'mlp' (default: resnet18)")
+def add_model_arguments(parser, configs, windows):
+    """The options of the model, the micro-batches and the configurations to measure (each in a child process)."""
+    parser.add_argument("--model", default="resnet18",
+                        help="a MindCV model name, 'block', 'mlp' or 'tiny' (default: resnet18)")
     parser.add_argument("--image_size", type=int, default=192)
     parser.add_argument("--micro_batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=8, help="N")
-    parser.add_argument("--windows", type=int, default=3)
+    parser.add_argument("--windows", type=int, default=windows)
     parser.add_argument("--classes", type=int, default=10)
-    parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--configs", default=",".join(configs))
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+
+
+def measure_each(script, args, child_main, extra=(), strict=False):
+    """In a child process (``--child``), run ``child_main(config, args)`` and return None. Otherwise run `script`
+    for each of ``--configs`` in a fresh process, with the options of :func:`add_model_arguments` and `extra`, and
+    return {config: its JSON line as a dict}; a configuration that fails is reported and left out, or with
+    `strict` raises."""
     if args.child:
-        child(args.child, args)
-        return
+        child_main(args.child, args)
+        return None
+    names = ("model", "image_size", "micro_batch", "steps", "windows", "classes") + tuple(extra)
     results = {}
     for config in args.configs.split(","):
-        argv = [sys.executable, os.path.abspath(__file__), "--child", config] + [
-            f"--{name}={getattr(args, name)}" for name in ("model", "image_size", "micro_batch", "steps", "windows",
-                                                            "classes", "mode")]
+        argv = [sys.executable, os.path.abspath(script), "--child", config] + [
+            f"--{name}={getattr(args, name)}" for name in names]
         done = subprocess.run(argv, capture_output=True, text=True, check=False)
         line = [text for text in done.stdout.splitlines() if text.startswith("{")]
         if done.returncode or not line:
-            print(f"{config}: failed ({done.returncode})\n{done.stderr[-2000:]}", flush=True)
+            message = f"{os.path.basename(script)}: {config} failed ({done.returncode})\n{done.stderr[-3000:]}"
+            if strict:
+                raise RuntimeError(message)
+            print(message, flush=True)
             continue
         results[config] = json.loads(line[-1])
-        print(f"{config}: peak +{results[config]['peak']:.0f} MiB, held +{results[config]['held']:.0f} MiB",
-              flush=True)
+    return results
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_arguments(parser, CONFIGS, windows=3)
+    parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
+    args = parser.parse_args()
+    results = measure_each(__file__, args, child, ("mode",))
+    if results is None:
+        return
+    for config, result in results.items():
+        print(f"{config}: peak +{result['peak']:.0f} MiB, held +{result['held']:.0f} MiB", flush=True)
     table(args, results)
 
 
@@ -194,10 +227,12 @@ def table(args, results):
     if not results:
         return
     copy = next(iter(results.values()))["copy"]
-    print(f"\n{args.model}, {'' if args.model in ('block', 'mlp') else f'{args.image_size}x{args.image_size}, '}micro-batch "
+    size = '' if args.model in ('block', 'mlp', 'tiny') else f'{args.image_size}x{args.image_size}, '
+    print(f"\n{args.model}, {size}micro-batch "
           f"{args.micro_batch}, N = {args.steps}, {args.mode} mode; one float32 copy of the trainable parameters: "
           f"{copy:.1f} MiB\n")
-    print("| configuration | peak MiB above the built network | held after the last window | copies above plain-b "
+    print("| configuration | peak MiB above the built network and data | held after the last window "
+          "| copies above plain-b "
           "| copies above plain-b-data |")
     print("|---|---|---|---|---|")
     for config, row in results.items():

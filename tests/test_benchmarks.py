@@ -111,9 +111,10 @@ def test_memory_benchmark_prints_every_path_against_plain_training():
 @pytest.mark.ecosystem
 def test_memory_of_the_window_end_stays_within_the_goal_on_a_wide_mlp():
     """On the wide MLP (6.3 M parameters, micro-batch 2) memory is nearly all parameters, gradients and optimizer
-    state, so each extra copy shows. The three cells and Model_ACCU stay within plain training plus 1.6 copies
-    (the goal is 1.5; MindSpore 2.7.0 measured 1.54 for the three cells, 2.10.0 0.9 and 1.3). Zeroing the buffers
-    through HyperMap, as before, built every buffer's zeros at once: 1.3 and 1.7 copies on 2.10.0."""
+    state, so each extra copy shows. The three cells and Model_ACCU, their buffers counted (one copy), stay within
+    plain training plus 2.8 copies: measured 1.9 and 2.4 on MindSpore 2.10.0, 2.6 and 2.3 on 2.7.0 (2026-11-26).
+    One more full-size copy at the window's end would take both above it on 2.10.0. Before 2026-11-26 the
+    benchmark left buffers made by clone() out of the count, and this bound was 1.6."""
     pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
     done = run("--model", "mlp", "--micro_batch", 2, "--steps", 4, "--windows", 2,
                "--configs", "plain-b,three-cells,model-accu", script=MEMORY)
@@ -121,7 +122,27 @@ def test_memory_of_the_window_end_stays_within_the_goal_on_a_wide_mlp():
     peaks = {name: float(peak) for name, peak in re.findall(r"^\| ([a-z-]+) \| ([0-9]+) \|", done.stdout, re.M)}
     copy = float(re.search(r"one float32 copy of the trainable parameters: ([0-9.]+) MiB", done.stdout).group(1))
     for name in ("three-cells", "model-accu"):
-        assert peaks[name] - peaks["plain-b"] <= 1.6 * copy, (name, peaks, copy)
+        assert peaks[name] - peaks["plain-b"] <= 2.8 * copy, (name, peaks, copy)
+
+
+COMPILE_MEMORY = os.path.join(ROOT, "benchmarks", "compile_memory.py")
+
+
+@pytest.mark.slow
+@pytest.mark.ecosystem
+def test_compile_memory_benchmark_separates_compiling_from_training():
+    """Both steps compile, train (the script raises if the parameters did not move) and print their rows; on the
+    tiny MLP the Accumulator's step holds more once compiled than the tutorial's (29 MiB on 2.10.0), and its steps
+    add about as little (within 8 MiB): what it holds above the tutorial is the compiled graph's."""
+    pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
+    done = run("--model", "tiny", "--steps", 2, "--windows", 1, script=COMPILE_MEMORY)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {name: [float(v) for v in values] for name, *values in re.findall(
+        r"^\| ([a-z]+) \| (-?[0-9.]+) \| (-?[0-9.]+) \| (-?[0-9.]+) \| (-?[0-9.]+) \|$", done.stdout, re.M)}
+    assert list(rows) == ["tutorial", "accumulator"], done.stdout[-3000:]
+    (_, tutorial_compiled, tutorial_trained, _), (_, compiled, trained, _) = rows["tutorial"], rows["accumulator"]
+    assert compiled > tutorial_compiled + 5.0, rows
+    assert abs((trained - compiled) - (tutorial_trained - tutorial_compiled)) < 8.0, rows
 
 
 COMPILE_CACHE = os.path.join(ROOT, "benchmarks", "compile_cache.py")
