@@ -12,7 +12,8 @@ reports in MiB above it:
 
 - built: the accumulator built (the tutorial's two clones are resident at once; ``Accumulator``'s buffers, made by
   ``initializer("zeros")``, when the graph first holds them);
-- compiled: after ``compile``, before any step (the graph and its kernels, host memory on any device);
+- compiled: after ``compile``, before any step (the graph, its kernels and runtime structures, and buffers that
+  become resident while it is compiled, as ``Accumulator``'s do);
 - trained: after --windows windows (the resident memory the steps add, activations and buffers);
 - peak: ru_maxrss at the end.
 

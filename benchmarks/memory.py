@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/memory.py                                   # ResNet18, 192x192, b 8, N 8, graph
     .venv/bin/python benchmarks/memory.py --model block --image_size 0      # a transformer block model
     .venv/bin/python benchmarks/memory.py --model mlp                       # a wide MLP: parameters dominate
+    .venv/bin/python benchmarks/memory.py --model tiny                      # 64 KiB of parameters: the graphs' own
     .venv/bin/python benchmarks/memory.py --mode pynative
 
 Each configuration runs in its own fresh process: it builds the network (MindCV's, seeded, the transformer
