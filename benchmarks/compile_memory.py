@@ -34,32 +34,22 @@ CONFIGS = ("tutorial", "accumulator")
 
 
 def step_cell(config, loss_net, optimizer, steps):
-    """The jit step of `config` as a Cell: the tutorial's (its loss divided by N, its accumulator called with the
-    gradients) or ms_accum's (the mean loss, ``Accumulator`` called with the gradients and the micro-batch's size)."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    """The jit step of `config` (``peers.step_parts``) as a Cell."""
     from mindspore import nn, ops  # pylint: disable=import-outside-toplevel
-    import ms_accum  # pylint: disable=import-outside-toplevel
-    from peers import _tutorial_class  # pylint: disable=import-outside-toplevel
-    tutorial = config == "tutorial"
-    accumulator = _tutorial_class()(optimizer, steps) if tutorial else ms_accum.Accumulator(optimizer, steps)
-    scale = 1.0 / steps if tutorial else 1.0
-
-    def forward(x, y):
-        return loss_net(x, y) * scale
-    grad_fn = ms.value_and_grad(forward, None, optimizer.parameters)
+    from peers import step_parts  # pylint: disable=import-outside-toplevel
 
     class Step(nn.Cell):
         """value_and_grad and the accumulator in one graph."""
 
         def __init__(self):
             super().__init__(auto_prefix=False)
-            self.grad_fn, self.accumulator, self.tutorial = grad_fn, accumulator, tutorial
+            self.grad_fn, self.accumulator, self.weighted = step_parts(config, loss_net, optimizer, steps)
 
         def construct(self, x, y):
             loss_value, grads = self.grad_fn(x, y)
-            if self.tutorial:
-                return ops.depend(loss_value, self.accumulator(grads))
-            return ops.depend(loss_value, self.accumulator(grads, x.shape[0]))
+            if self.weighted:
+                return ops.depend(loss_value, self.accumulator(grads, x.shape[0]))
+            return ops.depend(loss_value, self.accumulator(grads))
     return Step()
 
 
@@ -68,10 +58,9 @@ def child(config, args):
     start_mindspore("graph")
     from mindspore import Tensor, nn  # pylint: disable=import-outside-toplevel
     net, loss, optimizer = memory.build(args)
-    copy_mib = sum(int(p.size) for p in net.trainable_params()) * 4 / 2 ** 20
+    copy_mib = memory.copy_mib_of(net)
     tensors = [(Tensor(x), Tensor(y)) for x, y in memory.micro_batches(args, args.windows * args.steps)]
     loss_net = nn.WithLossCell(net, loss)
-    loss_net.set_train(True)
     before = [p.asnumpy().copy() for p in optimizer.parameters]
     base = memory.rss_mib()
     step = step_cell(config, loss_net, optimizer, args.steps)

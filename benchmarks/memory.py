@@ -94,6 +94,11 @@ def build(args):
     return net, loss, optimizer
 
 
+def copy_mib_of(net):
+    """MiB of one float32 copy of `net`'s trainable parameters: the unit of the memory figures."""
+    return sum(int(np.prod(p.shape)) for p in net.trainable_params()) * 4 / 2 ** 20
+
+
 def micro_batches(args, count):
     rng = np.random.default_rng(1)
     vector = (args.micro_batch, 1024)
@@ -162,7 +167,7 @@ def child(config, args):
     """Measure one configuration in this process; print one JSON line."""
     start_mindspore(args.mode)
     net, loss, optimizer = build(args)
-    copy_mib = sum(int(np.prod(p.shape)) for p in net.trainable_params()) * 4 / 2 ** 20
+    copy_mib = copy_mib_of(net)
     batches = micro_batches(args, args.windows * args.steps)
     tensors = tensors_of(config, batches, args.steps) if config not in DATASET_FED else None
     base = rss_mib()

@@ -144,32 +144,34 @@ def make_peer(name, args):
     return net, train
 
 
+def step_parts(name, loss_net, optimizer, steps):
+    """What the MindSpore 2.x training step of `name` ("tutorial" or "accumulator") runs per micro-batch: (the
+    value_and_grad function, the accumulator, whether the accumulator takes the micro-batch's size). The tutorial
+    divides the loss by N and calls its accumulator with the gradients; ms_accum's takes the mean loss and
+    ``Accumulator(grads, num_items)``."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    loss_net.set_train(True)
+    if name == "tutorial":
+        def divided_loss(x, y):
+            return loss_net(x, y) / steps
+        return ms.value_and_grad(divided_loss, None, optimizer.parameters), _tutorial_class()(optimizer, steps), False
+    return ms.value_and_grad(loss_net, None, optimizer.parameters), ms_accum.Accumulator(optimizer, steps), True
+
+
 def jit_step(name, loss_net, optimizer, steps):
     """The MindSpore 2.x training step of `name` ("tutorial" or "accumulator"): value_and_grad and the accumulator
     inside one ``ms.jit`` function, called once per micro-batch."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     from mindspore import ops  # pylint: disable=import-outside-toplevel
-    import ms_accum  # pylint: disable=import-outside-toplevel
-    loss_net.set_train(True)
-    if name == "tutorial":
-        accumulator = _tutorial_class()(optimizer, steps)
-
-        def divided_loss(x, y):
-            return loss_net(x, y) / steps
-        grad_fn = ms.value_and_grad(divided_loss, None, optimizer.parameters)
-
-        @ms.jit
-        def train_step(x, y):
-            loss_value, grads = grad_fn(x, y)
-            return ops.depend(loss_value, accumulator(grads))
-        return train_step
-    accumulator = ms_accum.Accumulator(optimizer, steps)
-    grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
+    grad_fn, accumulator, weighted = step_parts(name, loss_net, optimizer, steps)
 
     @ms.jit
     def train_step(x, y):
         loss_value, grads = grad_fn(x, y)
-        return ops.depend(loss_value, accumulator(grads, x.shape[0]))
+        if weighted:  # a constant when compiled: no branch in the graph
+            return ops.depend(loss_value, accumulator(grads, x.shape[0]))
+        return ops.depend(loss_value, accumulator(grads))
     return train_step
 
 
