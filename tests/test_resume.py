@@ -1,6 +1,9 @@
 """Exact resume: training interrupted at any micro-batch and resumed from its state file ends where an
 uninterrupted run ends."""
+import contextlib
+import io
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -34,11 +37,20 @@ def data():
     return create_dataset(SAMPLE, 16, "train", num_samples=160, seed=3)
 
 
+def logged_steps(printed):
+    """The 'epoch: E step: S' of every loss line printed."""
+    return re.findall(r"^(epoch: \d+ step: \d+) loss is", printed, re.M)
+
+
 @pytest.fixture(scope="module")
 def uninterrupted():
     trainer, net = make_trainer(seed=1)
-    losses = trainer.train_process(EPOCHS, data(), N, ckpt_path=None, log_every=0)
-    return params_of(net), losses
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        losses = trainer.train_process(EPOCHS, data(), N, ckpt_path=None)
+    steps = logged_steps(printed.getvalue())
+    assert steps == [f"epoch: {e} step: {s}" for e in (1, 2) for s in (1, 2, 3)], printed.getvalue()
+    return params_of(net), losses, steps
 
 
 class _Killed(Exception):
@@ -61,8 +73,8 @@ def die_after(monkeypatch, cell_class, calls_allowed):
 
 @pytest.mark.parametrize("stop_after", [1, 6, 10, 13, 19])  # mid-window, epoch end, second epoch, last window
 def test_resume_from_any_micro_batch_matches_an_uninterrupted_run(stop_after, uninterrupted, tmp_path,
-                                                                   monkeypatch):
-    expected, losses = uninterrupted
+                                                                   monkeypatch, capsys):
+    expected, losses, steps = uninterrupted
     state = str(tmp_path / "state.ckpt")
     trainer, _ = make_trainer(seed=1)
     die_after(monkeypatch, ms_accum.TrainForwardBackward, stop_after)
@@ -74,7 +86,10 @@ def test_resume_from_any_micro_batch_matches_an_uninterrupted_run(stop_after, un
     assert int(saved["grad_sum.micro_steps"].asnumpy()) == {1: 1, 6: 2, 10: 0, 13: 3, 19: 1}[stop_after]
 
     resumed, net = make_trainer(seed=99)  # different initial weights: everything must come from the file
-    resumed_losses = resumed.train_process(EPOCHS, data(), N, ckpt_path=None, log_every=0, resume_from=state)
+    capsys.readouterr()
+    resumed_losses = resumed.train_process(EPOCHS, data(), N, ckpt_path=None, resume_from=state)
+    # the log numbers each update as the uninterrupted run did (a resume once restarted S at 1 mid-epoch)
+    assert logged_steps(capsys.readouterr().out) == steps[len(steps) - len(resumed_losses):]
     for name, want in expected.items():
         np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7,
                                    err_msg=f"{name} after resuming at micro-batch {stop_after}")
@@ -85,7 +100,7 @@ def test_resume_from_any_micro_batch_matches_an_uninterrupted_run(stop_after, un
 @pytest.mark.parametrize("update", [4, 3])  # mid-epoch 2, and epoch 1's last window
 def test_a_requested_stop_writes_the_state_so_that_a_resume_loses_nothing(update, uninterrupted, tmp_path):
     """save_state_every=100 would write nothing in this run; the stop writes the state where it stops."""
-    expected, _ = uninterrupted
+    expected = uninterrupted[0]
     state = str(tmp_path / "state.ckpt")
     trainer, _ = make_trainer(seed=1)
     trainer.train_process(EPOCHS, data(), N, callbacks=[StopAt(update)], ckpt_path=None, log_every=0,

@@ -4,6 +4,7 @@ The reference is value_and_grad on each window's concatenated micro-batches and 
 per window, with no ms_accum code.
 """
 import math
+import re
 
 import numpy as np
 import pytest
@@ -140,9 +141,9 @@ def test_driver_follows_the_schedule_window_by_window(exec_mode):
     assert_windows_match(snapshots.taken, reference(batches + batches, sizes, RATES[:8]), "driver")
 
 
-def test_driver_schedule_resumes_mid_window(tmp_path, monkeypatch):
+def test_driver_schedule_resumes_mid_window(tmp_path, monkeypatch, capsys):
     """Killed inside the first window of three micro-batches; the resumed run ends where an uninterrupted one
-    does."""
+    does, and numbers its updates in its log as that run did."""
     from test_resume import _Killed, die_after  # pylint: disable=import-outside-toplevel
     batches = micro_batches([4] * 11)  # windows 1, 1, 2, 2, 3 and a flushed 2
 
@@ -160,9 +161,11 @@ def test_driver_schedule_resumes_mid_window(tmp_path, monkeypatch):
     monkeypatch.undo()
     resumed, net = trainer(5)
     telemetry = ms_accum.WindowTelemetry()
-    resumed.train_process(1, numpy_dataset(batches), SCHEDULE, callbacks=[telemetry], ckpt_path=None, log_every=0,
+    capsys.readouterr()
+    resumed.train_process(1, numpy_dataset(batches), SCHEDULE, callbacks=[telemetry], ckpt_path=None,
                           resume_from=state)
     assert [(r.update, r.micro_batches) for r in telemetry.records] == [(5, 3), (6, 2)]
+    assert re.findall(r"^epoch: 1 step: (\d+) loss is", capsys.readouterr().out, re.M) == ["5", "6"]
     for name, value in params_of(full_net).items():
         np.testing.assert_allclose(params_of(net)[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
 

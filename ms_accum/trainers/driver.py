@@ -238,8 +238,10 @@ class GradientAccumulation:
             partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``. Default: ``"flush"``.
             ckpt_path (str, optional): Where to save the network and optimizer state at the end (written
                 atomically); ``None`` to skip. Default: ``"gradient_accumulation.ckpt"``.
-            log_every (int): Print ``epoch: E step: S loss is L`` every this many updates; 0 to stay quiet.
-                Default: ``1``.
+            log_every (int): Print ``epoch: E step: S loss is L`` every this many updates, S counting the
+                epoch's updates (as an uninterrupted run counts them after a resume, except in an
+                :class:`AdaptiveAccumulation` run resumed inside an epoch, whose earlier N are not saved: S then
+                counts the updates since the resume); 0 to stay quiet. Default: ``1``.
             initial_epoch (int): Epochs already done (when resuming from an epoch checkpoint that holds the
                 network and optimizer): training runs epochs ``initial_epoch + 1 .. epoch``, seeing the data in the
                 order an uninterrupted run would. Default: ``0``.
@@ -305,7 +307,7 @@ class GradientAccumulation:
                            dataset_shards(train_dataset) == 1)
         plan = _Plan(epoch, steps_per_epoch, schedule, policy, partial_window, callbacks, log_every,
                      initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates,
-                     max_nonfinite_windows, layout)
+                     max_nonfinite_windows, layout, None if policy is not None else before)
         self.window_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
         if resume_from is not None:
             plan.start_micro, plan.start_updates = load_training_state(self.exact_state, resume_from,
@@ -384,6 +386,7 @@ class _Plan:
     total_updates: int
     max_nonfinite_windows: int
     layout: RunLayout
+    updates_before: list  # windows completed before each epoch (schedule.run_plan), or None (adaptive N)
 
 
 class _Run(LoopFrontEnd):
@@ -418,11 +421,22 @@ class _Run(LoopFrontEnd):
         writer = StateWriter(owner.exact_state, plan.state_path, plan.save_state_every,
                              plan.epoch * plan.steps_per_epoch, plan.start_micro, layout=plan.layout)
         pending = int(owner.forward_backward.accu_micro_steps.asnumpy())  # a resumed window may be open
+        self.updates_in_epoch = self._updates_done_in_epoch(pending)
         with dataset_starting_at(train_dataset, plan.start_micro):
             iterator = train_dataset.create_tuple_iterator(num_epochs=plan.epoch)
         with CallbackManager(plan.callbacks) as callbacks:
             WindowLoop(self, plan.epoch, plan.steps_per_epoch, plan.partial_window, self.cb_params, callbacks,
                        plan.start_micro, pending, writer).run(lambda epoch: iterator)
+
+    def _updates_done_in_epoch(self, pending):
+        """The updates an uninterrupted run had applied in the current epoch at the start (a window carried into
+        it counts in it): windows begun less the open one (`pending` micro-batches in it) and those of earlier
+        epochs. 0 in an adaptive run, whose earlier N are not known."""
+        plan = self.plan
+        if plan.updates_before is None:
+            return 0
+        return plan.start_updates - (1 if pending else 0) - plan.updates_before[plan.start_micro //
+                                                                               plan.steps_per_epoch]
 
     def window_steps(self, update):
         """The N of window `update` (from 0): the schedule's, or the one the adaptive policy last chose."""
