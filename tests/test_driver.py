@@ -274,6 +274,13 @@ class TestBadInput:
                                              r".*partial_window='carry'"):
             trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), mini_steps=5, ckpt_path=None)
 
+    def test_dataset_of_another_type(self):
+        trainer, _, _ = _trainer()
+        with pytest.raises(TypeError, match=r"'train_dataset' must be a batched mindspore.dataset.Dataset \(each row "
+                                            r"one micro-batch\), but got list. Wrap arrays in "
+                                            r"mindspore.dataset.NumpySlicesDataset"):
+            trainer.train_process(1, micro_batches([4] * 4), 2, ckpt_path=None)
+
     def test_empty_dataset(self):
         trainer, _, _ = _trainer()
         empty = numpy_dataset(micro_batches([4] * 2)).batch(8, drop_remainder=True)

@@ -159,6 +159,16 @@ class TestBadInput:
         with pytest.raises(error, match=rf"For 'Model_ACCU.train', 'epoch' must be an int >= 1, but got {epoch!r}"):
             ms_accum.Model_ACCU(cell).train(epoch, numpy_dataset(micro_batches((4,) * 4)), dataset_sink_mode=False)
 
+    def test_dataset(self):
+        cell, _, _ = make_cell("plain", steps=2)
+        with pytest.raises(TypeError, match=r"For 'Model_ACCU.train', 'train_dataset' must be a batched "
+                                            r"mindspore.dataset.Dataset \(each row one micro-batch\), but got list"):
+            ms_accum.Model_ACCU(cell).train(1, micro_batches((4,) * 4), dataset_sink_mode=False)
+        empty = numpy_dataset(micro_batches((4,) * 2)).batch(8, drop_remainder=True)
+        with pytest.raises(ValueError, match=r"For 'Model_ACCU.train', 'train_dataset' must yield at least one batch "
+                                             r"per epoch, but it is empty"):
+            ms_accum.Model_ACCU(cell).train(1, empty, dataset_sink_mode=False)
+
     def test_numpy_integers_are_accepted(self):
         cell, _, opt = make_cell("plain", steps=4)
         model = ms_accum.Model_ACCU(cell, accumulation_steps=np.int32(2))

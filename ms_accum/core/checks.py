@@ -7,6 +7,7 @@ import numbers
 import warnings
 
 from mindspore import Parameter, ParameterTuple, Tensor
+from mindspore.dataset import Dataset
 from mindspore.nn import Cell, CellList
 
 GRAD_SUM_RECIPE = "optimizer.parameters.clone(prefix='grad_sum', init='zeros')"
@@ -29,6 +30,21 @@ def check_cell(owner, arg_name, value):
         raise TypeError(f"For '{owner}', '{arg_name}' must be a mindspore.nn.Cell, but got "
                         f"{type(value).__name__}.")
     return value
+
+
+def check_dataset(owner, dataset, arg_name="train_dataset"):
+    """Return the rows per epoch of `dataset` (its micro-batches) if it is a mindspore.dataset.Dataset that yields
+    at least one, else raise TypeError or ValueError."""
+    if not isinstance(dataset, Dataset):
+        raise TypeError(f"For '{owner}', '{arg_name}' must be a batched mindspore.dataset.Dataset (each row one "
+                        f"micro-batch), but got {type(dataset).__name__}. Wrap arrays in "
+                        f"mindspore.dataset.NumpySlicesDataset({{'x': x, 'y': y}}).batch(micro_batch_size), or a "
+                        f"Python iterable in mindspore.dataset.GeneratorDataset.")
+    size = dataset.get_dataset_size()
+    if size < 1:
+        raise ValueError(f"For '{owner}', '{arg_name}' must yield at least one batch per epoch, but it is empty. "
+                         f"Check the data path, or a batch size larger than the data set with drop_remainder=True.")
+    return size
 
 
 def check_optimizer(owner, optimizer):

@@ -5,8 +5,9 @@ from functools import partial
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 
-from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_lr_schedule, check_optimizer,
-                      check_optimizer_trains, check_positive_int, check_resume_or_initial_epoch, check_state_saving)
+from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_dataset, check_lr_schedule,
+                          check_optimizer, check_optimizer_trains, check_positive_int, check_resume_or_initial_epoch,
+                          check_state_saving)
 from ..compat import CallbackManager, InternalCallbackParam
 from ..core.adaptive import AdaptiveAccumulation
 from .checkpoint import save_checkpoint_atomic
@@ -265,7 +266,8 @@ class GradientAccumulation:
             end (and when printed), so the loop does not wait for every update to finish.
 
         Raises:
-            TypeError: If `epoch` is not an int, `gradient_accumulation_steps` is none of the types above (see
+            TypeError: If `epoch` is not an int, `train_dataset` is not a mindspore.dataset.Dataset,
+                `gradient_accumulation_steps` is none of the types above (see
                 :class:`AccumulationSchedule` for a malformed schedule), or is given with `global_batch_size`.
             CheckpointError: If `resume_from` is not a state file of this model (see :func:`load_training_state`).
             ValueError: If `epoch` or N is < 1 (or a schedule is malformed), `initial_epoch` is not in [0, epoch),
@@ -276,6 +278,7 @@ class GradientAccumulation:
         """
         owner = "GradientAccumulation.train_process"
         epoch = check_positive_int(owner, "epoch", epoch)
+        steps_per_epoch = check_dataset(owner, train_dataset)
         steps, steps_name = steps_or_global_batch(owner, gradient_accumulation_steps, dict(
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
             global_batch_size, train_dataset.get_batch_size(), 1)
@@ -286,11 +289,6 @@ class GradientAccumulation:
         if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, int) or not 0 <= initial_epoch < epoch:
             raise ValueError(f"For '{owner}', 'initial_epoch' must be an int in [0, {epoch}), but got "
                              f"{initial_epoch!r}.")
-        steps_per_epoch = train_dataset.get_dataset_size()
-        if steps_per_epoch < 1:
-            raise ValueError(f"For '{owner}', 'train_dataset' must yield at least one batch per epoch, but it is "
-                             f"empty. Check the data path, or a batch size larger than the data set with "
-                             f"drop_remainder=True.")
         largest = policy.max_steps if policy is not None else max(schedule.counts)
         if largest > steps_per_epoch and partial_window != "carry":
             raise ValueError(f"For '{owner}', '{steps_name}' must be <= the {steps_per_epoch} micro-batches in an "

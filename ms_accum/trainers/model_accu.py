@@ -21,8 +21,8 @@ from ..compat import (check_model_internals, check_network_mode, eval_during_tra
                       register_sink_loop, reset_op_ids, set_current_position, set_training_dataset,
                       store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.adaptive import AdaptiveAccumulation
-from ..core.checks import (check_choice, check_lr_schedule, check_positive_int, check_resume_or_initial_epoch,
-                           check_state_saving)
+from ..core.checks import (check_choice, check_dataset, check_lr_schedule, check_positive_int,
+                           check_resume_or_initial_epoch, check_state_saving)
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
@@ -231,7 +231,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         Raises:
             CheckpointError: If `resume_from` is not a state file of this cell and rank, or the ranks saved no
                 common position.
-            ValueError: As listed for the class, if `epoch` is not an int >= 1, `partial_window` is unknown,
+            TypeError: If `train_dataset` is not a mindspore.dataset.Dataset.
+            ValueError: As listed for the class, if `epoch` is not an int >= 1, `train_dataset` is empty,
+                `partial_window` is unknown,
                 `resume_from` is combined with `initial_epoch`, or `global_batch_size` is not a multiple of
                 devices x micro-batch, or would change the N of a cell that has trained, or the cell's N is a
                 schedule or a policy.
@@ -241,6 +243,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                                             PARTIAL_WINDOW_POLICIES)
         self._max_nonfinite = check_positive_int("Model_ACCU.train", "max_nonfinite_windows", max_nonfinite_windows)
         check_resume_or_initial_epoch("Model_ACCU.train", resume_from, initial_epoch)
+        check_dataset("Model_ACCU.train", train_dataset)
         if global_batch_size is not None:
             self._set_global_batch(global_batch_size, train_dataset)
         if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead
