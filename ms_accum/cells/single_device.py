@@ -152,9 +152,10 @@ class TrainOptim(WindowEngine, nn.Cell):
 
     Outputs:
         Without loss scaling, Tensor, float32 scalar: the mean loss over the window's samples or items (0 for an
-        empty window; calling it on an empty window applies a zero gradient). With loss scaling, a tuple like
-        :class:`mindspore.nn.TrainOneStepWithLossScaleCell`'s: that mean loss, the bool overflow flag (the window
-        was skipped), and the loss scale for the next window.
+        empty window; calling it on an empty window applies a zero gradient, so momentum, weight decay and a
+        learning-rate schedule still act and the step counts: call it once per window). With loss scaling, a
+        tuple like :class:`mindspore.nn.TrainOneStepWithLossScaleCell`'s: that mean loss, the bool overflow flag
+        (the window was skipped), and the loss scale for the next window.
 
     Raises:
         TypeError: If `optimizer` is not an optimizer, `grad_sum` is not a ParameterTuple, `average` is not a
