@@ -13,6 +13,11 @@ sensitive to other load on a shared machine, which steals wall time but not CPU 
 parameters, convolutions: much compute per parameter) and the wide MLP of benchmarks/data_parallel.py (1024 ->
 2048 -> 2048 -> 10, 6.3 million parameters: the least compute per parameter, so the extra pass over the gradient
 weighs most).
+
+The floor, in the same rotation: the MindSpore tutorial's accumulator in an `ms.jit` step over the same
+micro-batches (as Tensors), without and with the squared norm of every micro-batch's gradient added into a
+Parameter in that step (the kernels ms_accum's measurement runs, `grad_ops.squared_sum` over each gradient and
+one AddN, and nothing else). Its ratio is what the pass over the gradient costs by itself, in the user's own step.
 """
 import argparse
 import statistics
@@ -31,6 +36,8 @@ def wide_mlp_parts(hidden=2048):
 
 
 MODELS = {"lenet": lenet_parts, "mlp": wide_mlp_parts}
+FLOOR_BASE = "jit step"  # the floor's labels: the tutorial's jit step, without and with the squared norms
+FLOOR = "jit step + squared norms"
 
 
 def block_runner(parts, trainer_kwargs, dataset, steps):
@@ -47,37 +54,93 @@ def block_runner(parts, trainer_kwargs, dataset, steps):
     return run
 
 
-def compare_variants(name, args, variants, baseline):
-    """Median ratios (each variant's time / the `baseline` variant's) and their quartiles over --pairs rounds of
-    rotating blocks, one fresh driver per variant of `variants` ({label: GradientAccumulation keyword arguments}),
-    each on its own dataset."""
+def jit_step_runner(parts, measure, images, labels, batch, steps):
+    """A function training the `images` once (its time in seconds) with the MindSpore tutorial's accumulator in an
+    ``ms.jit`` step on fresh `parts`, N = `steps` micro-batches of `batch`; with `measure` the step also adds each
+    micro-batch's squared gradient norm into a Parameter, with the kernels ms_accum's measurement runs."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import Parameter, Tensor, nn, ops  # pylint: disable=import-outside-toplevel
+    from ms_accum.core import grad_ops  # pylint: disable=import-outside-toplevel
+    from peers import step_parts  # pylint: disable=import-outside-toplevel
+    net, loss, optimizer = parts()
+    grad_fn, accumulator, _ = step_parts("tutorial", nn.WithLossCell(net, loss), optimizer, steps)
+    squares = Parameter(Tensor(0.0, ms.float32), name="floor_squares", requires_grad=False)
+    hyper_map = ops.HyperMap()
+
+    @ms.jit
+    def train_step(x, y):
+        loss_value, grads = grad_fn(x, y)
+        if measure:  # a constant when compiled
+            loss_value = ops.depend(loss_value, ops.assign_add(squares, grad_ops.sum_over(
+                hyper_map, grad_ops.squared_sum, grads)))
+        return ops.depend(loss_value, accumulator(grads))
+
+    batches = [(Tensor(images[i:i + batch]), Tensor(labels[i:i + batch])) for i in range(0, len(images), batch)]
+
+    def run():
+        start, cpu = time.perf_counter(), time.process_time()
+        for x, y in batches:
+            loss_value = train_step(x, y)
+        loss_value.asnumpy()  # wait for the device
+        elapsed = time.perf_counter() - start, time.process_time() - cpu
+        if measure and not float(squares.asnumpy()) > 0.0:
+            raise RuntimeError(f"The floor's jit step summed no squared gradient norms (got {squares.asnumpy()}).")
+        return elapsed
+    return run
+
+
+def driver_runners(name, args, variants):
+    """{label: a block_runner}, one fresh driver per variant of `variants` ({label: GradientAccumulation keyword
+    arguments}), each on its own dataset of the same micro-batches."""
     import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
     images, labels = sample_arrays(args.windows * args.steps * args.batch)
-    runners = {label: block_runner(MODELS[name], kwargs, ds.NumpySlicesDataset(
+    return {label: block_runner(MODELS[name], kwargs, ds.NumpySlicesDataset(
         {"x": images, "y": labels}, shuffle=False).batch(args.batch), args.steps) for label, kwargs in variants.items()}
+
+
+def compare_variants(name, args, variants, baseline):
+    """Median ratios (each variant's time / the `baseline` variant's) and their quartiles over --pairs rounds of
+    rotating blocks, one fresh driver per variant of `variants` ({label: GradientAccumulation keyword
+    arguments})."""
+    compare_runners(name, args, driver_runners(name, args, variants),
+                    {label: baseline for label in variants if label != baseline})
+
+
+def compare_runners(name, args, runners, baselines):
+    """Median ratios and quartiles over --pairs rounds in which every runner of `runners` ({label: a function
+    returning (wall, CPU) seconds of a block}) runs once, in rotating order: the time of each label of `baselines`
+    ({label: its baseline's label}) over its baseline's in the same round. The first baseline's window time is
+    printed."""
     for run in runners.values():
         run()  # compile
     order = list(runners)
-    ratios = {(label, clock): [] for label in order if label != baseline for clock in (0, 1)}
+    ratios = {(label, clock): [] for label in baselines for clock in (0, 1)}
+    first = next(iter(baselines.values()))
     seconds = []
     for round_index in range(args.pairs):
         shift = round_index % len(order)
         times = {label: runners[label]() for label in order[shift:] + order[:shift]}
         for (label, clock), values in ratios.items():
-            values.append(times[label][clock] / times[baseline][clock])
-        seconds.append(times[baseline][0] / args.windows)
+            values.append(times[label][clock] / times[baselines[label]][clock])
+        seconds.append(times[first][0] / args.windows)
     print(f"{name} ({args.pairs} rounds of {args.windows} windows of {args.steps} x {args.batch}; a window with "
-          f"{baseline} takes {1000 * statistics.median(seconds):.1f} ms):", flush=True)
+          f"{first} takes {1000 * statistics.median(seconds):.1f} ms):", flush=True)
     for (label, clock), values in ratios.items():
         quartiles = statistics.quantiles(values, n=4)
-        print(f"  {label} / {baseline}, {('wall', 'CPU')[clock]} time = {statistics.median(values):.3f} "
+        print(f"  {label} / {baselines[label]}, {('wall', 'CPU')[clock]} time = {statistics.median(values):.3f} "
               f"(quartiles {quartiles[0]:.3f}-{quartiles[2]:.3f})", flush=True)
 
 
 def measure_model(name, args):
-    """The driver with noise_scale=True and "first" against without."""
-    compare_variants(name, args, {"noise_scale=False": {}, "noise_scale=True": {"noise_scale": True},
-                                  "noise_scale='first'": {"noise_scale": "first"}}, "noise_scale=False")
+    """The driver with noise_scale=True and "first" against without, and the floor: the tutorial's jit step with
+    the squared norms against without."""
+    off, every, first = "noise_scale=False", "noise_scale=True", "noise_scale='first'"
+    runners = driver_runners(name, args, {off: {}, every: {"noise_scale": True}, first: {"noise_scale": "first"}})
+    images, labels = sample_arrays(args.windows * args.steps * args.batch)
+    for label, measure in ((FLOOR_BASE, False), (FLOOR, True)):
+        runners[label] = jit_step_runner(MODELS[name], measure, images, labels, args.batch, args.steps)
+    compare_runners(name, args, runners, {every: off, first: off, FLOOR: FLOOR_BASE})
+
 
 
 def cost_arguments(doc, min_steps, why_min_steps=""):
