@@ -219,7 +219,9 @@ class NoiseMeasure:
 
 def noise_scale_of(smooth_grad_sq, smooth_noise_trace):
     """B_simple from the smoothed estimates (floats): NaN before the first estimate, or while the smoothed |G|^2 is
-    not positive (the noise then swamps the signal: no finite batch size is indicated)."""
+    not positive (the noise then swamps the signal: no finite batch size is indicated); 0 while the smoothed
+    tr(Sigma) is negative (its true value is >= 0: the noise is below what the windows resolve, and the adaptive
+    policy reads it as 0 too)."""
     if not smooth_grad_sq > 0.0 or not math.isfinite(smooth_noise_trace):
         return math.nan
-    return smooth_noise_trace / smooth_grad_sq
+    return max(smooth_noise_trace, 0.0) / smooth_grad_sq

@@ -43,8 +43,8 @@ class WindowRecord:
         noise_trace (float): The window's unbiased estimate of tr(Sigma), the trace of the per-item gradient
             covariance (NaN as for `grad_sq`). Default: NaN.
         noise_scale (float): B_simple = tr(Sigma) / |G|^2 in items, from the exponentially smoothed estimates of
-            this and earlier windows (NaN before the first estimate, or while the smoothed |G|^2 is not positive).
-            Default: NaN.
+            this and earlier windows (NaN before the first estimate, or while the smoothed |G|^2 is not positive;
+            0 while the smoothed tr(Sigma) is negative). Default: NaN.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
