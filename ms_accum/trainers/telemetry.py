@@ -119,8 +119,10 @@ class WindowTelemetry(Callback):
     ``noise_scale=True``, the window's estimates of |G|^2 and tr(Sigma) and the smoothed noise scale.
 
     Works with :class:`GradientAccumulation` and :class:`Model_ACCU`. Progress lines give updates done out of the
-    total, the throughput and the time left; the CSV gets one row per update (columns: the fields of
-    :class:`WindowRecord`, then ``skipped`` and ``elapsed_s``), flushed as it goes.
+    total, the throughput and the time left, both measured from the end of the run's first update so that its
+    compilation does not count (the first update's line gives its time instead); the CSV gets one row per update
+    (columns: the fields of :class:`WindowRecord`, then ``skipped`` and ``elapsed_s``, seconds since training
+    began), flushed as it goes.
 
     Args:
         csv_path (str, optional): CSV file to write; its directory is created. Default: ``None``.
@@ -151,11 +153,11 @@ class WindowTelemetry(Callback):
         self.skipped = 0
         self._file = self._writer = None
         self._start = self._items = 0.0
-        self._first_update = 0
+        self._warm = None  # (time, items, update) at the end of this run's first update
 
     def on_train_begin(self, run_context):
         self._start, self._items = time.time(), 0.0
-        self._first_update = int(run_context.original_args().cur_step_num)
+        self._warm = None
         if self.csv_path:
             os.makedirs(os.path.dirname(os.path.abspath(self.csv_path)), exist_ok=True)
             self._file = open(self.csv_path, "w", newline="", encoding="utf-8")  # pylint: disable=consider-using-with
@@ -172,21 +174,32 @@ class WindowTelemetry(Callback):
         self.records.append(record)
         self.skipped += record.overflow
         self._items += record.items
-        elapsed = time.time() - self._start
+        now = time.time()
+        elapsed = now - self._start
+        if self._warm is None:
+            self._warm = (now, self._items, record.update)
         if self._writer:
             self._writer.writerow(list(asdict(record).values()) + [self.skipped, round(elapsed, 3)])
             self._file.flush()
         if self.print_every and record.update % self.print_every == 0:
             total = getattr(cb_params, "total_updates", 0) or int(cb_params.epoch_num) * int(cb_params.batch_num)
-            done = record.update - self._first_update
-            left = elapsed / max(done, 1) * max(total - record.update, 0)
             clipped = " (clipped)" if record.clipped else ""
             noise = "" if math.isnan(record.noise_scale) else f" | noise scale {record.noise_scale:.4g} items"
             print(f"update {record.update}/{total} (epoch {record.epoch}/{cb_params.epoch_num}) "
                   f"loss {record.loss:.4f} | window: {record.micro_batches} micro-batches, "
                   f"{record.items:.0f} items | grad norm {record.grad_norm:.3g}{clipped} | lr "
                   f"{record.learning_rate:.3g} | loss scale {record.loss_scale:g}, {self.skipped} skipped{noise} | "
-                  f"{self._items / max(elapsed, 1e-9):.0f} items/s, {left:.0f} s left", flush=True)
+                  f"{self._pace(now, elapsed, record.update, total)}", flush=True)
+
+    def _pace(self, now, elapsed, update, total):
+        """Throughput and time left, from the end of the run's first update (whose graphs compile) to `now`; at
+        the first update, its time instead."""
+        warm_time, warm_items, warm_update = self._warm
+        if update == warm_update:
+            return f"first update after {elapsed:.1f} s (compiling included)"
+        since = now - warm_time
+        left = since / (update - warm_update) * max(total - update, 0)
+        return f"{(self._items - warm_items) / max(since, 1e-9):.0f} items/s, {left:.0f} s left"
 
     def on_train_end(self, run_context):
         if self._file:
