@@ -20,9 +20,11 @@ def adjust_batchnorm_momentum(network, accumulation_steps):
     After a window of N micro-batches the old moving statistics then carry the weight m, as after one
     large-batch step, instead of m ** N. With micro-batches of equal batch mean the moving mean equals the
     large batch's exactly; in general it is the average of the micro-batch statistics with the large batch's
-    decay. Call it before the first training step (the momentum is frozen into the compiled graph). The momentum
-    each layer had before the first call is remembered: calling it again sets m ** (1 / N) from that momentum
-    (it never compounds), and N = 1 restores it.
+    decay. Call it before the first training step: the momentum is frozen into the compiled graph in both modes
+    (ms_accum's cells compile their steps in PYNATIVE_MODE too), so a later call changes nothing in cells that
+    have run, though it returns the new momenta. The momentum each layer had before the first call is
+    remembered: calling it again sets m ** (1 / N) from that momentum (it never compounds), and N = 1 restores
+    it.
 
     Args:
         network (Cell): The network; its ``nn.BatchNorm1d/2d/3d`` and ``nn.SyncBatchNorm`` layers (any
