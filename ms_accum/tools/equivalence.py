@@ -93,11 +93,13 @@ class EquivalenceReport:
 
     def __str__(self):
         width = max([len(row.name) for row in self.rows] + [9])
-        lines = [f"{'parameter':<{width}}  {'gradient':>10}  {'parameter':>10}  noise elements (left out)",
-                 f"{'':<{width}}  {'rel. diff':>10}  {'rel. diff':>10}"]
+        lines = [f"{'parameter':<{width}}  {'gradient':>10}  {'parameter':>10}  elements left out of",
+                 f"{'':<{width}}  {'rel. diff':>10}  {'rel. diff':>10}  the parameter's figure"]
         lines += [f"{row.name:<{width}}  {row.grad_relative:>10.3e}  "
                   f"{'-' if row.noise_elements == row.elements else format(row.param_relative, '.3e'):>10}  "
                   f"{row.noise_elements} of {row.elements}" for row in self.rows]
+        lines.append("(left out: elements whose large-batch gradient is rounding noise, or is too small for the "
+                     "applied gradient's difference to stay within rtol)")
         if self.passed:
             lines.append(f"PASS: largest relative difference {self.max_relative:.3e} <= rtol {self.rtol:g} "
                          f"(applied gradient {self.max_grad_relative:.3e}, updated parameters "
