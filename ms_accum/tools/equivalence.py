@@ -160,8 +160,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
     counts them.
 
     Both copies run in training mode, as in training: BatchNorm normalises with batch statistics, so a network
-    with BatchNorm fails the check (by design: accumulation cannot reproduce large-batch statistics). Dropout
-    draws different masks on the two paths; switch it off for the check.
+    with BatchNorm fails the check (by design: accumulation cannot reproduce large-batch statistics). Dropout's
+    masks need not match on the two paths (nothing promises they do); switch it off for the check.
 
     Args:
         make_network (Callable[[], Cell]): Builds the network; called after ``mindspore.set_seed(seed)`` for each
