@@ -89,11 +89,10 @@ def jit_step_runner(parts, measure, images, labels, batch, steps):
     return run
 
 
-def driver_runners(name, args, variants):
+def driver_runners(name, args, variants, images, labels):
     """{label: a block_runner}, one fresh driver per variant of `variants` ({label: GradientAccumulation keyword
-    arguments}), each on its own dataset of the same micro-batches."""
+    arguments}), each on its own dataset of the micro-batches of `images` and `labels`."""
     import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
-    images, labels = sample_arrays(args.windows * args.steps * args.batch)
     return {label: block_runner(MODELS[name], kwargs, ds.NumpySlicesDataset(
         {"x": images, "y": labels}, shuffle=False).batch(args.batch), args.steps) for label, kwargs in variants.items()}
 
@@ -102,7 +101,8 @@ def compare_variants(name, args, variants, baseline):
     """Median ratios (each variant's time / the `baseline` variant's) and their quartiles over --pairs rounds of
     rotating blocks, one fresh driver per variant of `variants` ({label: GradientAccumulation keyword
     arguments})."""
-    compare_runners(name, args, driver_runners(name, args, variants),
+    arrays = sample_arrays(args.windows * args.steps * args.batch)
+    compare_runners(name, args, driver_runners(name, args, variants, *arrays),
                     {label: baseline for label in variants if label != baseline})
 
 
@@ -135,12 +135,12 @@ def measure_model(name, args):
     """The driver with noise_scale=True and "first" against without, and the floor: the tutorial's jit step with
     the squared norms against without."""
     off, every, first = "noise_scale=False", "noise_scale=True", "noise_scale='first'"
-    runners = driver_runners(name, args, {off: {}, every: {"noise_scale": True}, first: {"noise_scale": "first"}})
     images, labels = sample_arrays(args.windows * args.steps * args.batch)
+    runners = driver_runners(name, args, {off: {}, every: {"noise_scale": True}, first: {"noise_scale": "first"}},
+                             images, labels)
     for label, measure in ((FLOOR_BASE, False), (FLOOR, True)):
         runners[label] = jit_step_runner(MODELS[name], measure, images, labels, args.batch, args.steps)
     compare_runners(name, args, runners, {every: off, first: off, FLOOR: FLOOR_BASE})
-
 
 
 def cost_arguments(doc, min_steps, why_min_steps=""):
