@@ -155,7 +155,11 @@ class Accumulator(WindowEngine, nn.Cell):
         return super().__call__(grads, num_items)
 
     def construct(self, grads, num_items=None):
-        _check_grads(grads, self.shapes, _shapes_of(grads))
+        # The shapes through HyperMap, and the loop that names the wrong gradient only when one is: a Python loop
+        # over the gradients added about 4 s to the jit step's compilation on MindCV's EdgeNeXt (160 parameters).
+        shapes = self.window_map(_shape_of, grads)
+        if shapes != self.shapes:
+            _check_grads(grads, self.shapes, shapes)
         items = as_weight("Accumulator", num_items)
         if num_items is None:  # decided when the call is compiled: no runtime branch
             items = ops.depend(items, ops.assign_add(self.unweighted, ops.ones_like(self.unweighted)))
@@ -209,12 +213,19 @@ class Accumulator(WindowEngine, nn.Cell):
         return ops.depend(result, ops.assign(self.last_overflow, overflow))
 
 
-def _shapes_of(grads):
-    """The dense gradients' shapes (None for a sparse RowTensor), known when the graph is compiled."""
-    shapes = ()
-    for grad in grads:
-        shapes = shapes + ((grad.shape if isinstance(grad, Tensor) else None),)
-    return shapes
+_shape_of = ops.MultitypeFuncGraph("shape_of")
+
+
+@_shape_of.register("Tensor")
+def _dense_shape(grad):
+    """A dense gradient's shape, known when the graph is compiled."""
+    return grad.shape
+
+
+@_shape_of.register("RowTensor")
+def _sparse_shape(grad):
+    """A sparse gradient's dense shape (the parameter's), known when the graph is compiled."""
+    return grad.dense_shape
 
 
 def _check_grads(grads, expected, shapes):
