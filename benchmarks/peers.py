@@ -17,7 +17,13 @@ momentum optimizer and label-smoothed cross-entropy, on the same micro-batches, 
 - `three-cells`: `TrainForwardBackward` per micro-batch, `TrainOptim` and `TrainClear` per window;
 - `parallel`: `TrainAccuStepsCell` called per micro-batch (its automatic mode);
 - `model-accu`: `Model_ACCU.train` over a `TrainAccuStepsCell`, without dataset sink mode;
-- `accumulator`: `ms_accum.Accumulator` inside a `jit` train step.
+- `accumulator`: `ms_accum.Accumulator` inside a `jit` train step;
+- `tutorial-two-graphs`: the tutorial's accumulator without ms_accum, its window's end (the optimizer on the
+  buffers, then the buffers reset) in a `jit` function of its own, called every N-th micro-batch after a `jit`
+  step of value_and_grad and the addition. It is the ms_accum driver's shape (the window's end in a second graph,
+  without the network's activations) written with MindSpore alone: its start-up against the tutorial's is what
+  MindSpore charges for the second graph. (Its micro-step has no runtime branch, which MindSpore's CPU runs
+  slowly: see jit_branch.py; compare its start-up, not its steady speed.)
 
 The loops over tensors (tutorial, three-cells, parallel, accumulator) read the same dataset's iterator.
 
@@ -46,7 +52,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from lenet_cells import start_mindspore, three_cells  # noqa: E402  (no MindSpore import; puts the project on sys.path)
 
-PEERS = ("mindcv-trainstep", "tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator")
+PEERS = ("mindcv-trainstep", "tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator",
+         "tutorial-two-graphs")
 
 
 def micro_batches(args, windows, seed):
@@ -131,6 +138,13 @@ def make_peer(name, args):
 
         def train_step(x, y, _):
             cell(x, y)
+    elif name == "tutorial-two-graphs":
+        micro_step, window_end = two_graph_steps(nn.WithLossCell(net, loss), optimizer, steps)
+
+        def train_step(x, y, index):
+            micro_step(x, y)
+            if index % steps == steps - 1:
+                window_end()
     else:
         jitted = jit_step(name, nn.WithLossCell(net, loss), optimizer, steps)
 
@@ -173,6 +187,32 @@ def jit_step(name, loss_net, optimizer, steps):
             return ops.depend(loss_value, accumulator(grads, x.shape[0]))
         return ops.depend(loss_value, accumulator(grads))
     return train_step
+
+
+def two_graph_steps(loss_net, optimizer, steps):
+    """The tutorial's accumulation in two ``ms.jit`` functions: (value_and_grad of loss / N and the addition into
+    the buffers, per micro-batch; the optimizer on the buffers and their reset from zeros, per window)."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import ops  # pylint: disable=import-outside-toplevel
+    loss_net.set_train(True)
+    inner_grads = optimizer.parameters.clone(prefix="accumulate_", init="zeros")
+    zeros = optimizer.parameters.clone(prefix="zeros_", init="zeros")
+    hyper_map = ops.HyperMap()
+
+    def divided_loss(x, y):
+        return loss_net(x, y) / steps
+    grad_fn = ms.value_and_grad(divided_loss, None, optimizer.parameters)
+
+    @ms.jit
+    def micro_step(x, y):
+        loss_value, grads = grad_fn(x, y)
+        return ops.depend(loss_value, hyper_map(ops.partial(ops.assign_add), inner_grads, grads))
+
+    @ms.jit
+    def window_end():
+        done = optimizer(inner_grads)
+        return ops.depend(done, hyper_map(ops.partial(ops.assign), inner_grads, zeros))
+    return micro_step, window_end
 
 
 def _tutorial_class():
