@@ -25,7 +25,8 @@ momentum optimizer and label-smoothed cross-entropy, on the same micro-batches, 
   MindSpore charges for the second graph. (Its micro-step has no runtime branch, which MindSpore's CPU runs
   slowly: see jit_branch.py; compare its start-up, not its steady speed.)
 
-The loops over tensors (tutorial, three-cells, parallel, accumulator) read the same dataset's iterator.
+The loops over tensors (tutorial, three-cells, parallel, accumulator, tutorial-two-graphs) read the same dataset's
+iterator.
 
 Three figures per peer:
 
