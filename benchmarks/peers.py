@@ -192,27 +192,21 @@ def jit_step(name, loss_net, optimizer, steps):
 
 def two_graph_steps(loss_net, optimizer, steps):
     """The tutorial's accumulation in two ``ms.jit`` functions: (value_and_grad of loss / N and the addition into
-    the buffers, per micro-batch; the optimizer on the buffers and their reset from zeros, per window)."""
+    the buffers, per micro-batch; the optimizer on the buffers and their reset from zeros, per window). The
+    gradient function and the buffers are the tutorial peer's own (``step_parts``)."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     from mindspore import ops  # pylint: disable=import-outside-toplevel
-    loss_net.set_train(True)
-    inner_grads = optimizer.parameters.clone(prefix="accumulate_", init="zeros")
-    zeros = optimizer.parameters.clone(prefix="zeros_", init="zeros")
-    hyper_map = ops.HyperMap()
-
-    def divided_loss(x, y):
-        return loss_net(x, y) / steps
-    grad_fn = ms.value_and_grad(divided_loss, None, optimizer.parameters)
+    grad_fn, tutorial, _ = step_parts("tutorial", loss_net, optimizer, steps)
 
     @ms.jit
     def micro_step(x, y):
         loss_value, grads = grad_fn(x, y)
-        return ops.depend(loss_value, hyper_map(ops.partial(ops.assign_add), inner_grads, grads))
+        return ops.depend(loss_value, tutorial.map(ops.partial(ops.assign_add), tutorial.inner_grads, grads))
 
     @ms.jit
     def window_end():
-        done = optimizer(inner_grads)
-        return ops.depend(done, hyper_map(ops.partial(ops.assign), inner_grads, zeros))
+        done = optimizer(tutorial.inner_grads)
+        return ops.depend(done, tutorial.map(ops.partial(ops.assign), tutorial.inner_grads, tutorial.zeros))
     return micro_step, window_end
 
 
