@@ -176,7 +176,7 @@ def test_gradients_of_the_wrong_parameters_are_refused_before_anything_is_added(
         call(grads[:3])
     swapped = (grads[2],) + grads[1:2] + (grads[0],) + grads[3:]
     with pytest.raises(ValueError, match=r"'grads' must follow optimizer.parameters in order and shape, but "
-                                         r"gradient 0 has shape \[4, 48\] where the parameter has \[3, 1, 3, 3\]"):
+                                         r"gradient 0 has shape \(4, 48\) where the parameter has \(3, 1, 3, 3\)"):
         call(swapped)
     assert not any(b.asnumpy().any() for b in accumulator.inner_grads), "a refused call added gradients"
 

@@ -1,4 +1,4 @@
-"""Sparse gradients (nn.EmbeddingLookup(sparse=True)) accumulate into dense buffers in every ms_accum cell.
+"""Sparse gradients (nn.EmbeddingLookup(sparse=True)) accumulate into dense buffers on every ms_accum path.
 
 MindSpore 2.10 hands a sparse gradient over as rows plus indices (RowTensor) in a compiled graph only: GRAPH_MODE,
 and PYNATIVE_MODE where ms_accum compiles each step. Run eagerly (MS_JIT=0, or a network that cannot be compiled)
@@ -82,6 +82,48 @@ def test_parallel_cells_accumulate_sparse_rows(kind, mode):
         cell.set_accumulation(index < len(data) - 1)
         cell(Tensor(ids), Tensor(labels))
     assert_params_close(params_of(net), dense_reference(), context=f"sparse, {kind}")
+
+
+def accumulator_steps(sparse, compiled):
+    """The functional loop: value_and_grad, then Accumulator (N = 3, each micro-batch weighted by its samples), the
+    gradient computed in an ms.jit step when `compiled`, else from Python."""
+    net, loss_net, opt = build(sparse)
+    accumulator = ms_accum.Accumulator(opt, 3)
+    grad_fn = ms.value_and_grad(loss_net, None, opt.parameters)
+
+    def step(ids, labels):
+        _, grads = grad_fn(ids, labels)
+        return accumulator(grads, ids.shape[0])
+
+    return net, (ms.jit(step) if compiled else step)
+
+
+@pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE], ids=["graph", "pynative"])
+def test_accumulator_in_a_jit_step_accumulates_sparse_rows(mode):
+    ms.set_context(mode=mode)
+    net, step = accumulator_steps(sparse=True, compiled=True)
+    updated = [bool(step(Tensor(ids), Tensor(labels))) for ids, labels in batches()]
+    assert updated == [False, False, True]
+    assert_params_close(params_of(net), dense_reference(), context="sparse, Accumulator in a jit step")
+
+
+def test_accumulator_adds_a_sparse_gradient_computed_from_python_densely():
+    # GRAPH_MODE hands the gradient to Python as (indices, rows, dense shape), which no compiled graph takes
+    net, step = accumulator_steps(sparse=True, compiled=False)
+    for ids, labels in batches():
+        step(Tensor(ids), Tensor(labels))
+    assert_params_close(params_of(net), dense_reference(), context="sparse, Accumulator called from Python")
+
+
+def test_accumulator_names_sparse_rows_that_lost_their_indices():
+    ms.set_context(mode=ms.PYNATIVE_MODE)  # the gradient computed eagerly: the rows arrive without their indices
+    net, step = accumulator_steps(sparse=True, compiled=False)
+    before = params_of(net)
+    ids, labels = batches()[0]
+    with pytest.raises(ValueError, match=r"gradient 0 has shape \(6, 4\) where the parameter has \(10, 4\).*table of "
+                                         r"a sparse lookup.*rows without their indices.*inside a mindspore.jit step"):
+        step(Tensor(ids), Tensor(labels))
+    assert_params_close(params_of(net), before, context="nothing applied")
 
 
 def test_sparse_and_dense_embeddings_train_alike_through_the_driver():

@@ -1,5 +1,5 @@
 """Accumulator: gradient accumulation for the functional training loop of MindSpore 2.x (value_and_grad)."""
-from mindspore import Parameter, Tensor, mutable, nn, ops
+from mindspore import Parameter, RowTensor, Tensor, mutable, nn, ops
 from mindspore import dtype as mstype
 
 from ..core import window
@@ -62,7 +62,8 @@ class Accumulator(WindowEngine, nn.Cell):
             and applies it, as :class:`mindspore.nn.TrainOneStepCell` does. Default: ``"skip"``.
 
     Inputs:
-        - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter.
+        - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter (the rows of a
+          sparse lookup's gradient, a RowTensor, are added in place; see ``docs/models.md``).
         - **num_items** (Union[Tensor, int, float], optional) - What the micro-batch weighs, > 0. Default:
           ``None`` (weight 1; then omit it for every micro-batch of the window).
 
@@ -148,8 +149,10 @@ class Accumulator(WindowEngine, nn.Cell):
         if not isinstance(grads, (tuple, list)):
             raise TypeError(f"For 'Accumulator', 'grads' must be a tuple of Tensors, one per optimizer parameter, "
                             f"but got {type(grads).__name__}.")
-        _check_grads(grads, self.shapes, [tuple(g.shape) if isinstance(g, Tensor) else None for g in grads])
-        grads = mutable(tuple(grads))
+        grads = tuple(_dense_gradient(grad) for grad in grads)
+        _check_grads(grads, self.shapes, [tuple(g.shape) if isinstance(g, Tensor) else None for g in grads],
+                     eager=True)
+        grads = mutable(grads)
         if isinstance(num_items, (int, float)) and not isinstance(num_items, bool):
             num_items = Tensor(num_items, mstype.float32)
         return super().__call__(grads, num_items)
@@ -224,17 +227,41 @@ def _dense_shape(grad):
 
 @_shape_of.register("RowTensor")
 def _sparse_shape(grad):
-    """A sparse gradient's dense shape (the parameter's), known when the graph is compiled."""
+    """A sparse gradient's dense shape (the parameter's). MindSpore 2.10 does not fold it into a constant, so the
+    shape comparison is compiled into the graph and ``_check_grads`` must not convert it (``tuple()`` of it fails to
+    compile: "Not support the type: Undetermined")."""
     return grad.dense_shape
 
 
-def _check_grads(grads, expected, shapes):
-    """Raise unless there is one gradient per optimizer parameter, each of the parameter's shape."""
+def _dense_gradient(grad):
+    """A sparse gradient computed outside a compiled step, as a dense Tensor: MindSpore hands it to Python as a
+    RowTensor or, in GRAPH_MODE, as the tuple (row indices, rows, dense shape), which a compiled graph cannot take
+    as an input. The rows are added into zeros of the parameter's shape (repeated indices add up), as a dense
+    gradient would be; any other gradient is returned as it is. (Inside a jit step the rows stay sparse and are
+    added into the buffer in place.)"""
+    if isinstance(grad, RowTensor):
+        grad = (grad.indices, grad.values, grad.dense_shape)
+    if isinstance(grad, tuple) and len(grad) == 3 and isinstance(grad[0], Tensor) and isinstance(grad[1], Tensor) \
+            and isinstance(grad[2], tuple):
+        indices, values, shape = grad
+        return ops.tensor_scatter_add(ops.zeros(shape, values.dtype), indices.reshape(-1, 1), values)
+    return grad
+
+
+def _check_grads(grads, expected, shapes, eager=False):
+    """Raise unless there is one gradient per optimizer parameter, each of the parameter's shape. `eager`: called
+    from Python, where a sparse gradient computed eagerly in PYNATIVE_MODE arrives as its rows without their indices,
+    which the message then names."""
     if len(grads) != len(expected):
         raise ValueError(f"For 'Accumulator', 'grads' must hold one gradient per optimizer parameter ({len(expected)}"
                          f"), but got {len(grads)}. Differentiate with respect to optimizer.parameters.")
     for index in range(len(expected)):
-        if shapes[index] is not None and tuple(shapes[index]) != tuple(expected[index]):
+        if shapes[index] is not None and shapes[index] != expected[index]:
+            rows = ""
+            if eager and len(shapes[index]) == len(expected[index]) > 1 and shapes[index][1:] == expected[index][1:]:
+                rows = (" If this parameter is the table of a sparse lookup (nn.EmbeddingLookup(sparse=True)), these "
+                        "are its gradient's rows without their indices, which MindSpore drops when the gradient is "
+                        "computed eagerly: compute it inside a mindspore.jit step.")
             raise ValueError(f"For 'Accumulator', 'grads' must follow optimizer.parameters in order and shape, but "
-                             f"gradient {index} has shape {list(shapes[index])} where the parameter has "
-                             f"{list(expected[index])}. Differentiate with respect to optimizer.parameters.")
+                             f"gradient {index} has shape {shapes[index]} where the parameter has "
+                             f"{expected[index]}. Differentiate with respect to optimizer.parameters.{rows}")
