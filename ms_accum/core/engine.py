@@ -260,7 +260,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             divisor = unscale if divisor is None else divisor * unscale
         grads, recorded = window.finish_gradients(
             self.window_map, self.accu_grads, divisor, self.grad_reducer, self.clip_norm,
-            (self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped), total, self.divide_in_place)
+            (self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped), total, self.divide_in_place,
+            self.reducer_flag)
         norm = ops.depend(self.accu_last_grad_norm, recorded) * 1.0
         if self.measure_noise:
             recorded = ops.depend(recorded, self._record_noise(

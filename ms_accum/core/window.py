@@ -163,7 +163,8 @@ def mean_loss(counters):
     return loss_sum / ops.maximum(item_count, 1e-12)
 
 
-def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, items, in_place=True):
+def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, items, in_place=True,
+                     across_devices=False):
     """
     The gradient the optimizer receives: buffers / divisor (the buffers themselves when `divisor` is None: the raw
     sum), reduced across devices once, then scaled down so that its global norm is at most `clip_norm` (a float,
@@ -173,18 +174,26 @@ def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, item
     With `in_place` the buffers are divided in place and handed on as they are (on one device, without clipping,
     the optimizer reads them), for a window reset right after: a divided copy held one more copy of the parameters
     for the optimizer step, and inside the network's graph (Accumulator in a jit step) beside its activations.
+    Where nothing is reduced (`across_devices` False) each buffer's squares are summed as it is divided, from the
+    same read: MindSpore copies every read of a buffer read twice in a graph (``grad_ops.scale_in_place_squared``).
 
     Returns (grads, a Tensor to depend on once the records are written).
     """
     last_items, last_grad_norm, last_clipped = last
+    norm = None
     if divisor is None:  # nothing to divide (MindSpore 2.7.0 fails at run time on an in-place multiply by 1);
         grads = reducer(buffers)  # only with `in_place`: the optimizer reading a Parameter fails in Accumulator
+    elif in_place and not across_devices:
+        squares = hyper_map(ops.partial(grad_ops.scale_in_place_squared, 1.0 / divisor), buffers)
+        grads = ops.depend(buffers, squares)
+        norm = ops.sqrt(grad_ops.add_up(squares))
     elif in_place:
         divided = hyper_map(ops.partial(grad_ops.scale_in_place, 1.0 / divisor), buffers)
         grads = reducer(ops.depend(buffers, divided))
     else:
         grads = reducer(hyper_map(ops.partial(grad_ops.scale, 1.0 / divisor), buffers))
-    norm = grad_ops.global_norm(hyper_map, grads)
+    if norm is None:
+        norm = grad_ops.global_norm(hyper_map, grads)
     clipped = ops.zeros_like(norm)
     if clip_norm is not None:
         grads = hyper_map(ops.partial(grad_ops.scale, clip_norm / ops.maximum(norm, clip_norm)), grads)
