@@ -109,6 +109,13 @@ EVIDENCE = {
         "test_elastic::test_a_state_of_two_devices_resumes_on_one",
         "test_model_accu::test_sink_mode_takes_n_from_the_global_batch",
         "test_elastic::test_a_users_own_loop_keeps_its_global_batch_in_its_state[accumulator]"),
+    "sparse embedding gradients (`nn.EmbeddingLookup(sparse=True)`)": (
+        "test_sparse::test_three_cells_accumulate_sparse_rows[graph]",
+        "test_sparse::test_sparse_and_dense_embeddings_train_alike_through_the_driver",
+        "test_sparse::test_parallel_cells_accumulate_sparse_rows[plain]",
+        "test_sparse::test_model_accu_accumulates_sparse_rows[no_sink]",
+        "test_sparse::test_model_accu_accumulates_sparse_rows[sink]",
+        "test_sparse::test_accumulator_in_a_jit_step_accumulates_sparse_rows[graph]"),
 }
 
 

@@ -11,7 +11,8 @@ import mindspore as ms
 from mindspore import Tensor, nn
 
 import ms_accum
-from helpers import assert_params_close, params_of
+from helpers import assert_params_close, numpy_dataset, params_of
+from test_model_accu import fake_device  # noqa: F401  (the fixture: Model_ACCU's device seams faked)
 
 
 class EmbeddingNet(nn.Cell):
@@ -40,10 +41,18 @@ def batches():
     return [(i.astype(np.int32), y.astype(np.int32)) for i, y in zip(ids, labels)]
 
 
-def dense_reference():
+def equal_batches():
+    """Three micro-batches of two samples each (sink mode feeds one shape)."""
+    ids = np.array([[1, 1, 2], [3, 2, 2], [1, 7, 7], [9, 1, 3], [2, 2, 2], [7, 0, 1]], np.int32)
+    labels = np.array([0, 2, 1, 2, 0, 1], np.int32)
+    return [(ids[i:i + 2], labels[i:i + 2]) for i in range(0, 6, 2)]
+
+
+def dense_reference(data=None):
+    """One step of plain TrainOneStepCell on the micro-batches concatenated, with a dense embedding."""
     net, loss_net, opt = build(sparse=False)
     step = nn.TrainOneStepCell(loss_net, opt)
-    data = batches()
+    data = data or batches()
     step(Tensor(np.concatenate([i for i, _ in data])), Tensor(np.concatenate([y for _, y in data])))
     return params_of(net)
 
@@ -82,6 +91,17 @@ def test_parallel_cells_accumulate_sparse_rows(kind, mode):
         cell.set_accumulation(index < len(data) - 1)
         cell(Tensor(ids), Tensor(labels))
     assert_params_close(params_of(net), dense_reference(), context=f"sparse, {kind}")
+
+
+@pytest.mark.parametrize("sink", [False, True], ids=["no_sink", "sink"])
+def test_model_accu_accumulates_sparse_rows(sink, request):
+    device = request.getfixturevalue("fake_device") if sink else None
+    data = equal_batches()
+    net, loss_net, opt = build(sparse=True)
+    cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=3)
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(data), dataset_sink_mode=sink)
+    assert device is None or device.events, "the sink branch was not taken"
+    assert_params_close(params_of(net), dense_reference(data), context=f"sparse, Model_ACCU, sink {sink}")
 
 
 def accumulator_steps(sparse, compiled):
