@@ -121,7 +121,7 @@ def _scale_buffer_in_place_squared(factor, buffer):
     """buffer *= factor in place, and sum(buffer ** 2) of the result, from one read of the buffer: MindSpore's
     OrderEnforce pass copies (TensorMove) every read of a Parameter that a graph reads more than once, so the norm
     read after the division cost a copy of each buffer per read (320 copies over MindCV EdgeNeXt's 160 buffers)."""
-    scaled = buffer * ops.cast(factor, ops.dtype(buffer))
+    scaled = _scale_dense(factor, buffer)
     return ops.depend(_squared_sum_dense(scaled), ops.assign(buffer, scaled))
 
 
