@@ -4,12 +4,14 @@
     .venv/bin/python benchmarks/memory.py --model block --image_size 0      # a transformer block model
     .venv/bin/python benchmarks/memory.py --model mlp                       # a wide MLP: parameters dominate
     .venv/bin/python benchmarks/memory.py --model tiny                      # 64 KiB of parameters: the graphs' own
+    .venv/bin/python benchmarks/memory.py --model text                      # an embedding table first: 49 MiB
     .venv/bin/python benchmarks/memory.py --mode pynative
 
 Each configuration runs in its own fresh process: it builds the network (MindCV's, seeded, the transformer
-block model, or the wide MLP of benchmarks/data_parallel.py, whose memory is nearly all parameters, gradients and
-optimizer state), its loss, MindCV's momentum optimizer and the micro-batches as Tensors, notes the resident
-memory, then builds what the configuration adds (its cells and their buffers, the tutorial's zeros copy) and
+block model, the wide MLP of benchmarks/data_parallel.py, whose memory is nearly all parameters, gradients and
+optimizer state, or a text model whose first and largest parameter is its embedding table), its loss, MindCV's
+momentum optimizer and the micro-batches as Tensors (token ids for the text model), notes the resident memory,
+then builds what the configuration adds (its cells and their buffers, the tutorial's zeros copy) and
 trains --windows windows of N micro-batches (plain training: as many steps of b, or --windows steps of N x b),
 and reports the peak resident memory above that base (ru_maxrss) and the resident memory after the last window
 (what it holds). The figure that matters is the difference to plain training at b, in float32 copies of the
@@ -72,9 +74,28 @@ def block_model(classes, seed=0):
     return Blocks()
 
 
+TEXT_VOCAB = 50000
+
+
+def text_model(classes):
+    """A text classifier: an embedding table (TEXT_VOCAB x 256, its first and largest parameter), the mean over the
+    tokens, a classifier."""
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
+
+    class EmbeddingBag(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.table = nn.Embedding(TEXT_VOCAB, 256)
+            self.head = nn.Dense(256, classes)
+
+        def construct(self, ids):
+            return self.head(self.table(ids).mean(1))
+    return EmbeddingBag()
+
+
 def build(args):
-    """(network, loss, optimizer): MindCV's model, the block model, the wide MLP or the tiny one, label-smoothed CE,
-    MindCV's momentum."""
+    """(network, loss, optimizer): MindCV's model, the block model, the wide MLP, the tiny one or the text model,
+    label-smoothed CE, MindCV's momentum."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     from mindspore import nn  # pylint: disable=import-outside-toplevel
     import mindcv  # pylint: disable=import-outside-toplevel
@@ -86,6 +107,8 @@ def build(args):
                                 nn.Dense(2048, args.classes))
     elif args.model == "tiny":  # parameters of 64 KiB: what a graph holds beyond its tensors shows
         net = nn.SequentialCell(nn.Dense(1024, 16), nn.ReLU(), nn.Dense(16, args.classes))
+    elif args.model == "text":  # an embedding table of 50,000 x 256 (48.8 MiB) first, as in most text models
+        net = text_model(args.classes)
     else:
         net = mindcv.create_model(args.model, num_classes=args.classes)
     loss = mindcv.create_loss(name="CE", label_smoothing=0.1)
@@ -102,6 +125,9 @@ def copy_mib_of(net):
 def micro_batches(args, count):
     rng = np.random.default_rng(1)
     vector = (args.micro_batch, 1024)
+    if args.model == "text":  # 64 token ids per sample
+        return [(rng.integers(0, TEXT_VOCAB, size=(args.micro_batch, 64)).astype(np.int32),
+                 rng.integers(0, args.classes, size=args.micro_batch).astype(np.int32)) for _ in range(count)]
     shape = {"block": (args.micro_batch, 64, 256), "mlp": vector, "tiny": vector}.get(
         args.model, (args.micro_batch, 3, args.image_size, args.image_size))
     return [(rng.normal(size=shape).astype(np.float32),
@@ -181,7 +207,7 @@ def child(config, args):
 def add_model_arguments(parser, configs, windows):
     """The options of the model, the micro-batches and the configurations to measure (each in a child process)."""
     parser.add_argument("--model", default="resnet18",
-                        help="a MindCV model name, 'block', 'mlp' or 'tiny' (default: resnet18)")
+                        help="a MindCV model name, 'block', 'mlp', 'tiny' or 'text' (default: resnet18)")
     parser.add_argument("--image_size", type=int, default=192)
     parser.add_argument("--micro_batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=8, help="N")
@@ -233,7 +259,7 @@ def table(args, results):
     if not results:
         return
     copy = next(iter(results.values()))["copy"]
-    size = '' if args.model in ('block', 'mlp', 'tiny') else f'{args.image_size}x{args.image_size}, '
+    size = '' if args.model in ('block', 'mlp', 'tiny', 'text') else f'{args.image_size}x{args.image_size}, '
     print(f"\n{args.model}, {size}micro-batch "
           f"{args.micro_batch}, N = {args.steps}, {args.mode} mode; one float32 copy of the trainable parameters: "
           f"{copy:.1f} MiB\n")

@@ -125,6 +125,23 @@ def test_memory_of_the_window_end_stays_within_the_goal_on_a_wide_mlp():
         assert peaks[name] - peaks["plain-b"] <= 2.8 * copy, (name, peaks, copy)
 
 
+@pytest.mark.slow
+@pytest.mark.ecosystem
+def test_memory_stays_within_the_goal_on_a_text_model():
+    """The text model's first and largest parameter is its embedding table (48.8 MiB). The three cells and
+    Accumulator, their buffers counted, stay within plain training at the micro-batch plus 1.5 copies (the goal):
+    measured +0.3 and +0.6 on MindSpore 2.10.0 (2026-11-26, the full benchmark). Until then the buffers were
+    cleared from zeros that MindSpore folded into a constant of the first buffer's shape: +2.3 and +1.6."""
+    pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
+    done = run("--model", "text", "--steps", 2, "--windows", 1, "--configs", "plain-b,three-cells,accumulator",
+               script=MEMORY)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    peaks = {name: float(peak) for name, peak in re.findall(r"^\| ([a-z-]+) \| ([0-9]+) \|", done.stdout, re.M)}
+    copy = float(re.search(r"one float32 copy of the trainable parameters: ([0-9.]+) MiB", done.stdout).group(1))
+    for name in ("three-cells", "accumulator"):
+        assert peaks[name] - peaks["plain-b"] <= 1.5 * copy, (name, peaks, copy)
+
+
 COMPILE_MEMORY = os.path.join(ROOT, "benchmarks", "compile_memory.py")
 
 

@@ -1,5 +1,9 @@
 """The per-window reductions: the gradient norm's element sum and the overflow check, against numpy, in both
 modes (GRAPH_MODE compiles them the way the update graphs do)."""
+import glob
+import os
+import re
+
 import numpy as np
 import pytest
 
@@ -40,3 +44,77 @@ def test_overflow_check_finds_one_bad_element_and_ignores_large_finite_ones(bad,
     huge = tuple(Tensor(np.full(shape, 3e38, np.float32)) for shape in SHAPES)
     _, nonfinite = _Sums()(huge)
     assert float(nonfinite.asnumpy()) == 0.0, "finite values near float32's maximum were taken for an overflow"
+
+
+class _EmbeddingBag(nn.Cell):
+    """A lookup table first (16,000 elements, the largest parameter), as in a text model, then a linear head."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Embedding(400, 40)
+        self.head = nn.Dense(40, 3)
+
+    def construct(self, ids):
+        return self.head(self.table(ids).mean(axis=1))
+
+
+def _train_one_window(path, loss_net, optimizer):
+    """One window of two micro-batches through `path`, GRAPH_MODE; the buffers after it."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    rng = np.random.default_rng(2)
+    batches = [(Tensor(rng.integers(0, 400, (4, 6)).astype(np.int32)), Tensor(rng.integers(0, 3, 4).astype(np.int32)))
+               for _ in range(2)]
+    if path == "accumulator":
+        accumulator = ms_accum.Accumulator(optimizer, 2)
+        grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
+
+        class Step(nn.Cell):
+            def construct(self, ids, labels):
+                loss, grads = grad_fn(ids, labels)
+                return ops.depend(loss, accumulator(grads, ids.shape[0]))
+        step = Step()
+        for batch in batches:
+            step(*batch)
+        return accumulator.accu_grads
+    if path == "parallel":
+        cell = ms_accum.TrainAccuStepsCell(loss_net, optimizer, accumulation_steps=2)
+        for batch in batches:
+            cell(*batch)
+        return cell.accu_grads
+    grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+    forward_backward = ms_accum.TrainForwardBackward(loss_net, optimizer, grad_sum)
+    for batch in batches:
+        forward_backward(*batch)
+    ms_accum.TrainOptim(optimizer, grad_sum)()
+    ms_accum.TrainClear(grad_sum)()
+    return grad_sum
+
+
+@pytest.mark.parametrize("path", ["accumulator", "parallel", "three-cells"])
+def test_clearing_the_buffers_compiles_no_constant_of_their_shape(tmp_path, path):
+    """The buffers are zeroed from zeros made while the graph runs: zeros made from constants alone (the first
+    buffer's, until this test) are folded by MindSpore into a constant of the buffer's shape, which the compiled
+    graph holds for as long as it lives: an extra copy of the first parameter, often the largest (an embedding
+    table, as here). Read from the graphs MindSpore saves (save_graphs)."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    ms.set_context(mode=ms.GRAPH_MODE)
+    net = _EmbeddingBag()
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+    before = net.table.embedding_table.asnumpy().copy()
+    ms.set_context(save_graphs=1, save_graphs_path=str(tmp_path))
+    try:
+        buffers = _train_one_window(path, nn.WithLossCell(net, nn.CrossEntropyLoss()), optimizer)
+    finally:
+        ms.set_context(save_graphs=0)
+    assert np.abs(net.table.embedding_table.asnumpy() - before).max() > 0.0, "the window was not applied"
+    assert all(not buffer.asnumpy().any() for buffer in buffers), "the buffers were not cleared"
+    graphs = [graph for graph in glob.glob(os.path.join(str(tmp_path), "**", "*.ir"), recursive=True)
+              if re.fullmatch(r"\d+_execute_\d+\.ir", os.path.basename(graph))]  # each compiled graph's final IR
+    assert graphs, f"MindSpore saved no final graph under {tmp_path}"
+    table = int(np.prod(net.table.embedding_table.shape))
+    for graph in graphs:
+        with open(graph, encoding="utf-8") as handle:
+            shapes = re.findall(r"Tensor\(shape=\[([0-9, ]+)\]", handle.read())
+        large = [shape for shape in shapes if np.prod([int(d) for d in shape.split(",")]) >= table]
+        assert not large, f"{os.path.basename(graph)} holds constants of shape {large}"

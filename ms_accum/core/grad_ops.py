@@ -47,17 +47,19 @@ def _after(scalar, done):
     return scalar if done is None else ops.depend(scalar, done)
 
 
-def clear_in_turn(buffers):
+def clear_in_turn(buffers, after):
     """
     buffers = 0 in place, one parameter after another (each one's zeros made once the previous buffer is
     written), so that one parameter's zeros exist at a time: zeroed through ``HyperMap``, every buffer's zeros
     were built first, 0.8 copies of the parameters on ResNet18. Zeros, not buffer - buffer: an inf or a NaN left by
-    a skipped window must be cleared too.
+    a skipped window must be cleared too. `after`: a Tensor computed when the graph runs, which the first buffer's
+    zeros wait for; zeros that depend on nothing are folded into a constant of the buffer's shape, held by the
+    compiled graph for good (the first parameter's, often the largest: an embedding table).
 
     Returns:
         Tensor, to depend on once every buffer is zero.
     """
-    done = None
+    done = after
     for buffer in buffers:
         zero = _after(ops.zeros((), ops.dtype(buffer)), done)
         done = ops.assign(buffer, ops.fill(ops.dtype(buffer), buffer.shape, zero))

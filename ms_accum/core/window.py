@@ -244,7 +244,7 @@ def step_unless(overflow, optimizer, grads, result):
 def reset_window(buffers, counters, result):
     """Zero the buffers and counters after `result` is computed; returns `result`."""
     item_count, micro_steps, loss_sum, min_items = counters
-    result = ops.depend(result, grad_ops.clear_in_turn(buffers))
+    result = ops.depend(result, grad_ops.clear_in_turn(buffers, result))
     result = ops.depend(result, ops.assign(item_count, ops.zeros_like(item_count)))
     result = ops.depend(result, ops.assign(loss_sum, ops.zeros_like(loss_sum)))
     result = ops.depend(result, ops.assign(min_items, ops.fill(mstype.float32, (), _NO_ITEMS)))
