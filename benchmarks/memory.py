@@ -22,6 +22,8 @@ trainable parameters: accumulation's buffers are one copy, whenever they become 
 - three-cells: TrainForwardBackward x N, TrainOptim, TrainClear on tensors;
 - accumulator: ``ms_accum.Accumulator`` in a ``jit`` step (value_and_grad), on tensors;
 - tutorial: the MindSpore 2.x tutorial's accumulator in a ``jit`` step, on tensors;
+- tutorial-clip: the same, the window's gradient clipped by MindSpore's ``ops.clip_by_global_norm`` (no ms_accum:
+  what MindSpore charges for one pass over the gradient at the window's end, inside the step with the network);
 - driver: ``GradientAccumulation.train_process``, dataset;
 - model-accu: ``Model_ACCU.train`` over ``TrainAccuStepsCell``, dataset, no sink;
 - plain-b-data: ``Model.train`` over ``nn.TrainOneStepCell``, batch b, dataset (the driver's and Model_ACCU's
@@ -40,7 +42,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from lenet_cells import start_mindspore  # noqa: E402  (no MindSpore import; puts the project on sys.path)
 
-CONFIGS = ("plain-b", "plain-Nb", "plain-b-data", "three-cells", "accumulator", "tutorial", "driver", "model-accu")
+CONFIGS = ("plain-b", "plain-Nb", "plain-b-data", "three-cells", "accumulator", "tutorial", "driver", "model-accu",
+           "tutorial-clip")
 DATASET_FED = ("plain-b-data", "driver", "model-accu")
 
 

@@ -160,22 +160,24 @@ def make_peer(name, args):
 
 
 def step_parts(name, loss_net, optimizer, steps):
-    """What the MindSpore 2.x training step of `name` ("tutorial" or "accumulator") runs per micro-batch: (the
-    value_and_grad function, the accumulator, whether the accumulator takes the micro-batch's size). The tutorial
-    divides the loss by N and calls its accumulator with the gradients; ms_accum's takes the mean loss and
-    ``Accumulator(grads, num_items)``."""
+    """What the MindSpore 2.x training step of `name` ("tutorial", "tutorial-clip" or "accumulator") runs per
+    micro-batch: (the value_and_grad function, the accumulator, whether the accumulator takes the micro-batch's
+    size). The tutorial divides the loss by N and calls its accumulator with the gradients ("tutorial-clip": the
+    window's gradient clipped by MindSpore's ``ops.clip_by_global_norm`` before the optimizer, a pass over it as
+    ms_accum's gradient norm is); ms_accum's takes the mean loss and ``Accumulator(grads, num_items)``."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
     loss_net.set_train(True)
-    if name == "tutorial":
+    if name in ("tutorial", "tutorial-clip"):
         def divided_loss(x, y):
             return loss_net(x, y) / steps
-        return ms.value_and_grad(divided_loss, None, optimizer.parameters), _tutorial_class()(optimizer, steps), False
+        tutorial = _tutorial_class()(optimizer, steps, TUTORIAL_CLIP_NORM if name == "tutorial-clip" else None)
+        return ms.value_and_grad(divided_loss, None, optimizer.parameters), tutorial, False
     return ms.value_and_grad(loss_net, None, optimizer.parameters), ms_accum.Accumulator(optimizer, steps), True
 
 
 def jit_step(name, loss_net, optimizer, steps):
-    """The MindSpore 2.x training step of `name` ("tutorial" or "accumulator"): value_and_grad and the accumulator
+    """The MindSpore 2.x training step of `name` (see ``step_parts``): value_and_grad and the accumulator
     inside one ``ms.jit`` function, called once per micro-batch."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     from mindspore import ops  # pylint: disable=import-outside-toplevel
@@ -210,6 +212,9 @@ def two_graph_steps(loss_net, optimizer, steps):
     return micro_step, window_end
 
 
+TUTORIAL_CLIP_NORM = 1.0
+
+
 def _tutorial_class():
     """The tutorial's class (defined once MindSpore has loaded with the CPU settings)."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
@@ -218,10 +223,12 @@ def _tutorial_class():
     @ms.jit_class
     class _Tutorial:
         """The MindSpore tutorial's accumulator: buffers and a zeros copy beside the parameters, a counter from 1,
-        the optimizer stepped on the summed (loss / N) gradients every N-th call, the buffers reset from zeros."""
+        the optimizer stepped on the summed (loss / N) gradients every N-th call (clipped by their global norm with
+        a `clip_norm`), the buffers reset from zeros."""
 
-        def __init__(self, optimizer, steps):
+        def __init__(self, optimizer, steps, clip_norm=None):
             self.optimizer = optimizer
+            self.clip_norm = clip_norm
             self.inner_grads = optimizer.parameters.clone(prefix="accumulate_", init="zeros")
             self.zeros = optimizer.parameters.clone(prefix="zeros_", init="zeros")
             self.counter = Parameter(Tensor(1, ms.int32), "counter_")
@@ -231,7 +238,10 @@ def _tutorial_class():
         def __call__(self, grads):
             self.map(ops.partial(ops.assign_add), self.inner_grads, grads)
             if self.counter % self.steps == 0:
-                self.optimizer(self.inner_grads)
+                if self.clip_norm is None:
+                    self.optimizer(self.inner_grads)
+                else:
+                    self.optimizer(ops.clip_by_global_norm(self.inner_grads, self.clip_norm))
                 self.map(ops.partial(ops.assign), self.inner_grads, self.zeros)
             ops.assign_add(self.counter, Tensor(1, ms.int32))
             return True

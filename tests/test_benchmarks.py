@@ -98,12 +98,13 @@ MEMORY = os.path.join(ROOT, "benchmarks", "memory.py")
 def test_memory_benchmark_prints_every_path_against_plain_training():
     pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
     done = run("--model", "block", "--micro_batch", 2, "--steps", 2, "--windows", 1,
-               "--configs", "plain-b,plain-b-data,three-cells,model-accu", script=MEMORY)
+               "--configs", "plain-b,plain-b-data,three-cells,model-accu,tutorial-clip", script=MEMORY)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = dict((name, cells) for name, *cells in re.findall(
         r"^\| ([a-z-]+) \| ([0-9]+) \| (-?[0-9]+) \| ([+-][0-9.]+)? \| ([+-][0-9.]+)? \|$", done.stdout, re.M))
-    assert list(rows) == ["plain-b", "plain-b-data", "three-cells", "model-accu"], done.stdout[-3000:]
+    assert list(rows) == ["plain-b", "plain-b-data", "three-cells", "model-accu", "tutorial-clip"], done.stdout[-3000:]
     assert all(rows[name][2] and rows[name][3] for name in ("three-cells", "model-accu")), rows
+    assert rows["tutorial-clip"][2], rows
     assert "one float32 copy of the trainable parameters" in done.stdout
 
 
