@@ -1,5 +1,6 @@
 """The per-window reductions: the gradient norm's element sum and the overflow check, against numpy, in both
-modes (GRAPH_MODE compiles them the way the update graphs do)."""
+modes (GRAPH_MODE compiles them the way the update graphs do); the buffers' clearing, read from the compiled
+graphs."""
 import glob
 import os
 import re

@@ -40,13 +40,6 @@ def _scale_buffer_in_place(factor, buffer):
     return ops.assign(buffer, buffer * ops.cast(factor, ops.dtype(buffer)))
 
 
-def _after(scalar, done):
-    """`scalar`, used only once `done` is computed: a dependency through a scalar, never through a buffer (a
-    dependency on a Parameter's value made MindSpore keep loaded copies of the buffers: 2 to 6 parameter copies
-    more on ResNet18)."""
-    return scalar if done is None else ops.depend(scalar, done)
-
-
 def clear_in_turn(buffers, after):
     """
     buffers = 0 in place, one parameter after another (each one's zeros made once the previous buffer is
@@ -61,7 +54,9 @@ def clear_in_turn(buffers, after):
     """
     done = after
     for buffer in buffers:
-        zero = _after(ops.zeros((), ops.dtype(buffer)), done)
+        # the dependency through a scalar, never through a buffer: a dependency on a Parameter's value made
+        # MindSpore keep loaded copies of the buffers (2 to 6 parameter copies more on ResNet18)
+        zero = ops.depend(ops.zeros((), ops.dtype(buffer)), done)
         done = ops.assign(buffer, ops.fill(ops.dtype(buffer), buffer.shape, zero))
     return done
 
