@@ -274,10 +274,11 @@ def train_py_worker(launcher, rank=None):
     return None
 
 
-def own_loop(path, seed, steps=3):
+def own_loop(path, seed, steps=3, make=None):
     """A user's own loop on one of the front ends without a trainer, windows of `steps` micro-batches: (the
-    network, run(index, x, y) for one micro-batch, the cell to save, a function dropping the open window)."""
-    net, loss, opt = build("momentum", seed)
+    network, run(index, x, y) for one micro-batch, the cell to save, a function dropping the open window).
+    `make(optimizer_name, seed)` builds (network, loss, optimizer) instead of :func:`build`."""
+    net, loss, opt = (make or build)("momentum", seed)
     loss_net = nn.WithLossCell(net, loss)
     if path == "cells":
         grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")

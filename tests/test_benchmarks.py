@@ -108,6 +108,13 @@ def test_memory_benchmark_prints_every_path_against_plain_training():
     assert "one float32 copy of the trainable parameters" in done.stdout
 
 
+def _peaks_and_copy(stdout):
+    """From memory.py's table: each configuration's peak MiB, and the MiB of one float32 copy of the parameters."""
+    peaks = {name: float(peak) for name, peak in re.findall(r"^\| ([a-z-]+) \| ([0-9]+) \|", stdout, re.M)}
+    copy = float(re.search(r"one float32 copy of the trainable parameters: ([0-9.]+) MiB", stdout).group(1))
+    return peaks, copy
+
+
 @pytest.mark.slow
 @pytest.mark.ecosystem
 def test_memory_of_the_window_end_stays_within_the_goal_on_a_wide_mlp():
@@ -120,8 +127,7 @@ def test_memory_of_the_window_end_stays_within_the_goal_on_a_wide_mlp():
     done = run("--model", "mlp", "--micro_batch", 2, "--steps", 4, "--windows", 2,
                "--configs", "plain-b,three-cells,model-accu", script=MEMORY)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    peaks = {name: float(peak) for name, peak in re.findall(r"^\| ([a-z-]+) \| ([0-9]+) \|", done.stdout, re.M)}
-    copy = float(re.search(r"one float32 copy of the trainable parameters: ([0-9.]+) MiB", done.stdout).group(1))
+    peaks, copy = _peaks_and_copy(done.stdout)
     for name in ("three-cells", "model-accu"):
         assert peaks[name] - peaks["plain-b"] <= 2.8 * copy, (name, peaks, copy)
 
@@ -137,8 +143,7 @@ def test_memory_stays_within_the_goal_on_a_text_model():
     done = run("--model", "text", "--steps", 2, "--windows", 1, "--configs", "plain-b,three-cells,accumulator",
                script=MEMORY)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    peaks = {name: float(peak) for name, peak in re.findall(r"^\| ([a-z-]+) \| ([0-9]+) \|", done.stdout, re.M)}
-    copy = float(re.search(r"one float32 copy of the trainable parameters: ([0-9.]+) MiB", done.stdout).group(1))
+    peaks, copy = _peaks_and_copy(done.stdout)
     for name in ("three-cells", "accumulator"):
         assert peaks[name] - peaks["plain-b"] <= 1.5 * copy, (name, peaks, copy)
 

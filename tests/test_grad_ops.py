@@ -5,11 +5,13 @@ import glob
 import os
 import re
 
+import mindspore as ms
 import numpy as np
 import pytest
 
 from mindspore import Tensor, nn, ops
 
+from helpers import own_loop
 from ms_accum.core import grad_ops
 
 
@@ -59,53 +61,30 @@ class _EmbeddingBag(nn.Cell):
         return self.head(self.table(ids).mean(axis=1))
 
 
-def _train_one_window(path, loss_net, optimizer):
-    """One window of two micro-batches through `path`, GRAPH_MODE; the buffers after it."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    import ms_accum  # pylint: disable=import-outside-toplevel
-    rng = np.random.default_rng(2)
-    batches = [(Tensor(rng.integers(0, 400, (4, 6)).astype(np.int32)), Tensor(rng.integers(0, 3, 4).astype(np.int32)))
-               for _ in range(2)]
-    if path == "accumulator":
-        accumulator = ms_accum.Accumulator(optimizer, 2)
-        grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
-
-        class Step(nn.Cell):
-            def construct(self, ids, labels):
-                loss, grads = grad_fn(ids, labels)
-                return ops.depend(loss, accumulator(grads, ids.shape[0]))
-        step = Step()
-        for batch in batches:
-            step(*batch)
-        return accumulator.accu_grads
-    if path == "parallel":
-        cell = ms_accum.TrainAccuStepsCell(loss_net, optimizer, accumulation_steps=2)
-        for batch in batches:
-            cell(*batch)
-        return cell.accu_grads
-    grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
-    forward_backward = ms_accum.TrainForwardBackward(loss_net, optimizer, grad_sum)
-    for batch in batches:
-        forward_backward(*batch)
-    ms_accum.TrainOptim(optimizer, grad_sum)()
-    ms_accum.TrainClear(grad_sum)()
-    return grad_sum
+def _embedding_bag(optimizer, seed):
+    """(network, loss, optimizer) for :func:`helpers.own_loop`: the table first, Momentum."""
+    assert optimizer == "momentum", optimizer
+    ms.set_seed(seed)
+    net = _EmbeddingBag()
+    return net, nn.CrossEntropyLoss(), nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
 
 
-@pytest.mark.parametrize("path", ["accumulator", "parallel", "three-cells"])
+@pytest.mark.parametrize("path", ["accumulator", "parallel", "cells"])
 def test_clearing_the_buffers_compiles_no_constant_of_their_shape(tmp_path, path):
     """The buffers are zeroed from zeros made while the graph runs: zeros made from constants alone (the first
     buffer's, until this test) are folded by MindSpore into a constant of the buffer's shape, which the compiled
     graph holds for as long as it lives: an extra copy of the first parameter, often the largest (an embedding
     table, as here). Read from the graphs MindSpore saves (save_graphs)."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
     ms.set_context(mode=ms.GRAPH_MODE)
-    net = _EmbeddingBag()
-    optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
+    net, run, saved, _ = own_loop(path, seed=0, steps=2, make=_embedding_bag)
+    buffers = (saved[1] if isinstance(saved, tuple) else saved).accu_grads
     before = net.table.embedding_table.asnumpy().copy()
+    rng = np.random.default_rng(2)
     ms.set_context(save_graphs=1, save_graphs_path=str(tmp_path))
     try:
-        buffers = _train_one_window(path, nn.WithLossCell(net, nn.CrossEntropyLoss()), optimizer)
+        for index in range(2):  # one window
+            run(index, Tensor(rng.integers(0, 400, (4, 6)).astype(np.int32)),
+                Tensor(rng.integers(0, 3, 4).astype(np.int32)))
     finally:
         ms.set_context(save_graphs=0)
     assert np.abs(net.table.embedding_table.asnumpy() - before).max() > 0.0, "the window was not applied"
