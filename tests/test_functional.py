@@ -201,14 +201,16 @@ def test_accumulate_step_is_checked():
         ms_accum.Accumulator(opt, 2, loss_scaler=1024)
 
 
-def test_no_items_names_the_accumulator():
+@pytest.mark.parametrize("nonfinite", ["skip", "apply"])
+def test_no_items_names_the_accumulator(nonfinite):
+    """Raised from the window end's skip branch, or (nonfinite="apply": none) from a branch of its own."""
     net, loss, opt = build("sgd")
     grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
     x, y = micro_batches((4,))[0]
     with pytest.raises(ValueError, match=r"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a "
                                          r"window, .* but this window's smallest num_items was 0.* and 0 of its 1 "
                                          r"micro-batches had none.*build a new Accumulator"):
-        ms_accum.Accumulator(opt, 1)(grad_fn(Tensor(x), Tensor(y))[1], 0)
+        ms_accum.Accumulator(opt, 1, nonfinite=nonfinite)(grad_fn(Tensor(x), Tensor(y))[1], 0)
 
 
 @pytest.mark.parametrize("path", ["accumulator", "three-cells"])

@@ -152,22 +152,30 @@ def test_numbers_of_items_may_be_python_numbers(exec_mode):
     assert int(opt.global_step.asnumpy()[0]) == 1
 
 
+@pytest.mark.parametrize("end", ["skip", "apply", "loss_scale"])
 @pytest.mark.parametrize("cell", ["three_cells", "accu_steps"])
-def test_no_items_in_a_window_is_refused_before_the_update(cell, exec_mode):
+def test_no_items_in_a_window_is_refused_before_the_update(cell, end, exec_mode):
+    """The check shares the window end's skip branch (nonfinite="skip", a loss scale) or, without one
+    (nonfinite="apply"), has a branch of its own; either way it raises and nothing is updated."""
     net, loss, opt = build_tagger()
     before = params_of(net)
     empty = token_batches((0,))[0]
+    options = {"nonfinite": end} if end != "loss_scale" else {"scale_sense": Tensor(np.float32(4.0))}
     with pytest.raises(ValueError, match=r"'num_items' returned by the loss network must be > 0 for every "
                                          r"micro-batch, but a micro-batch of this window had 0"):
         if cell == "three_cells":
             grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-            ms_accum.TrainForwardBackward(loss, opt, grad_sum)(*map(Tensor, empty))
-            ms_accum.TrainOptim(opt, grad_sum)()
+            scale = {"scale_sense": options.pop("scale_sense")} if "scale_sense" in options else {}
+            ms_accum.TrainForwardBackward(loss, opt, grad_sum, **scale)(*map(Tensor, empty))
+            ms_accum.TrainOptim(opt, grad_sum, **scale, **options)()
+        elif end == "loss_scale":
+            ms_accum.TrainAccuStepsWithLossScaleCell(loss, opt, accumulation_steps=1, **options)(*map(Tensor, empty))
         else:
-            ms_accum.TrainAccuStepsCell(loss, opt, accumulation_steps=1)(*map(Tensor, empty))
+            ms_accum.TrainAccuStepsCell(loss, opt, accumulation_steps=1, **options)(*map(Tensor, empty))
     after = params_of(net)
     for name, value in before.items():
         np.testing.assert_array_equal(after[name], value, err_msg=f"{name} changed by a refused window")
+    assert int(opt.global_step.asnumpy()[0]) == 0
 
 
 # ------------------------------------------------------------------ sequence-first inputs

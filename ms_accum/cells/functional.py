@@ -7,7 +7,6 @@ from ..core.checks import check_bool, check_clip_norm, check_optimizer
 from ..core.engine import WINDOW_PREFIX, WindowEngine, data_parallel_reducer, float32_buffers
 from ..core.loss_scale import scale_kind, scale_parameter
 from ..core.noise_scale import noise_state
-from ..core.runtime_checks import assert_in_graph
 from ..core.schedule import steps_argument
 from ..core.weighting import as_weight
 
@@ -185,18 +184,26 @@ class Accumulator(WindowEngine, nn.Cell):
         return pending
 
     def _finish_window(self):
-        """The window's update (or, on overflow, none), the loss scaler adjusted once, the buffers cleared. One
-        check of the window's items (each > 0, and given for every micro-batch or for none): in a user's jit step a
-        check that raises is compiled into a slow ``PyExecute`` node, and two of them cost about 3 s more than one
-        on MindCV's EdgeNeXt (``benchmarks/peers.py``)."""
+        """The window's update (or, on overflow, none), the loss scaler adjusted once, the buffers cleared."""
+        ended = self._end_window(self.optimizer)
+        result, overflow = ended[0], ended[1]  # unpacking the unused third made MindSpore warn of a lost node
+        if not isinstance(overflow, bool):  # else nonfinite="apply" without a loss scale: nothing was checked
+            result = ops.depend(result, ops.assign(self.last_overflow, overflow))
+        return ops.depend(result, ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
+
+    def _window_check(self):
+        """One check of the window's items (each > 0, and given for every micro-batch or for none), in the engine's
+        skip branch: in a user's jit step a check that raises is compiled into a slow ``PyExecute`` node, and two
+        of them cost about 3 s more than one on MindCV's EdgeNeXt (``benchmarks/peers.py``)."""
         smallest = self.accu_min_items * 1.0  # Tensors, not Parameters, so that the message shows their values
         unweighted, micro_steps = self.unweighted + 0, self.accu_micro_steps + 0
         mixed = ops.logical_and(unweighted > 0, unweighted < micro_steps)
-        wrong = ops.logical_or(mixed, smallest <= 0.0)
-        checked = None
-        if self.cache_safe:  # the compile cache cannot store a raise (runtime_checks.py)
-            checked = assert_in_graph(ops.logical_not(wrong), [smallest, unweighted, micro_steps])
-        elif wrong:
+        return ops.logical_or(mixed, smallest <= 0.0), (smallest, unweighted, micro_steps)
+
+    def _refuse_window(self, refused, shown):
+        """Raise Accumulator's error if `refused` (`shown`: from :meth:`_window_check`)."""
+        smallest, unweighted, micro_steps = shown
+        if refused:
             raise ValueError(f"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a window, and "
                              f"given for every micro-batch or for none, but this window's smallest num_items was "
                              f"{smallest} and {unweighted} of its {micro_steps} micro-batches had none (an omitted "
@@ -204,16 +211,6 @@ class Accumulator(WindowEngine, nn.Cell):
                              f"items, and pass num_items on every call (for example the micro-batch's sample count, "
                              f"x.shape[0]). The window was not applied; to go on, save the network and build a new "
                              f"Accumulator.")
-        return ops.depend(self._apply_window(checked), ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
-
-    def _apply_window(self, after=None):
-        """_finish_window once the window's weighting is known to be consistent (or, with `after`, once that
-        check has passed)."""
-        ended = self._end_window(self.optimizer, after=after, check_items=False)
-        result, overflow = ended[0], ended[1]  # unpacking the unused third made MindSpore warn of a lost node
-        if isinstance(overflow, bool):  # nonfinite="apply" without a loss scale: nothing was checked
-            return result
-        return ops.depend(result, ops.assign(self.last_overflow, overflow))
 
 
 _shape_of = ops.MultitypeFuncGraph("shape_of")

@@ -30,7 +30,7 @@ from .checks import check_choice, check_positive_int
 from .compiled import CompiledCall, through_a_branch
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
-from .runtime_checks import compile_cache_on
+from .runtime_checks import assert_in_graph, compile_cache_on
 from .schedule import STEPS_NAME, AccumulationSchedule
 
 WINDOW_PREFIX = "accu_window"
@@ -227,27 +227,55 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             return overflow
         return self._sum_over_devices(self._local_overflow()) > 0.0
 
-    def _end_window(self, optimizer, reset=True, after=None, check_items=True):
+    def _window_check(self):
+        """(whether the window must be refused, an error raised instead of its update; the values the error shows).
+        By default, a micro-batch that reported no items: its loss, a mean over nothing, is meaningless. A front
+        end with more to check overrides this and :meth:`_refuse_window`."""
+        smallest = self.accu_min_items * 1.0  # a Tensor, not the Parameter, so that the message shows its value
+        return smallest <= 0.0, (smallest,)
+
+    def _refuse_window(self, refused, shown):
+        """Raise the refused window's error if `refused` (`shown`: from :meth:`_window_check`)."""
+        window.check_items(self.owner_name, refused, shown[0], self.items_source, self.rebuild_hint)
+
+    def _skips_windows(self):
+        """Whether the window's end has a skip branch (a loss scale, or nonfinite other than "apply")."""
+        return self.scale_kind is not None or self.nonfinite != "apply"
+
+    def _step_unless(self, overflow, refused, shown, optimizer, grads, result):
+        """One optimizer step unless the window overflowed or is `refused` (None: checked already), raising its
+        error then. The check shares the skip's runtime branch: a branch of its own made TrainOptim's call on LeNet
+        about a quarter slower (``docs/performance.md``, the non-finite check)."""
+        if refused is None:
+            return window.step_unless(overflow, optimizer, grads, result)
+        if ops.logical_or(overflow, refused):
+            self._refuse_window(refused, shown)
+        else:
+            result = ops.depend(result, optimizer(grads))
+        return result
+
+    def _end_window(self, optimizer, reset=True):
         """
-        The window's update: check the items, divide the buffers by the window's items on all devices (and by the
-        loss scale), reduce once across devices, clip, record the window (and its noise-scale estimates), decide
-        the overflow on every device alike, update the loss scale once, step `optimizer` unless the window
-        overflowed, and, with `reset`, clear the buffers and counters and count the window. `after`: a Tensor (a
-        check of the front end's) the window's end waits for, or None; `check_items` False leaves the items check
-        to the front end (one check that raises compiles about 3 s faster than two in Accumulator's graph).
+        The window's update: check the window (:meth:`_window_check`), divide the buffers by the window's items on
+        all devices (and by the loss scale), reduce once across devices, clip, record the window (and its
+        noise-scale estimates), decide the overflow on every device alike, update the loss scale once, step
+        `optimizer` unless the window overflowed or is refused, and, with `reset`, clear the buffers and counters
+        and count the window.
 
         Returns:
             (the window's mean loss on this device, whether the window was skipped (a loss-scale overflow, or a
             gradient that is not finite), the loss scale for the next window (None without one)).
         """
+        refused, shown = self._window_check()
         checked = None
-        if check_items:
-            checked = window.check_items(self.owner_name, self.accu_min_items, self.items_source, self.rebuild_hint,
-                                         self.cache_safe)
+        if self.cache_safe:  # the compile cache cannot store a raise (runtime_checks.py)
+            checked, refused = assert_in_graph(ops.logical_not(refused), list(shown)), None
+        elif not self._skips_windows():  # no skip branch to share: a branch of its own, before anything
+            self._refuse_window(refused, shown)
+            refused = None
         total = self.accu_items + 0.0
-        for first in (checked, after):
-            if first is not None:
-                total = ops.depend(total, first)
+        if checked is not None:
+            total = ops.depend(total, checked)
         if self.reducer_flag:
             total = self._sum_over_devices(total)
         if self.average:
@@ -275,7 +303,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         if self.scale_kind is not None:
             overflow = update_scale(self.scale_kind, self.loss_scale_manager, self.accu_scale, overflow)
             next_scale = ops.depend(ops.reshape(self.accu_scale, ()) * 1.0, overflow)
-        mean_loss = window.step_unless(overflow, optimizer, grads, mean_loss)
+        mean_loss = self._step_unless(overflow, refused, shown, optimizer, grads, mean_loss)
         mean_loss = window.count_skip((self.accu_skipped_windows, self.accu_nonfinite_streak, self.accu_skip_history),
                                       overflow, mean_loss)
         if self.accu_windows is not None and self._device_policy is not None:

@@ -140,17 +140,14 @@ def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, no
     return ops.depend(out, ops.assign_add(loss_sum, ops.cast(loss, mstype.float32) * items))
 
 
-def check_items(owner, min_items, source="returned by the loss network", rebuild="new cells", cache_safe=False):
+def check_items(owner, refused, smallest, source="returned by the loss network", rebuild="new cells"):
     """
-    Raise, before the update, if a micro-batch of the window reported no items (its loss, a mean over nothing, is
-    meaningless). The error ends training with these cells: in GRAPH_MODE (and for jit-compiled cells) MindSpore
-    refuses to run a graph again after a runtime error in it. With `cache_safe` the check is MindSpore's Assert
-    (``runtime_checks.py``): returns a Tensor the update must depend on (else None).
+    Raise if `refused`: a micro-batch of the window reported no items (`smallest`, a Tensor: the smallest count), so
+    its loss, a mean over nothing, is meaningless. Called where the optimizer step is not taken (the engine's
+    skip branch, or a branch of its own), so the window is not applied. The error ends training with these cells:
+    in GRAPH_MODE (and for jit-compiled cells) MindSpore refuses to run a graph again after a runtime error in it.
     """
-    smallest = min_items * 1.0  # a Tensor, not the Parameter, so that the message shows its value
-    if cache_safe:
-        return runtime_checks.assert_in_graph(smallest > 0.0, [smallest])
-    if smallest <= 0.0:
+    if refused:
         raise ValueError(f"For '{owner}', 'num_items' {source} must be > 0 for every micro-batch, but a micro-batch "
                          f"of this window had {smallest}. Leave out micro-batches with no items, or give the item "
                          f"count of the data the loss averaged over. The window was not applied; to go on, save "
