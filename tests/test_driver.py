@@ -326,3 +326,12 @@ def test_a_per_update_learning_rate_list_trained_one_epoch_per_call_follows_the_
     assert int(trainer.optimizer.global_step.asnumpy()[0]) == 4
     for name, value in params_of(whole_net).items():
         np.testing.assert_allclose(params_of(net)[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
+def test_a_loss_that_is_not_a_scalar_names_the_driver(exec_mode):
+    """An error of the window's run names what the user built (GradientAccumulation), not the cells it holds."""
+    net, _, opt = build("sgd")
+    per_sample = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="none")
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation', the loss network must return one scalar loss"):
+        ms_accum.GradientAccumulation(net, per_sample, opt).train_process(1, numpy_dataset(micro_batches((4, 4))), 2,
+                                                                        ckpt_path=None, log_every=0)

@@ -178,6 +178,22 @@ def test_no_items_in_a_window_is_refused_before_the_update(cell, end, exec_mode)
     assert int(opt.global_step.asnumpy()[0]) == 0
 
 
+def test_no_items_in_a_window_names_the_driver(exec_mode):
+    """The driver's error names what the user built, not the cells it builds inside."""
+    net, loss, opt = build_tagger()
+    before = params_of(net)
+    batches = token_batches((5, 0))
+    data = ds.NumpySlicesDataset({name: np.concatenate([b[i] for b in batches]) for i, name in
+                                  enumerate(("x", "labels", "mask"))}, shuffle=False).batch(3)
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation', 'num_items' returned by the loss network must "
+                                         r"be > 0 for every micro-batch, but a micro-batch of this window had 0.*"
+                                         r"build a new GradientAccumulation\."):
+        ms_accum.GradientAccumulation(loss, None, opt).train_process(1, data, 2, ckpt_path=None, log_every=0)
+    after = params_of(net)
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value, err_msg=f"{name} changed by a refused window")
+
+
 # ------------------------------------------------------------------ sequence-first inputs
 class SequenceFirstClassifier(nn.Cell):
     """Inputs (T, B, F), time first (the layout of nn.LSTM's default): mean over time, then classify."""

@@ -144,8 +144,9 @@ def check_items(owner, refused, smallest, source="returned by the loss network",
     """
     Raise if `refused`: a micro-batch of the window reported no items (`smallest`, a Tensor: the smallest count), so
     its loss, a mean over nothing, is meaningless. Called where the optimizer step is not taken (the engine's
-    skip branch, or a branch of its own), so the window is not applied. The error ends training with these cells:
-    in GRAPH_MODE (and for jit-compiled cells) MindSpore refuses to run a graph again after a runtime error in it.
+    skip branch, or a branch of its own), so the window is not applied; from the skip branch, the buffers are
+    already divided and the window's records written. The error ends training with these cells: in GRAPH_MODE (and
+    for jit-compiled cells) MindSpore refuses to run a graph again after a runtime error in it.
     """
     if refused:
         raise ValueError(f"For '{owner}', 'num_items' {source} must be > 0 for every micro-batch, but a micro-batch "

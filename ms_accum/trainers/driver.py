@@ -188,6 +188,11 @@ class GradientAccumulation:
                                 "skip" if nonfinite == "raise" else nonfinite)
         self.optim.divide_in_place = True  # the driver clears the buffers right after every step
         self.clear = TrainClear(self.grad_sum)
+        # An error a window raises while it runs (a loss that is not a scalar, a micro-batch with no items) names
+        # what the user built, and how to go on with it.
+        self.forward_backward.network.owner = owner
+        for cell in (self.forward_backward, self.optim):
+            cell.owner_name, cell.rebuild_hint = owner, "a new GradientAccumulation"
         self.train_state = TrainState(self.loss_network, optimizer, self.optim.accu_scale,
                                       self.optim.loss_scale_manager)
         self.exact_state = _ExactState(self.forward_backward, self.optim)
