@@ -9,7 +9,11 @@ that separate accumulation from plain training. Here both run in one process on 
 plain `TrainOneStepCell` updates (N steps of b each), then a block of three-cell updates (`TrainForwardBackward`
 x N, `TrainOptim`, `TrainClear`), then a block of the N forward-backward micro-steps alone (the limit: what the
 three cells would reach if the update and the clear cost nothing), and so on; each pair of neighbouring plain and
-three-cell blocks gives one ratio, and the median ratio is printed with its spread and the median limit. Each
+three-cell blocks gives one ratio, and the median ratio is printed with its spread and the median limit. A fourth
+block, the floor, runs the same N micro-steps and then two calls of the smallest compiled graphs (a scalar added,
+behind a runtime branch, as every ms_accum graph called from Python on CPU has, and called as ms_accum's cells
+are), with no ms_accum in them: what
+MindSpore charges the three cells' shape for its two graph calls per window, whatever they compute. Each
 block reads the loss from the device once per update, as a training loop that reports it does. With `--path
 driver` or `--path model-accu` a block is one epoch over a dataset of --updates windows, trained by `Model.train`
 over `TrainOneStepCell` or by the driver or `Model_ACCU` (no limit block: the data feed is part of each step).
@@ -38,7 +42,7 @@ def main():
         parser.error("--batch, --steps, --pairs and --updates must be >= 1.")
     start_mindspore(args.mode)
     blocks = in_memory_blocks(args) if args.path == "three-cells" else dataset_blocks(args)
-    plain, accumulated, limit = blocks
+    plain, accumulated, limit, floor = blocks
     block_samples = args.updates * args.steps * args.batch
 
     def block(update):
@@ -50,12 +54,14 @@ def main():
     block(accumulated)
     if limit:
         block(limit)
-    ratios, plain_speeds, accumulated_speeds, limits = [], [], [], []
+        block(floor)
+    ratios, plain_speeds, accumulated_speeds, limits, floors = [], [], [], [], []
     for _ in range(args.pairs):
         plain_speeds.append(block(plain))
         accumulated_speeds.append(block(accumulated))
         if limit:
             limits.append(block(limit) / plain_speeds[-1])
+            floors.append(block(floor) / plain_speeds[-1])
         ratios.append(accumulated_speeds[-1] / plain_speeds[-1])
     quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
     print(f"LeNet5, {args.mode.upper()}_MODE CPU, micro-batch {args.batch} x {args.steps}, {args.pairs} block pairs "
@@ -67,10 +73,43 @@ def main():
     if limit:
         print(f"limit, the N forward-backward micro-steps alone (no TrainOptim, no TrainClear) / plain: median "
               f"{statistics.median(limits):.3f}")
+        print(f"floor, the N micro-steps and two of MindSpore's smallest graph calls / plain: median "
+              f"{statistics.median(floors):.3f}")
+        against = [r / m for r, m in zip(ratios, limits)]
+        floor_against = [f / m for f, m in zip(floors, limits)]
+        print(f"against the limit, per block: {args.path} {statistics.median(against):.3f}, floor "
+              f"{statistics.median(floor_against):.3f}")
+
+
+def smallest_graphs():
+    """Two Cells, each adding 1 to a scalar Parameter behind a runtime branch: the least a compiled graph call can
+    do, called as ms_accum's cells are (``core/compiled.py``): compiled by the Cell in GRAPH_MODE, through
+    ``mindspore.jit`` in PYNATIVE_MODE."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import Parameter, Tensor, nn, ops  # pylint: disable=import-outside-toplevel
+
+    class Tick(nn.Cell):
+        """count += 1, behind a branch taken at run time."""
+
+        def __init__(self, name):
+            super().__init__()
+            self.count = Parameter(Tensor(0.0, ms.float32), name=name, requires_grad=False)
+
+        def construct(self):
+            out = self.count * 1.0
+            if out >= 0.0:
+                out = ops.depend(out, ops.assign_add(self.count, ops.ones_like(out)))
+            return out
+
+    ticks = Tick("floor_first"), Tick("floor_second")
+    if ms.get_context("mode") == ms.PYNATIVE_MODE:
+        return tuple(ms.jit(tick) for tick in ticks)
+    return ticks
 
 
 def in_memory_blocks(args):
-    """(plain block, three-cell block, limit block) on the batches held as Tensors, each of --updates updates."""
+    """(plain block, three-cell block, limit block, floor block) on the batches held as Tensors, each of --updates
+    updates."""
     from mindspore import Tensor  # pylint: disable=import-outside-toplevel
     images, labels = sample_arrays()
     batches = [(Tensor(images[i:i + args.batch]), Tensor(labels[i:i + args.batch]))
@@ -90,20 +129,28 @@ def in_memory_blocks(args):
             out = cells[0](*batch)
         out.asnumpy()
 
+    first, second = smallest_graphs()
+
+    def micro_steps_and_two_graphs(window):
+        """The floor: the micro-steps, then two of the smallest graph calls where TrainOptim (its result read
+        back) and TrainClear run."""
+        accumulated_update((cells[0], first, second), window)
+
     return (lambda: run(lambda window: plain_updates(plain, window)),
             lambda: run(lambda window: accumulated_update(cells, window)),
-            lambda: run(micro_steps_only))
+            lambda: run(micro_steps_only),
+            lambda: run(micro_steps_and_two_graphs))
 
 
 def dataset_blocks(args):
-    """(plain block, accumulation block, None): one epoch of a dataset of --updates windows per block, through
+    """(plain block, accumulation block, None, None): one epoch of a dataset of --updates windows per block, through
     Model.train over TrainOneStepCell and through the driver or Model_ACCU."""
     import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
     images, labels = sample_arrays(args.updates * args.steps * args.batch)
     datasets = [ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False).batch(args.batch)
                 for _ in range(2)]  # one each: Model.train refuses a dataset another Model trained on
     plain, accumulated = dataset_trainer("plain-b-data", args.steps), dataset_trainer(args.path, args.steps)
-    return lambda: plain(datasets[0], 1), lambda: accumulated(datasets[1], 1), None
+    return lambda: plain(datasets[0], 1), lambda: accumulated(datasets[1], 1), None, None
 
 
 if __name__ == "__main__":

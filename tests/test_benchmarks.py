@@ -50,6 +50,20 @@ def test_cell_times_waits_for_each_call_when_asked(mode):
     assert all(float(ms) > 0 for _, ms in rows)
 
 
+@pytest.mark.parametrize("mode", ["graph", "pynative"])
+def test_paired_benchmark_prints_the_three_cells_against_their_limit_and_mindspores_floor(mode):
+    """The floor block (the micro-steps and two of MindSpore's smallest graph calls, no ms_accum in them) runs and
+    is printed beside the limit, in both modes."""
+    done = run("--mode", mode, "--pairs", 2, "--updates", 2, script=os.path.join(ROOT, "benchmarks", "paired.py"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    limit = re.search(r"^limit, .* / plain: median ([0-9.]+)$", done.stdout, re.M)
+    floor = re.search(r"^floor, .* / plain: median ([0-9.]+)$", done.stdout, re.M)
+    against = re.search(r"^against the limit, per block: three-cells ([0-9.]+), floor ([0-9.]+)$", done.stdout,
+                        re.M)
+    assert limit and floor and against, done.stdout
+    assert all(float(v) > 0 for v in (limit[1], floor[1], against[1], against[2])), done.stdout
+
+
 PEERS = os.path.join(ROOT, "benchmarks", "peers.py")
 
 
