@@ -12,8 +12,8 @@ three cells would reach if the update and the clear cost nothing), and so on; ea
 three-cell blocks gives one ratio, and the median ratio is printed with its spread and the median limit. A fourth
 block, the floor, runs the same N micro-steps and then two calls of the smallest compiled graphs (a scalar added,
 behind a runtime branch, as every ms_accum graph called from Python on CPU has, and called as ms_accum's cells
-are), with no ms_accum in them: what
-MindSpore charges the three cells' shape for its two graph calls per window, whatever they compute. Each
+are), with no ms_accum in them: what MindSpore charges the three cells' shape for its two graph calls per window,
+whatever they compute. Each
 block reads the loss from the device once per update, as a training loop that reports it does. With `--path
 driver` or `--path model-accu` a block is one epoch over a dataset of --updates windows, trained by `Model.train`
 over `TrainOneStepCell` or by the driver or `Model_ACCU` (no limit block: the data feed is part of each step).

@@ -160,18 +160,18 @@ def test_no_items_in_a_window_is_refused_before_the_update(cell, end, exec_mode)
     net, loss, opt = build_tagger()
     before = params_of(net)
     empty = token_batches((0,))[0]
-    options = {"nonfinite": end} if end != "loss_scale" else {"scale_sense": Tensor(np.float32(4.0))}
+    scale = {"scale_sense": Tensor(np.float32(4.0))} if end == "loss_scale" else {}
+    nonfinite = {} if scale else {"nonfinite": end}
     with pytest.raises(ValueError, match=r"'num_items' returned by the loss network must be > 0 for every "
                                          r"micro-batch, but a micro-batch of this window had 0"):
         if cell == "three_cells":
             grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-            scale = {"scale_sense": options.pop("scale_sense")} if "scale_sense" in options else {}
             ms_accum.TrainForwardBackward(loss, opt, grad_sum, **scale)(*map(Tensor, empty))
-            ms_accum.TrainOptim(opt, grad_sum, **scale, **options)()
-        elif end == "loss_scale":
-            ms_accum.TrainAccuStepsWithLossScaleCell(loss, opt, accumulation_steps=1, **options)(*map(Tensor, empty))
+            ms_accum.TrainOptim(opt, grad_sum, **scale, **nonfinite)()
+        elif scale:
+            ms_accum.TrainAccuStepsWithLossScaleCell(loss, opt, accumulation_steps=1, **scale)(*map(Tensor, empty))
         else:
-            ms_accum.TrainAccuStepsCell(loss, opt, accumulation_steps=1, **options)(*map(Tensor, empty))
+            ms_accum.TrainAccuStepsCell(loss, opt, accumulation_steps=1, **nonfinite)(*map(Tensor, empty))
     after = params_of(net)
     for name, value in before.items():
         np.testing.assert_array_equal(after[name], value, err_msg=f"{name} changed by a refused window")
@@ -182,9 +182,7 @@ def test_no_items_in_a_window_names_the_driver(exec_mode):
     """The driver's error names what the user built, not the cells it builds inside."""
     net, loss, opt = build_tagger()
     before = params_of(net)
-    batches = token_batches((5, 0))
-    data = ds.NumpySlicesDataset({name: np.concatenate([b[i] for b in batches]) for i, name in
-                                  enumerate(("x", "labels", "mask"))}, shuffle=False).batch(3)
+    data = token_dataset(token_batches((5, 0)))
     with pytest.raises(ValueError, match=r"For 'GradientAccumulation', 'num_items' returned by the loss network must "
                                          r"be > 0 for every micro-batch, but a micro-batch of this window had 0.*"
                                          r"build a new GradientAccumulation\."):
