@@ -44,9 +44,10 @@ def reference(windows):
     return params_of(net), int(opt.global_step.asnumpy()[0])
 
 
-def run_path(path, batches, nonfinite="skip"):
-    """Train `batches` in windows of N through `path`; returns (net, optimizer, the engine's cell)."""
-    net, loss, opt = build("momentum")
+def run_path(path, batches, nonfinite="skip", parts=None):
+    """Train `batches` in windows of N through `path` (on `parts`, a (net, loss, optimizer), or new ones); returns
+    (net, optimizer, the engine's cell)."""
+    net, loss, opt = parts or build("momentum")
     loss_net = nn.WithLossCell(net, loss)
     if path == "cells":
         grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
@@ -183,18 +184,36 @@ def test_nonfinite_raise_stops_at_the_first_bad_window(trainer):
     assert int(opt.global_step.asnumpy()[0]) == 1
 
 
-def test_a_cell_with_nonfinite_raise_refuses_the_window():
-    batches = poisoned((4,) * 3, bad=[1])
+OWNERS = {"cells": "TrainOptim", "parallel": "TrainAccuStepsCell", "accumulator": "Accumulator"}
+
+
+def raise_at_the_third_window(path, error, match, exec_mode):
+    """nonfinite="raise" on a cell: two clean windows are applied as their large batches, then a NaN in the
+    third raises `error` from its window's end, before the optimizer: the weights and the optimizer's step stay
+    those of the two windows."""
+    batches = poisoned((4,) * 9, bad=[7])
     net, loss, opt = build("momentum")
-    accumulator = ms_accum.Accumulator(opt, N, nonfinite="raise")
-    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
-    before = params_of(net)
-    with pytest.raises(ValueError, match=r"For 'Accumulator', the window's gradient must be finite, but it holds a "
-                                         r"NaN or an inf \(nonfinite='raise'\)"):
-        for x, y in batches:
-            accumulator(grad_fn(Tensor(x), Tensor(y))[1], x.shape[0])
-    for name, value in params_of(net).items():
-        np.testing.assert_array_equal(value, before[name], err_msg=name)
+    with pytest.raises(error, match=match):
+        run_path(path, batches, nonfinite="raise", parts=(net, loss, opt))
+    expected, steps = reference([batches[0:3], batches[3:6]])
+    assert_params_close(params_of(net), expected, context=f"{path}, {exec_mode}")
+    assert int(opt.global_step.asnumpy()[0]) == steps == 2
+
+
+@pytest.mark.parametrize("path", sorted(OWNERS))
+def test_a_cell_with_nonfinite_raise_applies_clean_windows_and_refuses_the_bad_one(path, exec_mode):
+    """Raised from the skip's runtime branch (a raise there that tested no run-time value would be raised by
+    MindSpore while compiling, at the first window)."""
+    raise_at_the_third_window(path, ValueError, rf"For '{OWNERS[path]}', the window's gradient must be finite, but "
+                                                r"it holds a NaN or an inf \(nonfinite='raise'\)\. The window was "
+                                                r"not applied", exec_mode)
+
+
+@pytest.mark.parametrize("path", sorted(OWNERS))
+def test_with_the_compile_cache_nonfinite_raise_stops_before_the_update(path, monkeypatch, exec_mode):
+    """With MindSpore's compile cache on, the finiteness check is MindSpore's Assert (a raise cannot be cached)."""
+    monkeypatch.setattr(ms_accum.core.engine, "compile_cache_on", lambda: True)
+    raise_at_the_third_window(path, RuntimeError, "assert failed", exec_mode)
 
 
 def test_the_arguments_are_checked():

@@ -152,11 +152,12 @@ def test_numbers_of_items_may_be_python_numbers(exec_mode):
     assert int(opt.global_step.asnumpy()[0]) == 1
 
 
-@pytest.mark.parametrize("end", ["skip", "apply", "loss_scale"])
+@pytest.mark.parametrize("end", ["skip", "raise", "apply", "loss_scale"])
 @pytest.mark.parametrize("cell", ["three_cells", "accu_steps"])
 def test_no_items_in_a_window_is_refused_before_the_update(cell, end, exec_mode):
-    """The check shares the window end's skip branch (nonfinite="skip", a loss scale) or, without one
-    (nonfinite="apply"), has a branch of its own; either way it raises and nothing is updated."""
+    """The check shares the window end's skip branch (nonfinite="skip" or "raise", a loss scale) or, without one
+    (nonfinite="apply"), has a branch of its own; either way it raises and nothing is updated. With "raise" its
+    error comes before the non-finite gradient's that an empty micro-batch's loss may also cause."""
     net, loss, opt = build_tagger()
     before = params_of(net)
     empty = token_batches((0,))[0]

@@ -222,8 +222,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             if self.nonfinite == "apply":  # no check: the window is applied whatever it holds
                 return False
             overflow = ops.logical_not(ops.isfinite(norm))
-            if self.nonfinite == "raise":
-                overflow = window.check_finite(self.owner_name, overflow, norm, self.cache_safe)
+            if self.nonfinite == "raise" and self.cache_safe:  # else raised in the skip's branch (_step_unless)
+                overflow = window.assert_finite(overflow, norm)
             return overflow
         return self._sum_over_devices(self._local_overflow()) > 0.0
 
@@ -242,14 +242,24 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         """Whether the window's end has a skip branch (a loss scale, or nonfinite other than "apply")."""
         return self.scale_kind is not None or self.nonfinite != "apply"
 
+    def _raises_nonfinite(self):
+        """Whether a window whose gradient is not finite raises in the skip's branch: nonfinite="raise" without a
+        loss scale (whose overflows are skipped), and without the compile cache (there MindSpore's ``Assert``
+        checks it, in :meth:`_window_overflow`)."""
+        return self.nonfinite == "raise" and self.scale_kind is None and not self.cache_safe
+
     def _step_unless(self, overflow, refused, shown, optimizer, grads, result):
-        """One optimizer step unless the window overflowed or is `refused` (None: checked already), raising its
-        error then. The check shares the skip's runtime branch: a branch of its own made TrainOptim's call on LeNet
-        about a quarter slower (``docs/performance.md``, the non-finite check)."""
-        if refused is None:
-            return window.step_unless(overflow, optimizer, grads, result)
-        if ops.logical_or(overflow, refused):
-            self._refuse_window(refused, shown)
+        """One optimizer step unless the window overflowed or is `refused` (None: checked already). The skip's
+        runtime branch also raises the refused window's error, and with nonfinite="raise" a non-finite window's:
+        each check in a branch of its own made TrainOptim's call on LeNet about a quarter slower
+        (``docs/performance.md``, the non-finite check). A refused window's error comes first: a micro-batch
+        without items is also what makes a window's gradient NaN."""
+        stop = overflow if refused is None else ops.logical_or(overflow, refused)
+        if stop:
+            if refused is not None:
+                self._refuse_window(refused, shown)
+            if self._raises_nonfinite():
+                window.check_finite(self.owner_name, overflow)
         else:
             result = ops.depend(result, optimizer(grads))
         return result

@@ -8,7 +8,7 @@ apart:
 - :func:`add_micro_batch`: a micro-batch's gradient enters the buffers weighted by its items (``weighting.py``);
 - :func:`finish_gradients`: the gradient the optimizer receives, the buffers divided by the window's items (and
   the loss scale), reduced across devices once, then clipped by its global norm;
-- :func:`buffers_overflow` and :func:`step_unless`: an overflow anywhere in the window skips its whole update;
+- :func:`buffers_overflow`: an overflow anywhere in the window skips its whole update;
 - :func:`reset_window`: buffers and counters back to zero.
 
 The single-device cells share one ``grad_sum`` ParameterTuple, as in the tutorial; their WindowState hangs off
@@ -219,24 +219,21 @@ def count_skip(records, overflow, result):
     return ops.depend(result, ops.assign(streak, (streak + 1.0) * flag))
 
 
-def check_finite(owner, overflow, norm, cache_safe=False):
-    """Raise, before the update, if the window's gradient is not finite (nonfinite="raise"). As for
-    :func:`check_items`, the error ends training with these cells. Returns `overflow`, which the update depends on
-    (with `cache_safe`, through MindSpore's Assert: see ``runtime_checks.py``)."""
-    if cache_safe:
-        return ops.depend(overflow, runtime_checks.assert_in_graph(ops.logical_not(overflow), [norm]))
+def assert_finite(overflow, norm):
+    """Under MindSpore's compile cache, nonfinite="raise" stops the graph with its ``Assert`` (see
+    ``runtime_checks.py``) unless the window's gradient is finite; returns `overflow`, which the update depends
+    on."""
+    return ops.depend(overflow, runtime_checks.assert_in_graph(ops.logical_not(overflow), [norm]))
+
+
+def check_finite(owner, overflow):
+    """Raise if `overflow`: the window's gradient is not finite, under nonfinite="raise" (from the skip's runtime
+    branch, before the update; a raise there must still test a run-time value, or MindSpore raises it while
+    compiling). As for :func:`check_items`, the error ends training with these cells."""
     if overflow:
         raise ValueError(f"For '{owner}', the window's gradient must be finite, but it holds a NaN or an inf "
                          f"(nonfinite='raise'). The window was not applied. Find the micro-batch whose loss or "
                          f"gradient is not finite, or pass nonfinite='skip' to skip such windows.")
-    return overflow
-
-
-def step_unless(overflow, optimizer, grads, result):
-    """One optimizer step unless the window overflowed (parameters and optimizer state then stay untouched)."""
-    if not overflow:
-        result = ops.depend(result, optimizer(grads))
-    return result
 
 
 def reset_window(buffers, counters, result):
