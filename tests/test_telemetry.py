@@ -9,6 +9,7 @@ from mindspore import Tensor, nn, ops
 
 import ms_accum
 from helpers import build, concat, micro_batches, numpy_dataset, run_script
+from test_model_accu import fake_device  # noqa: F401  (the sink tests' device seams)
 
 
 def window_grad_norm(window, seed=0):
@@ -55,7 +56,30 @@ def test_the_pace_leaves_out_the_first_update(capsys):
     assert all(re.search(r"\| [0-9]+ items/s, [0-9]+ s left$", line) for line in printed[1:]), printed
 
 
-def test_model_accu_records_skipped_windows_and_the_loss_scale(exec_mode):
+def test_a_window_of_one_micro_batch_reads_as_one(capsys):
+    net, loss, optimizer = build("sgd")
+    ms_accum.GradientAccumulation(net, loss, optimizer).train_process(
+        1, numpy_dataset(micro_batches([4, 3])), 1, callbacks=ms_accum.WindowTelemetry(print_every=1),
+        ckpt_path=None, log_every=0)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update ")]
+    assert ["window: 1 micro-batch, 4 items |" in printed[0], "window: 1 micro-batch, 3 items |" in printed[1]] == [
+        True, True], printed
+
+
+@pytest.mark.parametrize("sink", [False, True], ids=["no_sink", "sink"])
+def test_model_accu_prints_progress(sink, capsys, fake_device):  # noqa: F811
+    """Progress lines with Model_ACCU (they failed on the run's total), in sink mode too (through its seam)."""
+    net, loss, opt = build("momentum")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, accumulation_steps=3)
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches([4] * 12)),
+                                    callbacks=[ms_accum.WindowTelemetry(print_every=1)], dataset_sink_mode=sink)
+    assert bool(fake_device.events) == sink
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update ")]
+    assert [line.split(" loss")[0] for line in printed] == [f"update {u}/4 (epoch 1/1)" for u in (1, 2, 3, 4)]
+    assert all("window: 3 micro-batches, 12 items |" in line for line in printed), printed
+
+
+def test_model_accu_records_skipped_windows_and_the_loss_scale(exec_mode, capsys):
     batches = micro_batches([4] * 6)
     poisoned = [(x.copy(), y) for x, y in batches]
     poisoned[1][0][0, 0, 0, 0] = np.inf
@@ -63,8 +87,11 @@ def test_model_accu_records_skipped_windows_and_the_loss_scale(exec_mode):
     cell = ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt,
                                                     nn.DynamicLossScaleUpdateCell(1024.0, 2, 100),
                                                     accumulation_steps=3)
-    telemetry = ms_accum.WindowTelemetry()
+    telemetry = ms_accum.WindowTelemetry(print_every=1)
     ms_accum.Model_ACCU(cell).train(1, numpy_dataset(poisoned), callbacks=[telemetry], dataset_sink_mode=False)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update ")]
+    assert "| loss scale 512, 1 skipped (this one) |" in printed[0], printed
+    assert "| loss scale 512, 1 skipped |" in printed[1], printed
     first, second = telemetry.records
     assert (first.overflow, first.loss_scale, first.micro_batches, first.items) == (True, 512.0, 3, 12)
     assert (second.overflow, second.loss_scale) == (False, 512.0)

@@ -363,6 +363,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             dataset_helper = exec_train_preprocess(self, train_dataset, epoch)
         cb_params.dataset_sink_mode = False
         cb_params.batch_num = per_epoch
+        cb_params.total_updates = updates  # None when a policy decides: progress lines count epochs x per_epoch
         self.batch_num = cb_params.batch_num
         pending = int(cell.accu_micro_steps.asnumpy()) if self._resume_from is not None else 0
 
@@ -387,6 +388,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         cb_params.sink_size = sink_size
         cb_params.dataset_sink_mode = True
         cb_params.batch_num = cycles
+        cb_params.total_updates = epoch * cycles
         self.batch_num = cycles
         guard = self._nonfinite_guard()
         helper = self._make_sink_helper(train_dataset, sink_size, dataset_sink_num)

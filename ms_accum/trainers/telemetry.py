@@ -182,14 +182,18 @@ class WindowTelemetry(Callback):
             self._writer.writerow(list(asdict(record).values()) + [self.skipped, round(elapsed, 3)])
             self._file.flush()
         if self.print_every and record.update % self.print_every == 0:
-            total = getattr(cb_params, "total_updates", 0) or int(cb_params.epoch_num) * int(cb_params.batch_num)
+            # the run's updates where the trainer knows them (MindSpore's callback parameters raise KeyError, not
+            # AttributeError, for a name never set), else epochs times updates per epoch
+            total = cb_params.get("total_updates") or int(cb_params.epoch_num) * int(cb_params.batch_num)
             clipped = " (clipped)" if record.clipped else ""
+            this_one = " (this one)" if record.overflow else ""
             noise = "" if math.isnan(record.noise_scale) else f" | noise scale {record.noise_scale:.4g} items"
+            plural = "" if record.micro_batches == 1 else "es"
             print(f"update {record.update}/{total} (epoch {record.epoch}/{cb_params.epoch_num}) "
-                  f"loss {record.loss:.4f} | window: {record.micro_batches} micro-batches, "
+                  f"loss {record.loss:.4f} | window: {record.micro_batches} micro-batch{plural}, "
                   f"{record.items:.0f} items | grad norm {record.grad_norm:.3g}{clipped} | lr "
-                  f"{record.learning_rate:.3g} | loss scale {record.loss_scale:g}, {self.skipped} skipped{noise} | "
-                  f"{self._pace(now, elapsed, record.update, total)}", flush=True)
+                  f"{record.learning_rate:.3g} | loss scale {record.loss_scale:g}, {self.skipped} skipped{this_one}"
+                  f"{noise} | {self._pace(now, elapsed, record.update, total)}", flush=True)
 
     def _pace(self, now, elapsed, update, total):
         """Throughput and time left, from the end of the run's first update (whose graphs compile) to `now`; at
