@@ -137,30 +137,55 @@ def test_the_warning_names_the_window_and_its_micro_batches_and_telemetry_counts
     assert [r.overflow for r in telemetry.records] == [False, True, False] and telemetry.skipped == 1
 
 
+def train_until_stopped(trainer, batches, state, max_windows):
+    """Train `batches` in windows of N with `max_nonfinite_windows`; returns (the error's message, the
+    non-finite warnings' messages)."""
+    net, loss, opt = build("momentum")
+    with pytest.raises(ms_accum.NonFiniteWindowError) as stopped, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ms_accum.NonFiniteWindowWarning)
+        if trainer == "driver":
+            ms_accum.GradientAccumulation(net, loss, opt).train_process(
+                1, numpy_dataset(batches), N, ckpt_path=None, log_every=0, state_path=state, save_state_every=100,
+                max_nonfinite_windows=max_windows)
+        else:
+            cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=N)
+            ms_accum.Model_ACCU(cell, state_path=state, save_state_every=100).train(
+                1, numpy_dataset(batches), max_nonfinite_windows=max_windows)
+    return str(stopped.value), [str(w.message) for w in caught if w.category is ms_accum.NonFiniteWindowWarning]
+
+
 @pytest.mark.parametrize("trainer", ["driver", "model_accu"])
 def test_windows_skipped_in_a_row_stop_the_run_with_the_last_good_state_on_disk(trainer, tmp_path):
     """max_nonfinite_windows=2: windows 2 and 3 skipped in a row stop the run. The trainer reads the skips every
     min(16, max_nonfinite_windows) windows (a read waits for the device), so it learns of window 3 after window 4;
     the state written then holds windows 1 and 4 applied, 2 and 3 not."""
     batches = poisoned((4,) * 12, bad=[3, 7])
-    net, loss, opt = build("momentum")
     state = str(tmp_path / "state.ckpt")
-    with pytest.raises(ms_accum.NonFiniteWindowError) as stopped, warnings.catch_warnings():
-        warnings.simplefilter("ignore", ms_accum.NonFiniteWindowWarning)
-        if trainer == "driver":
-            ms_accum.GradientAccumulation(net, loss, opt).train_process(
-                1, numpy_dataset(batches), N, ckpt_path=None, log_every=0, state_path=state, save_state_every=100,
-                max_nonfinite_windows=2)
-        else:
-            cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=N)
-            ms_accum.Model_ACCU(cell, state_path=state, save_state_every=100).train(
-                1, numpy_dataset(batches), max_nonfinite_windows=2)
-    message = str(stopped.value)
+    message, _ = train_until_stopped(trainer, batches, state, 2)
     assert "window 3 had a non-finite gradient" in message and "positions 6 to 8 of epoch 1" in message, message
     assert "max_nonfinite_windows=2 reached" in message and repr(state) in message, message
+    assert "The state as of window 4, the last one run (parameters of the last good window)" in message, message
+    assert "pass a larger max_nonfinite_windows." in message and "nonfinite='skip'" not in message, message
     saved = ms.load_checkpoint(state)
     want, _ = reference([batches[0:3], batches[9:12]])
     for name, value in want.items():
+        np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-6, atol=1e-7, err_msg=name)
+    assert int(saved["ms_accum_micro_steps_done"].asnumpy()) == 12
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_a_skipped_window_read_with_the_one_that_stops_the_run_is_named(trainer, tmp_path):
+    """Windows 2, 3 and 4 skipped, max_nonfinite_windows=2: the skips are read after windows 2 and 4, so window 3
+    stops the run and window 4, run before that read, is named in the error (it was left out before)."""
+    batches = poisoned((4,) * 12, bad=[3, 7, 10])
+    state = str(tmp_path / "state.ckpt")
+    message, warned = train_until_stopped(trainer, batches, state, 2)
+    assert len(warned) == 1 and "window 2 had a non-finite gradient" in warned[0], warned
+    assert "window 3 had a non-finite gradient" in message and "2 window(s) skipped in a row" in message, message
+    assert "also skipped: window 4 (positions 9 to 11 of epoch 1)" in message, message
+    assert "The state as of window 4, the last one run" in message, message
+    saved = ms.load_checkpoint(state)
+    for name, value in reference([batches[0:3]])[0].items():
         np.testing.assert_allclose(saved[name].asnumpy(), value, rtol=1e-6, atol=1e-7, err_msg=name)
     assert int(saved["ms_accum_micro_steps_done"].asnumpy()) == 12
 

@@ -97,35 +97,57 @@ class NonFiniteGuard:
             self.check()
 
     def check(self):
-        """Read the skip records now and act on the windows noted since the last read (at an epoch's end, say)."""
+        """Read the skip records now and act on the windows noted since the last read (at an epoch's end, say):
+        warn of each skipped window, or stop at the first that reaches the limit (or, with "raise", is skipped),
+        naming in the error the skipped windows run after it, before the read."""
         if not self.pending:
             return
         bits = int(float(self.history.asnumpy()))
         pending, self.pending = self.pending, []
         last = len(pending) - 1
+        stop, later = None, []
         for index, window in enumerate(pending):  # oldest first; the newest window is the lowest bit
             self.run = self.run + 1 if (bits >> (last - index)) & 1 else 0
-            if self.run:
-                self._skipped(window, self.run)
+            if not self.run:
+                continue
+            if stop is not None:
+                later.append(window)
+            elif self._stops(self.run):
+                stop = (window, self.run)
+            elif not self.loss_scaled:
+                warnings.warn(f"{self._message(window, self.run)}; training stops after {self.max_windows}.",
+                              NonFiniteWindowWarning, stacklevel=3)
+        if stop is not None:
+            self._stop(*stop, later, pending[-1][0])
 
-    def _skipped(self, window, in_a_row):
+    def _stops(self, in_a_row):
+        return in_a_row >= self.max_windows or (self.nonfinite == "raise" and not self.loss_scaled)
+
+    def _cause(self):
+        return "overflowed under the loss scale" if self.loss_scaled else "had a non-finite gradient (a NaN or an inf)"
+
+    def _message(self, window, in_a_row):
         update, first, micro_batches, steps_per_epoch = window
-        cause = "overflowed under the loss scale" if self.loss_scaled else \
-            "had a non-finite gradient (a NaN or an inf)"
         where = micro_batch_positions(first, micro_batches, steps_per_epoch)
-        message = (f"For '{self.owner}', window {update} {cause} and was skipped: parameters and optimizer state are "
-                   f"unchanged. Its micro-batches are {where} (counted from 0 in the epoch's data order). "
-                   f"{in_a_row} window(s) skipped in a row")
-        stop = in_a_row >= self.max_windows or (self.nonfinite == "raise" and not self.loss_scaled)
-        if not stop:
-            if not self.loss_scaled:
-                warnings.warn(f"{message}; training stops after {self.max_windows}.", NonFiniteWindowWarning,
-                              stacklevel=3)
-            return
+        return (f"For '{self.owner}', window {update} {self._cause()} and was skipped: parameters and optimizer state "
+                f"are unchanged. Its micro-batches are {where} (counted from 0 in the epoch's data order). "
+                f"{in_a_row} window(s) skipped in a row")
+
+    def _stop(self, window, in_a_row, later, newest):
+        """Write the state (as it is now: after window `newest`, the last one run before the read) and raise."""
         saved = self.save_state() if self.save_state is not None else None
-        reason = "nonfinite='raise'" if in_a_row < self.max_windows else \
-            f"max_nonfinite_windows={self.max_windows} reached"
-        kept = f"The state as of this window (parameters of the last good one) is in {saved!r}; " if saved else \
+        if in_a_row < self.max_windows:
+            reason, instead = "nonfinite='raise'", "pass nonfinite='skip' to skip such windows"
+        else:
+            reason = f"max_nonfinite_windows={self.max_windows} reached"
+            instead = "pass a larger max_nonfinite_windows"
+        also = ""
+        if later:
+            named = ", ".join(f"window {update} ({micro_batch_positions(first, count, per_epoch)})"
+                              for update, first, count, per_epoch in later)
+            also = f"Run after it, before the skips were read, and also skipped: {named}. "
+        after = "this window" if newest == window[0] else f"window {newest}, the last one run"
+        kept = f"The state as of {after} (parameters of the last good window) is in {saved!r}; " if saved else \
             "No state_path was given, so no state was written; "
-        raise NonFiniteWindowError(f"{message} ({reason}). {kept}inspect those micro-batches, then resume, or pass "
-                                   f"nonfinite='skip' and a larger max_nonfinite_windows.")
+        raise NonFiniteWindowError(f"{self._message(window, in_a_row)} ({reason}). {also}{kept}inspect those "
+                                   f"micro-batches, then resume, or {instead}.")
