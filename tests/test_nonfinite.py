@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import mindspore as ms
+import mindspore.dataset as ds
 from mindspore import Tensor, nn
 
 import ms_accum
@@ -152,6 +153,31 @@ def train_until_stopped(trainer, batches, state, max_windows):
             ms_accum.Model_ACCU(cell, state_path=state, save_state_every=100).train(
                 1, numpy_dataset(batches), max_nonfinite_windows=max_windows)
     return str(stopped.value), [str(w.message) for w in caught if w.category is ms_accum.NonFiniteWindowWarning]
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_a_nan_loss_with_a_finite_gradient_is_applied_and_warned_of(trainer):
+    """A NaN target under L1Loss: its sample's gradient is zero, so the window's gradient is finite and the window
+    is applied (the gradient decides a skip); the trainers warn, naming the window, as its loss is NaN."""
+    rng = np.random.default_rng(3)
+    x, y = rng.normal(size=(24, 5)).astype(np.float32), rng.normal(size=(24, 1)).astype(np.float32)
+    y[13, 0] = np.nan  # micro-batch 3 of 4 samples: window 2 of windows of N = 3
+    data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(4)
+    net = nn.Dense(5, 1)
+    opt = nn.SGD(net.trainable_params(), 0.1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ms_accum.NonFiniteWindowWarning)
+        if trainer == "driver":
+            ms_accum.GradientAccumulation(net, nn.L1Loss(), opt).train_process(1, data, N, ckpt_path=None,
+                                                                              log_every=0)
+        else:
+            cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.L1Loss()), opt, gradient_accumulation_steps=N)
+            ms_accum.Model_ACCU(cell).train(1, data, dataset_sink_mode=False)
+    [warning] = [str(w.message) for w in caught if w.category is ms_accum.NonFiniteWindowWarning]
+    assert "window 2's loss is nan but its gradient is finite, so the window was applied" in warning, warning
+    assert "positions 3 to 5 of epoch 1" in warning, warning
+    assert int(opt.global_step.asnumpy()[0]) == 2
+    assert all(np.isfinite(p.asnumpy()).all() for p in net.trainable_params())
 
 
 @pytest.mark.parametrize("trainer", ["driver", "model_accu"])

@@ -146,5 +146,6 @@ class WindowLoop:
         self.front.updated(cb_params, cb_params.cur_step_num - 1, micro_batches, self.window_steps, outputs)
         self.callbacks.on_train_step_end(self.run_context)
         if self.guard is not None:
-            self.guard.after_window(cb_params.cur_step_num, self.micro_done - micro_batches, micro_batches, self.steps)
+            self.guard.after_window(cb_params.cur_step_num, self.micro_done - micro_batches, micro_batches, self.steps,
+                                    outputs)
         return True

@@ -412,7 +412,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 cb_params.net_outputs = self._end_window()
                 cb_params.window_record = self._window_record(cb_params, cb_params.net_outputs, n, n)
                 list_callback.on_train_step_end(run_context)
-                guard.after_window(cb_params.cur_step_num, (cb_params.cur_step_num - 1) * n, n, sink_size)
+                guard.after_window(cb_params.cur_step_num, (cb_params.cur_step_num - 1) * n, n, sink_size,
+                                   cb_params.net_outputs)
                 if run_context.get_stop_requested():
                     break
             guard.check()

@@ -5,8 +5,10 @@ that is the loss-scale overflow skip): parameters and optimizer state stay as th
 not advance either. The trainers add what only a loop that knows the data's order can: a warning that names the
 window and the positions of its micro-batches in their epoch, ``nonfinite="raise"`` to stop at the first such
 window with that message (a cell's own "raise" cannot name the data), and a stop after `max_nonfinite_windows`
-skipped in a row, the last good state written first.
+skipped in a row, the last good state written first; and a warning for a window applied with a loss that is not
+finite (its gradient was: the gradient decides a skip).
 """
+import math
 import warnings
 
 
@@ -19,9 +21,10 @@ CHECK_EVERY = 16  # windows between two reads of the skip records; fewer than th
 
 class NonFiniteWindowWarning(RuntimeWarning):
     """
-    A window's gradient was not finite and the window was skipped; the message names the window and the positions
-    of its micro-batches in their epoch. Issued by :meth:`GradientAccumulation.train_process` and
-    :meth:`Model_ACCU.train` with ``nonfinite="skip"``.
+    A window's gradient was not finite and the window was skipped, or its loss was not finite while its gradient
+    was, and it was applied; the message names the window and the positions of its micro-batches in their epoch.
+    Issued by :meth:`GradientAccumulation.train_process` and :meth:`Model_ACCU.train` (the second kind with
+    ``nonfinite="raise"`` too).
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -86,13 +89,16 @@ class NonFiniteGuard:
         self.loss_scaled, self.save_state = loss_scaled, save_state
         self.every = 1 if nonfinite == "raise" else min(CHECK_EVERY, max_windows)
         self.pending = []  # (update, first micro-batch, micro-batches, micro-batches per epoch) not yet read
+        self.losses = []  # the pending windows' mean losses (Tensors, read with the skips)
 
-    def after_window(self, update, first_micro_batch, micro_batches, steps_per_epoch):
+    def after_window(self, update, first_micro_batch, micro_batches, steps_per_epoch, outputs=None):
         """Note update `update` (from 1), whose window held micro-batches [first_micro_batch, + micro_batches) of
-        the run; every few windows, read the device and warn, or stop with :class:`NonFiniteWindowError`."""
+        the run and gave `outputs` (its loss, or (loss, overflow, loss scale)); every few windows, read the device
+        and warn, or stop with :class:`NonFiniteWindowError`."""
         if self.nonfinite == "apply" and not self.loss_scaled:
             return  # nothing is checked, so nothing is skipped
         self.pending.append((update, first_micro_batch, micro_batches, steps_per_epoch))
+        self.losses.append(outputs[0] if isinstance(outputs, (tuple, list)) else outputs)
         if len(self.pending) >= self.every:
             self.check()
 
@@ -104,11 +110,13 @@ class NonFiniteGuard:
             return
         bits = int(float(self.history.asnumpy()))
         pending, self.pending = self.pending, []
+        losses, self.losses = self.losses, []
         last = len(pending) - 1
         stop, later = None, []
         for index, window in enumerate(pending):  # oldest first; the newest window is the lowest bit
             self.run = self.run + 1 if (bits >> (last - index)) & 1 else 0
             if not self.run:
+                self._check_loss(window, losses[index])
                 continue
             if stop is not None:
                 later.append(window)
@@ -119,6 +127,19 @@ class NonFiniteGuard:
                               NonFiniteWindowWarning, stacklevel=3)
         if stop is not None:
             self._stop(*stop, later, pending[-1][0])
+
+    def _check_loss(self, window, loss):
+        """Warn if an applied window's loss is not finite: its gradient was, so nothing was skipped."""
+        value = float(loss.asnumpy()) if loss is not None else 0.0
+        if math.isfinite(value):
+            return
+        update, first, micro_batches, steps_per_epoch = window
+        where = micro_batch_positions(first, micro_batches, steps_per_epoch)
+        warnings.warn(f"For '{self.owner}', window {update}'s loss is {value} but its gradient is finite, so the "
+                      f"window was applied. Its micro-batches are {where} (counted from 0 in the epoch's data order). A "
+                      f"sample whose gradient is zero but whose loss is not (a NaN target under nn.L1Loss, say) still "
+                      f"counts in the window's mean, and a loss term that does not reach the parameters can be NaN "
+                      f"unseen: inspect those micro-batches.", NonFiniteWindowWarning, stacklevel=4)
 
     def _stops(self, in_a_row):
         return in_a_row >= self.max_windows or (self.nonfinite == "raise" and not self.loss_scaled)
