@@ -136,10 +136,10 @@ class NonFiniteGuard:
         update, first, micro_batches, steps_per_epoch = window
         where = micro_batch_positions(first, micro_batches, steps_per_epoch)
         warnings.warn(f"For '{self.owner}', window {update}'s loss is {value} but its gradient is finite, so the "
-                      f"window was applied. Its micro-batches are {where} (counted from 0 in the epoch's data order). A "
-                      f"sample whose gradient is zero but whose loss is not (a NaN target under nn.L1Loss, say) still "
-                      f"counts in the window's mean, and a loss term that does not reach the parameters can be NaN "
-                      f"unseen: inspect those micro-batches.", NonFiniteWindowWarning, stacklevel=4)
+                      f"window was applied. Its micro-batches are {where} (counted from 0 in the epoch's data "
+                      f"order). A sample whose gradient is zero but whose loss is not (a NaN target under nn.L1Loss, "
+                      f"say) still counts in the window's mean, and a loss term that does not reach the parameters "
+                      f"can be NaN unseen: inspect those micro-batches.", NonFiniteWindowWarning, stacklevel=4)
 
     def _stops(self, in_a_row):
         return in_a_row >= self.max_windows or (self.nonfinite == "raise" and not self.loss_scaled)
