@@ -17,6 +17,7 @@ from mindspore.nn import CellList
 from mindspore.train import Callback
 
 from ..core.noise_scale import noise_scale_of
+from .elastic import count
 
 
 @dataclass
@@ -188,9 +189,8 @@ class WindowTelemetry(Callback):
             clipped = " (clipped)" if record.clipped else ""
             this_one = " (this one)" if record.overflow else ""
             noise = "" if math.isnan(record.noise_scale) else f" | noise scale {record.noise_scale:.4g} items"
-            plural = "" if record.micro_batches == 1 else "es"
             print(f"update {record.update}/{total} (epoch {record.epoch}/{cb_params.epoch_num}) "
-                  f"loss {record.loss:.4f} | window: {record.micro_batches} micro-batch{plural}, "
+                  f"loss {record.loss:.4f} | window: {count(record.micro_batches, 'micro-batch')}, "
                   f"{record.items:.0f} items | grad norm {record.grad_norm:.3g}{clipped} | lr "
                   f"{record.learning_rate:.3g} | loss scale {record.loss_scale:g}, {self.skipped} skipped{this_one}"
                   f"{noise} | {self._pace(now, elapsed, record.update, total)}", flush=True)
