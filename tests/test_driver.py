@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 import mindspore as ms
+import mindspore.dataset as ds
 from mindspore import nn
 from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
 
 import ms_accum
-from helpers import (assert_params_close, build, micro_batches, numpy_dataset, params_of, reference_train,
+from helpers import (assert_params_close, build, concat, micro_batches, numpy_dataset, params_of, reference_train,
                      windows_of_sizes)
 
 
@@ -228,6 +229,19 @@ def test_failed_checkpoint_write_keeps_the_previous_file(tmp_path, monkeypatch):
     assert_params_close(params_of(fresh), before, rtol=0, context="previous checkpoint")
 
 
+TRAINERS = {"driver": "GradientAccumulation.train_process", "model_accu": "Model_ACCU.train"}
+
+
+def train_one_epoch(trainer, parts, data, steps=2):
+    """One epoch of `data` in windows of `steps` through the driver or Model_ACCU, on `parts` (net, loss, opt)."""
+    net, loss, opt = parts
+    if trainer == "driver":
+        ms_accum.GradientAccumulation(net, loss, opt).train_process(1, data, steps, ckpt_path=None)
+    else:
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=steps)
+        ms_accum.Model_ACCU(cell).train(1, data)
+
+
 class TestBadInput:
     @pytest.mark.parametrize("value, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError),
                                               ("4", TypeError), (True, TypeError)])
@@ -281,6 +295,27 @@ class TestBadInput:
                                             r"mindspore.dataset.NumpySlicesDataset"):
             trainer.train_process(1, micro_batches([4] * 4), 2, ckpt_path=None)
 
+    def test_a_loss_class_instead_of_an_instance(self):
+        net, _, opt = build()
+        with pytest.raises(TypeError, match=r"For 'GradientAccumulation', 'loss_fn' must be a mindspore.nn.Cell, but "
+                                            r"got the class MSELoss itself. Pass an instance: MSELoss\(...\)\."):
+            ms_accum.GradientAccumulation(net, nn.MSELoss, opt)
+
+    @pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+    @pytest.mark.parametrize("columns", [("x", "y", "id"), ("x",)], ids=["one_more", "one_less"])
+    def test_dataset_columns_the_loss_network_does_not_take(self, trainer, columns):
+        """Each row's columns are the loss network's inputs: too many or too few are refused before training,
+        naming the dataset's columns and the construct's inputs (MindSpore's error named neither)."""
+        net, loss, opt = build()
+        x, y = concat(micro_batches([4] * 4))
+        data = ds.NumpySlicesDataset(dict(zip(columns, (x, y, np.arange(len(y))))), shuffle=False).batch(4)
+        with pytest.raises(ValueError, match=rf"For '{TRAINERS[trainer]}', each row of 'train_dataset' is passed "
+                                             rf"to WithLossCell.construct\(data, label\), which takes 2 inputs, but "
+                                             rf"the dataset has {len(columns)} columns \{list(columns)}\. Keep the "
+                                             rf"columns"):
+            train_one_epoch(trainer, (net, loss, opt), data)
+        assert int(opt.global_step.asnumpy()[0]) == 0
+
     def test_empty_dataset(self):
         trainer, _, _ = _trainer()
         empty = numpy_dataset(micro_batches([4] * 2)).batch(8, drop_remainder=True)
@@ -306,6 +341,19 @@ class TestBadInput:
             ms_accum.save_checkpoint_atomic(trainer.train_state, "model.bin")
 
 
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_a_learning_rate_list_shorter_than_the_run_is_refused_before_training(trainer):
+    """Two entries for three updates: refused before the first (the optimizer failed at the third, after two)."""
+    net, loss, _ = build()
+    opt = nn.SGD(net.trainable_params(), [0.1, 0.05])
+    data = numpy_dataset(micro_batches([4] * 6))
+    with pytest.raises(ValueError, match=rf"For '{TRAINERS[trainer]}', the optimizer's learning-rate list must have "
+                                         r"an entry for every update, but it has 2 and this run needs 3 \(0 done "
+                                         r"before it, 3 in it\): the optimizer would read past its end at update 3"):
+        train_one_epoch(trainer, (net, loss, opt), data)
+    assert int(opt.global_step.asnumpy()[0]) == 0
+
+
 def test_a_per_update_learning_rate_list_trained_one_epoch_per_call_follows_the_list():
     """A list for the whole run (2 epochs of 2 updates) has as many entries as one call's micro-batches: the
     driver warns at the first call (it cannot tell), not at the second (the updates done and the call's fill the
@@ -326,6 +374,8 @@ def test_a_per_update_learning_rate_list_trained_one_epoch_per_call_follows_the_
     assert int(trainer.optimizer.global_step.asnumpy()[0]) == 4
     for name, value in params_of(whole_net).items():
         np.testing.assert_allclose(params_of(net)[name], value, rtol=1e-6, atol=1e-7, err_msg=name)
+    with pytest.raises(ValueError, match=r"has 4 and this run needs 6 \(4 done before it, 2 in it\)"):
+        trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None)  # a third call
 
 
 def test_a_loss_that_is_not_a_scalar_names_the_driver(exec_mode):

@@ -2,6 +2,7 @@
 
 Each check raises with one message shape: "For 'Owner', 'arg' must be <expected>, but got <received>."
 """
+import inspect
 import math
 import numbers
 import warnings
@@ -25,7 +26,10 @@ def check_positive_int(owner, arg_name, value):
 
 
 def check_cell(owner, arg_name, value):
-    """Return `value` if it is a mindspore.nn.Cell."""
+    """Return `value` if it is a mindspore.nn.Cell (an instance: a Cell class is refused with the fix)."""
+    if isinstance(value, type) and issubclass(value, Cell):
+        raise TypeError(f"For '{owner}', '{arg_name}' must be a mindspore.nn.Cell, but got the class "
+                        f"{value.__name__} itself. Pass an instance: {value.__name__}(...).")
     if not isinstance(value, Cell):
         raise TypeError(f"For '{owner}', '{arg_name}' must be a mindspore.nn.Cell, but got "
                         f"{type(value).__name__}.")
@@ -45,6 +49,29 @@ def check_dataset(owner, dataset, arg_name="train_dataset"):
         raise ValueError(f"For '{owner}', '{arg_name}' must yield at least one batch per epoch, but it is empty. "
                          f"Check the data path, or a batch size larger than the data set with drop_remainder=True.")
     return size
+
+
+def check_dataset_columns(owner, dataset, network, arg_name="train_dataset"):
+    """Raise if each row of `dataset` (its columns, in order) cannot be the positional inputs of `network`'s
+    construct, to which the trainers pass them: MindSpore's own error names neither the dataset nor its columns.
+    A construct taking ``*inputs``, or whose signature Python cannot read, is not checked."""
+    try:
+        parameters = list(inspect.signature(network.construct).parameters.values())
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = sum(p.default is p.empty for p in positional)
+    columns = dataset.get_col_names()
+    if required <= len(columns) <= len(positional):
+        return
+    takes = f"{required}" if required == len(positional) else f"{required} to {len(positional)}"
+    names = ", ".join(p.name for p in positional)
+    raise ValueError(f"For '{owner}', each row of '{arg_name}' is passed to {type(network).__name__}.construct("
+                     f"{names}), which takes {takes} inputs, but the dataset has {len(columns)} columns {columns}. "
+                     f"Keep the columns it takes, in its order, with {arg_name}.project([...]) (or map them into "
+                     f"it), or give the network a construct that takes them all.")
 
 
 def check_optimizer(owner, optimizer):
@@ -164,23 +191,36 @@ def check_resume_or_initial_epoch(owner, resume_from, initial_epoch):
                          f"records where training stopped.")
 
 
-def check_lr_schedule(owner, optimizer, micro_steps, updates):
+def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True):
     """
-    Warn if the optimizer's learning-rate list may have one entry per micro-batch instead of one per update.
+    Raise if the optimizer's learning-rate list is too short for the run; warn if it may have one entry per
+    micro-batch instead of one per update.
 
-    A list or 1-D Tensor learning rate is indexed by the optimizer's global_step, which advances once per window;
-    one built with `micro_steps` entries (the count of micro-batches in the run) was likely built for the wrong
-    unit and would stretch the schedule by the accumulation factor. It may also be a per-update list for a longer
-    run trained over several calls (one epoch per call, say), so this warns instead of raising, and not when the
-    updates already done (the optimizer's global_step) and this run's fill the list exactly.
+    A list or 1-D Tensor learning rate is indexed by the optimizer's global_step, which advances once per window.
+    With `from_start` (the run begins at its first epoch, so all its `updates` are ahead), the updates already done
+    (the optimizer's global_step) and this run's must fit in the list: past its end the optimizer fails mid-run
+    (MindSpore 2.10 on CPU: "For 'Gather', the 'input_indices' should be in the range"), after the updates before
+    it were spent. A list built with `micro_steps` entries (the count of micro-batches in the run) was likely built
+    for the wrong unit and would stretch the schedule by the accumulation factor. It may also be a per-update list
+    for a longer run trained over several calls (one epoch per call, say), so this warns instead of raising, and
+    not when the updates already done and this run's fill the list exactly.
     """
-    if micro_steps == updates or not getattr(optimizer, "dynamic_lr", False):
+    if not getattr(optimizer, "dynamic_lr", False):
         return
+    done = int(optimizer.global_step.asnumpy().reshape(-1)[0])
     rates = optimizer.learning_rate
     for rate in rates if isinstance(rates, (tuple, list, CellList)) else (rates,):
         table = getattr(rate, "learning_rate", rate)  # a list or Tensor rate is wrapped in _IteratorLearningRate
         length = table.shape[0] if isinstance(table, Tensor) and len(table.shape) == 1 else None
-        if length == micro_steps and length != int(optimizer.global_step.asnumpy().reshape(-1)[0]) + updates:
+        if length is None:
+            continue
+        if from_start and done + updates > length:
+            raise ValueError(f"For '{owner}', the optimizer's learning-rate list must have an entry for every update, "
+                             f"but it has {length} and this run needs {done + updates} ({done} done before it, "
+                             f"{updates} in it): the optimizer would read past its end at update {length + 1} and "
+                             f"fail there. Give it {done + updates} entries, one per update, or use a "
+                             f"LearningRateSchedule, which has no end.")
+        if micro_steps != updates and length == micro_steps and length != done + updates:
             warnings.warn(f"For '{owner}', the optimizer's learning-rate list has {length} entries, one per "
                           f"micro-batch of this run, but the optimizer reads one entry per update ({updates} in this "
                           f"run): a list built per micro-batch runs {micro_steps / updates:.3g} times slower than "

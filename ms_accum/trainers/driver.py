@@ -5,9 +5,9 @@ from functools import partial
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore import dtype as mstype
 
-from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_dataset, check_lr_schedule,
-                          check_optimizer, check_optimizer_trains, check_positive_int, check_resume_or_initial_epoch,
-                          check_state_saving)
+from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_dataset, check_dataset_columns,
+                           check_lr_schedule, check_optimizer, check_optimizer_trains, check_positive_int,
+                           check_resume_or_initial_epoch, check_state_saving)
 from ..compat import CallbackManager, InternalCallbackParam
 from ..core.adaptive import AdaptiveAccumulation
 from .checkpoint import save_checkpoint_atomic
@@ -278,12 +278,14 @@ class GradientAccumulation:
             ValueError: If `epoch` or N is < 1 (or a schedule is malformed), `initial_epoch` is not in [0, epoch),
                 `partial_window` is unknown, the dataset is empty, N (a schedule's or policy's largest) exceeds
                 the micro-batches in an epoch with `partial_window` other than ``"carry"``, N is an
-                :class:`AdaptiveAccumulation` without ``noise_scale=True``, or `global_batch_size` is not a multiple
-                of the dataset's batch size.
+                :class:`AdaptiveAccumulation` without ``noise_scale=True``, `global_batch_size` is not a multiple
+                of the dataset's batch size, the dataset's columns are more or fewer than the loss network takes,
+                or the optimizer's learning-rate list is shorter than the run's updates.
         """
         owner = "GradientAccumulation.train_process"
         epoch = check_positive_int(owner, "epoch", epoch)
         steps_per_epoch = check_dataset(owner, train_dataset)
+        check_dataset_columns(owner, train_dataset, self.loss_network)
         steps, steps_name = steps_or_global_batch(owner, gradient_accumulation_steps, dict(
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
             global_batch_size, train_dataset.get_batch_size(), 1)
@@ -301,7 +303,8 @@ class GradientAccumulation:
                              f"partial_window='carry' to let windows span epochs.")
         before, updates = schedule.run_plan(steps_per_epoch, epoch, partial_window)
         if policy is None:  # an adaptive run's count of updates is not known in advance
-            check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, updates)
+            check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, updates,
+                              from_start=initial_epoch == 0 and resume_from is None)
         check_state_saving(owner, state_path, save_state_every)
         check_positive_int(owner, "max_nonfinite_windows", max_nonfinite_windows)
         check_resume_or_initial_epoch(owner, resume_from, initial_epoch)

@@ -21,7 +21,7 @@ from ..compat import (check_model_internals, check_network_mode, eval_during_tra
                       register_sink_loop, reset_op_ids, set_current_position, set_training_dataset,
                       store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.adaptive import AdaptiveAccumulation
-from ..core.checks import (check_choice, check_dataset, check_lr_schedule, check_positive_int,
+from ..core.checks import (check_choice, check_dataset, check_dataset_columns, check_lr_schedule, check_positive_int,
                            check_resume_or_initial_epoch, check_state_saving)
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
@@ -232,11 +232,11 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             CheckpointError: If `resume_from` is not a state file of this cell and rank, or the ranks saved no
                 common position.
             TypeError: If `train_dataset` is not a mindspore.dataset.Dataset.
-            ValueError: As listed for the class, if `epoch` is not an int >= 1, `train_dataset` is empty,
-                `partial_window` is unknown,
-                `resume_from` is combined with `initial_epoch`, or `global_batch_size` is not a multiple of
-                devices x micro-batch, or would change the N of a cell that has trained, or the cell's N is a
-                schedule or a policy.
+            ValueError: As listed for the class, if `epoch` is not an int >= 1, `train_dataset` is empty or its
+                columns are more or fewer than the loss network takes, `partial_window` is unknown, `resume_from`
+                is combined with `initial_epoch`, `global_batch_size` is not a multiple of devices x
+                micro-batch, or would change the N of a cell that has trained, or the cell's N is a schedule or a
+                policy, or the optimizer's learning-rate list is shorter than the run's updates.
         """
         epoch = check_positive_int("Model_ACCU.train", "epoch", epoch)
         self._partial_window = check_choice("Model_ACCU.train", "partial_window", partial_window,
@@ -244,6 +244,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._max_nonfinite = check_positive_int("Model_ACCU.train", "max_nonfinite_windows", max_nonfinite_windows)
         check_resume_or_initial_epoch("Model_ACCU.train", resume_from, initial_epoch)
         check_dataset("Model_ACCU.train", train_dataset)
+        # the user's loss network, inside the cell's LossAndItems wrapper (whose construct takes *inputs)
+        check_dataset_columns("Model_ACCU.train", train_dataset, train_network(self).network.network)
         if global_batch_size is not None:
             self._set_global_batch(global_batch_size, train_dataset)
         if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead
@@ -350,7 +352,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         cell = train_network(self)
         per_epoch, updates = self._plan_updates(steps, epoch)
         if updates is not None:
-            check_lr_schedule("Model_ACCU.train", cell.optimizer, epoch * steps, updates)
+            check_lr_schedule("Model_ACCU.train", cell.optimizer, epoch * steps, updates,
+                              from_start=initial_epoch == 0 and self._resume_from is None)
         micro_done = initial_epoch * steps
         rank, world = _rank_and_world(cell)
         layout = self._layout(steps)
@@ -382,7 +385,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         dataset_size = train_dataset.get_dataset_size()
         sink_size = dataset_size if sink_size == -1 else sink_size
         cycles = sink_size // n
-        check_lr_schedule("Model_ACCU.train", train_network(self).optimizer, epoch * sink_size, epoch * cycles)
+        check_lr_schedule("Model_ACCU.train", train_network(self).optimizer, epoch * sink_size, epoch * cycles,
+                          from_start=initial_epoch == 0 and self._resume_from is None)
         dataset_sink_num = math.ceil(epoch * sink_size / dataset_size)
         train_dataset.__total_batch__ = epoch * sink_size
         cb_params.sink_size = sink_size
