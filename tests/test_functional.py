@@ -181,6 +181,17 @@ def test_gradients_of_the_wrong_parameters_are_refused_before_anything_is_added(
     assert not any(b.asnumpy().any() for b in accumulator.inner_grads), "a refused call added gradients"
 
 
+def test_gradients_that_are_not_tensors_are_named():
+    """Arrays computed outside MindSpore: MindSpore's own error printed the arrays and named no argument."""
+    _, _, opt = build("sgd")
+    accumulator = ms_accum.Accumulator(opt, 2)
+    with pytest.raises(TypeError, match=r"For 'Accumulator', 'grads' must be a tuple of Tensors, one per optimizer "
+                                        r"parameter, but gradient 0 is of type ndarray. Compute them with "
+                                        r"mindspore.value_and_grad, or wrap arrays in mindspore.Tensor\."):
+        accumulator([np.zeros(p.shape, np.float32) for p in opt.parameters], 8)
+    assert not any(b.asnumpy().any() for b in accumulator.inner_grads), "a refused call added gradients"
+
+
 def test_accumulate_step_is_checked():
     _, _, opt = build("sgd")
     with pytest.raises(ValueError, match="For 'Accumulator', 'gradient_accumulation_steps' must be an int >= 1, but "

@@ -149,6 +149,11 @@ class Accumulator(WindowEngine, nn.Cell):
             raise TypeError(f"For 'Accumulator', 'grads' must be a tuple of Tensors, one per optimizer parameter, "
                             f"but got {type(grads).__name__}.")
         grads = tuple(_dense_gradient(grad) for grad in grads)
+        for index, grad in enumerate(grads):
+            if not isinstance(grad, Tensor):
+                raise TypeError(f"For 'Accumulator', 'grads' must be a tuple of Tensors, one per optimizer parameter, "
+                                f"but gradient {index} is of type {type(grad).__name__}. Compute them with "
+                                f"mindspore.value_and_grad, or wrap arrays in mindspore.Tensor.")
         _check_grads(grads, self.shapes, [tuple(g.shape) if isinstance(g, Tensor) else None for g in grads],
                      eager=True)
         grads = mutable(grads)
