@@ -12,9 +12,10 @@ class AdaptiveAccumulation:
     r"""
     An accumulation policy that sets N, the micro-batches per window, from the smoothed gradient noise scale
     B_simple (see ``docs/noise_scale.md``): every `interval` windows, N moves towards B_simple / b, where b is the
-    items per micro-batch of the last window, by at most a factor `max_factor`, within [`min_steps`,
-    `max_steps`]. N changes only between windows, so every window is still exactly the large-batch step of its
-    own size; while there is no estimate (NaN), N stays where it is.
+    items per micro-batch of the last window, by at most a factor `max_factor` (or by one micro-batch, where
+    that factor would not move an integer N: 2 x 1.2 is still 2), within [`min_steps`, `max_steps`]. N changes
+    only between windows, so every window is still exactly the large-batch step of its own size; while there is
+    no estimate (NaN), N stays where it is.
 
     Give it wherever N is given (``gradient_accumulation_steps``: the driver, the parallel cells, `Model_ACCU`
     without sink, :class:`Accumulator`), with ``noise_scale=True``. The driver applies it on the host; the cells
@@ -27,7 +28,8 @@ class AdaptiveAccumulation:
         max_steps (int): The largest N, >= `min_steps`.
         interval (int): Windows between decisions, >= 1 (the smoothed estimate spans about ten windows).
             Default: ``10``.
-        max_factor (float): The largest factor by which one decision may raise or lower N, > 1. Default: ``2.0``.
+        max_factor (float): The largest factor by which one decision may raise or lower N, > 1; a decision may
+            always move N by one. Default: ``2.0``.
         initial_steps (int, optional): The first windows' N, in [`min_steps`, `max_steps`]. Default: ``None``
             (`min_steps`).
 
@@ -94,8 +96,8 @@ class AdaptiveAccumulation:
             micro_batch_items (float): Items per micro-batch (the last window's items over its micro-batches).
 
         Returns:
-            int, in [`min_steps`, `max_steps`], within a factor `max_factor` of `current`; `current` itself
-            between decisions (`update` + 1 not a multiple of `interval`) or without an estimate.
+            int, in [`min_steps`, `max_steps`], within a factor `max_factor` of `current` or one from it; `current`
+            itself between decisions (`update` + 1 not a multiple of `interval`) or without an estimate.
         """
         if (update + 1) % self.interval or not math.isfinite(noise_scale) or not micro_batch_items > 0:
             return current

@@ -33,7 +33,8 @@ class WindowRecord:
         loss (float): The window's mean loss over its items.
         grad_norm (float): The global norm of the applied gradient, before clipping.
         clipped (bool): Whether the gradient was clipped.
-        loss_scale (float): The loss scale the window ran with (1.0 without loss scaling).
+        loss_scale (float): The loss scale after the window's update, the one the next window runs with (a
+            dynamic scale halved after an overflowing window; 1.0 without loss scaling).
         overflow (bool): Whether the window was skipped: it overflowed under the loss scale, or its gradient was
             not finite.
         learning_rate (float): The learning rate of the update.
