@@ -109,6 +109,19 @@ def test_rtol_is_checked():
         ms_accum.check_equivalence(SmallConvNet, LOSS, OPTIMIZERS["sgd"], batch(), 4, rtol=-1)
 
 
+@pytest.mark.parametrize("cell", ["three_cells", "accu_steps"])
+def test_a_factory_returning_one_network_for_every_copy_is_refused(cell):
+    """A new-user trial passed lambda: net: the copies trained one set of weights and the check failed, blaming
+    the gradient."""
+    net = SmallConvNet()
+    with pytest.raises(ValueError, match=r"For 'check_equivalence', 'make_network' must build a new network at each "
+                                         r"call .* Build the network inside it: make_network=lambda: MyNet\(\)\."):
+        ms_accum.check_equivalence(lambda: net, LOSS, OPTIMIZERS["sgd"], batch(), 4, cell=cell)
+    with pytest.raises(TypeError, match=r"For 'check_equivalence', 'make_network\(\)' must be a mindspore.nn.Cell, "
+                                        r"but got the class SmallConvNet itself"):
+        ms_accum.check_equivalence(lambda: SmallConvNet, LOSS, OPTIMIZERS["sgd"], batch(), 4, cell=cell)
+
+
 def test_accumulation_steps_larger_than_the_batch():
     with pytest.raises(ValueError, match="'gradient_accumulation_steps' must be <= the batch size 12, but got 13"):
         ms_accum.check_equivalence(SmallConvNet, LOSS, lambda p: nn.SGD(p, 0.1), batch(), 13)

@@ -16,7 +16,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn
 
-from ..core.checks import check_bool, check_finite_positive, check_positive_int
+from ..core.checks import check_bool, check_cell, check_finite_positive, check_positive_int
 from ..core.schedule import steps_argument
 from ..cells.parallel import TrainAccuStepsCell
 from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
@@ -186,8 +186,10 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
 
     Raises:
         TypeError: If N is missing, given twice or not an int, `rtol` is not a number or `average` is not a bool.
+        TypeError: If `make_network` returns something other than a Cell.
         ValueError: If N is < 1 or larger than the batch, `rtol` is not a finite number > 0,
-            `cell` is unknown, or `average` is ``False`` with ``cell="accu_steps"``.
+            `cell` is unknown, `average` is ``False`` with ``cell="accu_steps"``, or `make_network` returns a
+            network sharing parameters with one it returned before.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -218,9 +220,19 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
                          f"{accumulation_steps}.")
     micro = [tuple(map(Tensor, batch)) for batch in zip(*(np.array_split(a, accumulation_steps) for a in arrays))]
 
+    built = set()  # ids of every copy's parameters: each copy must train its own
+
     def copy():
         ms.set_seed(seed)
         net = make_network()
+        check_cell(owner, "make_network()", net)
+        params = {id(p) for p in net.trainable_params()}
+        if params & built:
+            raise ValueError(f"For '{owner}', 'make_network' must build a new network at each call (one per copy "
+                             f"compared), but it returned a network whose parameters an earlier call's holds (the "
+                             f"same network, say): the copies would train one set of weights, and the check would "
+                             f"fail for that alone. Build the network inside it: make_network=lambda: MyNet().")
+        built.update(params)
         net.set_train(True)
         loss_net = net if loss_fn is None else nn.WithLossCell(net, loss_fn)
         return net, loss_net, make_optimizer(net.trainable_params())
