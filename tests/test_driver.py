@@ -354,6 +354,28 @@ def test_a_learning_rate_list_shorter_than_the_run_is_refused_before_training(tr
     assert int(opt.global_step.asnumpy()[0]) == 0
 
 
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_with_an_adaptive_n_the_list_must_cover_every_window_at_min_steps(trainer):
+    """The updates of an adaptive run are decided as it goes: at most every window at min_steps (9 micro-batches
+    in windows of 2, the last one flushed: 5). Found by a new-user trial, where the third update failed in
+    MindSpore's words."""
+    net, loss, _ = build()
+    opt = nn.SGD(net.trainable_params(), [0.1, 0.1])
+    policy = ms_accum.AdaptiveAccumulation(2, 4)
+    data = numpy_dataset(micro_batches([4] * 9))
+    with pytest.raises(ValueError, match=rf"For '{TRAINERS[trainer]}', the optimizer's learning-rate list must have "
+                                         r"an entry for every update, but it has 2 and this run may need 5 \(0 done "
+                                         r"before it, up to 5 in it, every window at the policy's min_steps\)"):
+        if trainer == "driver":
+            ms_accum.GradientAccumulation(net, loss, opt, noise_scale=True).train_process(1, data, policy,
+                                                                                          ckpt_path=None)
+        else:
+            cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=policy,
+                                               noise_scale=True)
+            ms_accum.Model_ACCU(cell).train(1, data)
+    assert int(opt.global_step.asnumpy()[0]) == 0
+
+
 def test_a_per_update_learning_rate_list_trained_one_epoch_per_call_follows_the_list():
     """A list for the whole run (2 epochs of 2 updates) has as many entries as one call's micro-batches: the
     driver warns at the first call (it cannot tell), not at the second (the updates done and the call's fill the

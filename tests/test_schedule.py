@@ -125,14 +125,18 @@ def test_run_plan_counts_the_windows_of_the_drivers_loop(steps, policy):
 # ----------------------------------------------------------------- the driver
 
 
-def test_driver_follows_the_schedule_window_by_window(exec_mode):
+FORMS = {"dict": SCHEDULE, "text": "0:1,2:2,4:3"}  # text, as AccumulationSchedule reads it (refused as 'an int' before)
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_driver_follows_the_schedule_window_by_window(form, exec_mode):
     """Two epochs of 7 micro-batches, windows 1, 1, 2, 2 and a flushed 1 (epoch 1), then 3, 3, 1: each the
     large-batch step of its size, the learning rate indexed by the update."""
     batches = micro_batches([4, 3, 5, 4, 2, 4, 4])
     net, loss, _ = build("momentum")
     trainer = ms_accum.GradientAccumulation(net, loss, momentum(net.trainable_params(), RATES[:8]))
     telemetry, snapshots = ms_accum.WindowTelemetry(), Snapshots(net)
-    trainer.train_process(2, numpy_dataset(batches), SCHEDULE, callbacks=[telemetry, snapshots], ckpt_path=None,
+    trainer.train_process(2, numpy_dataset(batches), FORMS[form], callbacks=[telemetry, snapshots], ckpt_path=None,
                           log_every=0)
     sizes = [r.micro_batches for r in telemetry.records]
     assert sizes == [1, 1, 2, 2, 1, 3, 3, 1]
@@ -214,10 +218,11 @@ def test_accumulator_follows_the_schedule(exec_mode):
     assert_windows_match(taken, reference(batches, [1, 1, 2, 2, 3, 1]), "Accumulator")
 
 
-def test_train_accu_steps_cell_follows_the_schedule(exec_mode):
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_train_accu_steps_cell_follows_the_schedule(form, exec_mode):
     batches = micro_batches([4, 3, 5, 4, 2, 4, 4, 3, 4])
     net, loss, optimizer = build("momentum")
-    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=SCHEDULE)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=FORMS[form])
     taken = []
     for x, y in batches:
         cell(Tensor(x), Tensor(y))

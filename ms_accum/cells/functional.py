@@ -36,7 +36,7 @@ class Accumulator(WindowEngine, nn.Cell):
 
     Args:
         optimizer (Cell): The optimizer; `grads` follow its `parameters`.
-        gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, the
+        gradient_accumulation_steps (Union[int, dict, str, AccumulationSchedule, AdaptiveAccumulation]): N, the
             micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`):
             windows are counted from 0 in its ``accu_windows`` Parameter (a flushed window counts), so the schedule
             follows a saved and reloaded Accumulator; or an :class:`AdaptiveAccumulation` policy, decided on the

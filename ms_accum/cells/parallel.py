@@ -159,7 +159,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             ``(loss, num_items)``.
         optimizer (Cell): The optimizer.
         sens (numbers.Number): Gradient seed, as in :class:`mindspore.nn.TrainOneStepCell`. Default: ``1.0``.
-        gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, the
+        gradient_accumulation_steps (Union[int, dict, str, AccumulationSchedule, AdaptiveAccumulation]): N, the
             micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`;
             windows counted in the ``accu_windows`` Parameter, so it survives a saved state); or an
             :class:`AdaptiveAccumulation` policy, decided on the device after each window (its N in the

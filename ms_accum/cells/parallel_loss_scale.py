@@ -38,7 +38,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         scale_sense (Union[Tensor, Cell, mindspore.amp.LossScaler]): The loss scale, or a cell updating it, as in
             :class:`mindspore.nn.TrainOneStepWithLossScaleCell`; or a :class:`mindspore.amp.LossScaler`, whose
             ``scale_value`` the cell then scales with and whose ``adjust`` it calls once per window.
-        gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, as in
+        gradient_accumulation_steps (Union[int, dict, str, AccumulationSchedule, AdaptiveAccumulation]): N, as in
             :class:`TrainAccuStepsCell` (``accumulation_steps``, ``mini_steps``, ``accumulate_step`` accepted in
             its place). Default: ``1``.
         clip_norm (float, optional): Clip the window's unscaled gradient to this global norm, once per window, as

@@ -191,7 +191,7 @@ def check_resume_or_initial_epoch(owner, resume_from, initial_epoch):
                          f"records where training stopped.")
 
 
-def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True):
+def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, adaptive=False):
     """
     Raise if the optimizer's learning-rate list is too short for the run; warn if it may have one entry per
     micro-batch instead of one per update.
@@ -203,7 +203,8 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True):
     it were spent. A list built with `micro_steps` entries (the count of micro-batches in the run) was likely built
     for the wrong unit and would stretch the schedule by the accumulation factor. It may also be a per-update list
     for a longer run trained over several calls (one epoch per call, say), so this warns instead of raising, and
-    not when the updates already done and this run's fill the list exactly.
+    not when the updates already done and this run's fill the list exactly. With `adaptive` (an adaptive N),
+    `updates` is the most the run may take: every window at the policy's smallest N.
     """
     if not getattr(optimizer, "dynamic_lr", False):
         return
@@ -215,12 +216,15 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True):
         if length is None:
             continue
         if from_start and done + updates > length:
+            needs = "may need" if adaptive else "needs"
+            ahead = f"up to {updates} in it, every window at the policy's min_steps" if adaptive else \
+                f"{updates} in it"
             raise ValueError(f"For '{owner}', the optimizer's learning-rate list must have an entry for every update, "
-                             f"but it has {length} and this run needs {done + updates} ({done} done before it, "
-                             f"{updates} in it): the optimizer would read past its end at update {length + 1} and "
-                             f"fail there. Give it {done + updates} entries, one per update, or use a "
+                             f"but it has {length} and this run {needs} {done + updates} ({done} done before it, "
+                             f"{ahead}): the optimizer would read past its end at update {length + 1} and fail "
+                             f"there. Give it {done + updates} entries, one per update, or use a "
                              f"LearningRateSchedule, which has no end.")
-        if micro_steps != updates and length == micro_steps and length != done + updates:
+        if not adaptive and micro_steps != updates and length == micro_steps and length != done + updates:
             warnings.warn(f"For '{owner}', the optimizer's learning-rate list has {length} entries, one per "
                           f"micro-batch of this run, but the optimizer reads one entry per update ({updates} in this "
                           f"run): a list built per micro-batch runs {micro_steps / updates:.3g} times slower than "

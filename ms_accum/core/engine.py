@@ -134,7 +134,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                                  f"needs the noise scale, but it is not measured. Pass noise_scale=True (or "
                                  f"'first') as well.")
             policy, value = value, value.initial_steps
-        elif not isinstance(value, (dict, AccumulationSchedule)):
+        elif not isinstance(value, (dict, str, AccumulationSchedule)):  # text: a schedule AccumulationSchedule reads
             check_positive_int(self.owner_name, self.steps_name, value)
         schedule = AccumulationSchedule(value, self.owner_name, self.steps_name)
         self.adaptive_policy = policy

@@ -1,4 +1,5 @@
 """GradientAccumulation: the one-device trainer, the three cells driven over a dataset by the shared window loop."""
+import warnings
 from dataclasses import dataclass
 from functools import partial
 
@@ -235,11 +236,11 @@ class GradientAccumulation:
             epoch (int): Number of passes over `train_dataset`, >= 1.
             train_dataset (Dataset): Batched dataset; each row is one micro-batch, passed to the loss network
                 as its inputs (the network's inputs followed by the label).
-            gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation]): N, the
+            gradient_accumulation_steps (Union[int, dict, str, AccumulationSchedule, AdaptiveAccumulation]): N, the
                 micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see
-                :class:`AccumulationSchedule`, which also reads one from text); or an :class:`AdaptiveAccumulation`
-                policy (needs the trainer's ``noise_scale=True``). No window may exceed the micro-batches in an
-                epoch unless `partial_window` is ``"carry"``.
+                :class:`AccumulationSchedule`), also as text such as ``"0:1,2:2,4:3"``; or an
+                :class:`AdaptiveAccumulation` policy (needs the trainer's ``noise_scale=True``). No window may exceed
+                the micro-batches in an epoch unless `partial_window` is ``"carry"``.
             callbacks (Union[Callback, list[Callback]], optional): MindSpore callbacks. Default: ``None``.
             partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``. Default: ``"flush"``.
             ckpt_path (str, optional): Where to save the network and optimizer state at the end (written
@@ -301,10 +302,17 @@ class GradientAccumulation:
             raise ValueError(f"For '{owner}', '{steps_name}' must be <= the {steps_per_epoch} micro-batches in an "
                              f"epoch, but got {largest if policy is None else policy}. Lower it, or pass "
                              f"partial_window='carry' to let windows span epochs.")
+        if self.optim.measure_noise and largest == 1:
+            warnings.warn(f"For '{owner}', the noise scale needs windows of at least 2 micro-batches (two batch "
+                          f"sizes to compare), but every window of this run holds 1 ('{steps_name}'): every "
+                          f"estimate will be NaN. Pass N >= 2 (halve the micro-batch for the same update), or build "
+                          f"the trainer with noise_scale=False.", UserWarning, stacklevel=2)
         before, updates = schedule.run_plan(steps_per_epoch, epoch, partial_window)
-        if policy is None:  # an adaptive run's count of updates is not known in advance
-            check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, updates,
-                              from_start=initial_epoch == 0 and resume_from is None)
+        most = updates  # an adaptive run's count of updates is not known in advance: at most every window at min_steps
+        if policy is not None:
+            most = AccumulationSchedule(policy.min_steps).run_plan(steps_per_epoch, epoch, partial_window)[1]
+        check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, most,
+                          from_start=initial_epoch == 0 and resume_from is None, adaptive=policy is not None)
         check_state_saving(owner, state_path, save_state_every)
         check_positive_int(owner, "max_nonfinite_windows", max_nonfinite_windows)
         check_resume_or_initial_epoch(owner, resume_from, initial_epoch)
@@ -334,7 +342,7 @@ class GradientAccumulation:
                                  f"scale, but the trainer was built with noise_scale=False. Build it with "
                                  f"GradientAccumulation(..., noise_scale=True).")
             return AccumulationSchedule(steps.initial_steps), steps
-        if not isinstance(steps, (dict, AccumulationSchedule)):
+        if not isinstance(steps, (dict, str, AccumulationSchedule)):  # text: a schedule, as AccumulationSchedule reads
             check_positive_int(owner, steps_name, steps)
         return AccumulationSchedule(steps, owner, steps_name), None
 

@@ -351,9 +351,12 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._check_window_fits(steps)
         cell = train_network(self)
         per_epoch, updates = self._plan_updates(steps, epoch)
-        if updates is not None:
-            check_lr_schedule("Model_ACCU.train", cell.optimizer, epoch * steps, updates,
-                              from_start=initial_epoch == 0 and self._resume_from is None)
+        policy = self.gradient_accumulation_steps
+        most = updates  # an adaptive run's count of updates is not known in advance: at most every window at min_steps
+        if updates is None:
+            most = AccumulationSchedule(policy.min_steps).run_plan(steps, epoch, self._partial_window)[1]
+        check_lr_schedule("Model_ACCU.train", cell.optimizer, epoch * steps, most,
+                          from_start=initial_epoch == 0 and self._resume_from is None, adaptive=updates is None)
         micro_done = initial_epoch * steps
         rank, world = _rank_and_world(cell)
         layout = self._layout(steps)
