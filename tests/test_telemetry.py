@@ -62,8 +62,8 @@ def test_a_window_of_one_micro_batch_reads_as_one(capsys):
         1, numpy_dataset(micro_batches([4, 3])), 1, callbacks=ms_accum.WindowTelemetry(print_every=1),
         ckpt_path=None, log_every=0)
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update ")]
-    assert ["window: 1 micro-batch, 4 items |" in printed[0], "window: 1 micro-batch, 3 items |" in printed[1]] == [
-        True, True], printed
+    assert "window: 1 micro-batch, 4 items |" in printed[0], printed
+    assert "window: 1 micro-batch, 3 items |" in printed[1], printed
 
 
 @pytest.mark.parametrize("sink", [False, True], ids=["no_sink", "sink"])
