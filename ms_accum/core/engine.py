@@ -31,7 +31,7 @@ from .compiled import CompiledCall, through_a_branch
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
 from .runtime_checks import assert_in_graph, compile_cache_on
-from .schedule import STEPS_NAME, AccumulationSchedule
+from .schedule import STEPS_NAME, AccumulationSchedule, is_schedule
 
 WINDOW_PREFIX = "accu_window"
 NONFINITE_POLICIES = ("skip", "raise", "apply")
@@ -134,7 +134,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                                  f"needs the noise scale, but it is not measured. Pass noise_scale=True (or "
                                  f"'first') as well.")
             policy, value = value, value.initial_steps
-        elif not isinstance(value, (dict, str, AccumulationSchedule)):  # text: a schedule AccumulationSchedule reads
+        elif not is_schedule(value):
             check_positive_int(self.owner_name, self.steps_name, value)
         schedule = AccumulationSchedule(value, self.owner_name, self.steps_name)
         self.adaptive_policy = policy

@@ -169,6 +169,13 @@ class AccumulationSchedule:
         return before, update
 
 
+def is_schedule(value):
+    """Whether `value` gives N as a schedule: a dict, an :class:`AccumulationSchedule` or its text ('0:1,2:2');
+    other values are checked as an int (text such as '4' is refused as one: a number read from a command line and
+    not converted)."""
+    return isinstance(value, (dict, AccumulationSchedule)) or (isinstance(value, str) and ":" in value)
+
+
 def _parse(owner, arg_name, text):
     """'0:1,2:2,4:3' -> {0: 1, 2: 2, 4: 3}."""
     steps = {}
