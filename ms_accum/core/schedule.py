@@ -6,7 +6,6 @@ A schedule ``{first_update: N, ...}`` gives N from its first update on: ``{0: 1,
 window would take). Each window is still exactly the large-batch step of its own size.
 """
 import bisect
-import math
 import numbers
 
 
@@ -193,9 +192,10 @@ def _parse(owner, arg_name, text):
     return steps
 
 
-def max_updates(schedule, micro_batches):
-    """The most updates `micro_batches` micro-batches can make under `schedule` (every window its smallest N)."""
-    return math.ceil(micro_batches / min(schedule.counts))
+def max_updates(smallest, steps_per_epoch, epochs, partial_window):
+    """The most updates a run can make when no window holds fewer than `smallest` micro-batches (an adaptive N's
+    min_steps): every window at it, laid out over the epochs by the run's `partial_window` policy."""
+    return AccumulationSchedule(smallest).run_plan(steps_per_epoch, epochs, partial_window)[1]
 
 
 def schedule_argument(text):

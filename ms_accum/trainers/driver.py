@@ -18,7 +18,7 @@ from ..core.engine import float32_buffers
 from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 from ..core.noise_scale import check_noise_scale, noise_scale_of
 from ..core.global_batch import steps_or_global_batch
-from ..core.schedule import AccumulationSchedule, is_schedule
+from ..core.schedule import AccumulationSchedule, is_schedule, max_updates
 from .elastic import RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
 from ..core.engine import NONFINITE_POLICIES
@@ -308,9 +308,8 @@ class GradientAccumulation:
                           f"estimate will be NaN. Pass N >= 2 (halve the micro-batch for the same update), or build "
                           f"the trainer with noise_scale=False.", UserWarning, stacklevel=2)
         before, updates = schedule.run_plan(steps_per_epoch, epoch, partial_window)
-        most = updates  # an adaptive run's count of updates is not known in advance: at most every window at min_steps
-        if policy is not None:
-            most = AccumulationSchedule(policy.min_steps).run_plan(steps_per_epoch, epoch, partial_window)[1]
+        # an adaptive run's count of updates is not known in advance: at most every window at min_steps
+        most = updates if policy is None else max_updates(policy.min_steps, steps_per_epoch, epoch, partial_window)
         check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, most,
                           from_start=initial_epoch == 0 and resume_from is None, adaptive=policy is not None)
         check_state_saving(owner, state_path, save_state_every)

@@ -24,7 +24,7 @@ from ..core.adaptive import AdaptiveAccumulation
 from ..core.checks import (check_choice, check_dataset, check_dataset_columns, check_lr_schedule, check_positive_int,
                            check_resume_or_initial_epoch, check_state_saving)
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
-from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
+from ..core.schedule import STEPS_NAME, AccumulationSchedule, max_updates, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
@@ -351,10 +351,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._check_window_fits(steps)
         cell = train_network(self)
         per_epoch, updates = self._plan_updates(steps, epoch)
-        policy = self.gradient_accumulation_steps
-        most = updates  # an adaptive run's count of updates is not known in advance: at most every window at min_steps
-        if updates is None:
-            most = AccumulationSchedule(policy.min_steps).run_plan(steps, epoch, self._partial_window)[1]
+        # an adaptive run's count of updates is not known in advance: at most every window at min_steps
+        most = updates if updates is not None else max_updates(self.gradient_accumulation_steps.min_steps, steps,
+                                                               epoch, self._partial_window)
         check_lr_schedule("Model_ACCU.train", cell.optimizer, epoch * steps, most,
                           from_start=initial_epoch == 0 and self._resume_from is None, adaptive=updates is None)
         micro_done = initial_epoch * steps
