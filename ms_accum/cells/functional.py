@@ -154,8 +154,7 @@ class Accumulator(WindowEngine, nn.Cell):
                 raise TypeError(f"For 'Accumulator', 'grads' must be a tuple of Tensors, one per optimizer parameter, "
                                 f"but gradient {index} is of type {type(grad).__name__}. Compute them with "
                                 f"mindspore.value_and_grad, or wrap arrays in mindspore.Tensor.")
-        _check_grads(grads, self.shapes, [tuple(g.shape) if isinstance(g, Tensor) else None for g in grads],
-                     eager=True)
+        _check_grads(grads, self.shapes, [tuple(g.shape) for g in grads], eager=True)
         grads = mutable(grads)
         if isinstance(num_items, (int, float)) and not isinstance(num_items, bool):
             num_items = Tensor(num_items, mstype.float32)

@@ -208,13 +208,15 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, a
     """
     if not getattr(optimizer, "dynamic_lr", False):
         return
-    done = int(optimizer.global_step.asnumpy().reshape(-1)[0])
+    done = None  # the updates already done, read from the device only for a list
     rates = optimizer.learning_rate
     for rate in rates if isinstance(rates, (tuple, list, CellList)) else (rates,):
         table = getattr(rate, "learning_rate", rate)  # a list or Tensor rate is wrapped in _IteratorLearningRate
         length = table.shape[0] if isinstance(table, Tensor) and len(table.shape) == 1 else None
         if length is None:
             continue
+        if done is None:
+            done = int(optimizer.global_step.asnumpy().reshape(-1)[0])
         if from_start and done + updates > length:
             needs = "may need" if adaptive else "needs"
             ahead = f"up to {updates} in it, every window at the policy's min_steps" if adaptive else \
