@@ -216,6 +216,19 @@ def test_a_skipped_window_read_with_the_one_that_stops_the_run_is_named(trainer,
     assert int(saved["ms_accum_micro_steps_done"].asnumpy()) == 12
 
 
+def test_with_raise_the_state_is_as_of_the_bad_window(tmp_path):
+    """nonfinite='raise' reads every window, so the state written at the stop is as of the bad window itself."""
+    batches = poisoned((4,) * 6, bad=[4])
+    net, loss, opt = build("momentum")
+    state = str(tmp_path / "state.ckpt")
+    with pytest.raises(ms_accum.NonFiniteWindowError, match=r"window 2 had .*\(nonfinite='raise'\)\. The state as "
+                                                           r"of this window \(parameters of the last good window\) "
+                                                           r"is in .* or pass nonfinite='skip' to skip such windows"):
+        ms_accum.GradientAccumulation(net, loss, opt, nonfinite="raise").train_process(
+            1, numpy_dataset(batches), N, ckpt_path=None, log_every=0, state_path=state, save_state_every=100)
+    assert int(ms.load_checkpoint(state)["ms_accum_micro_steps_done"].asnumpy()) == 6
+
+
 @pytest.mark.parametrize("trainer", ["driver", "model_accu"])
 def test_nonfinite_raise_stops_at_the_first_bad_window(trainer):
     batches = poisoned((4,) * 6, bad=[4])

@@ -88,8 +88,8 @@ class NonFiniteGuard:
         self.run = int(float(records[0].asnumpy()))  # windows skipped in a row before the first one noted
         self.loss_scaled, self.save_state = loss_scaled, save_state
         self.every = 1 if nonfinite == "raise" else min(CHECK_EVERY, max_windows)
-        self.pending = []  # (update, first micro-batch, micro-batches, micro-batches per epoch) not yet read
-        self.losses = []  # the pending windows' mean losses (Tensors, read with the skips)
+        # windows not yet read: ((update, first micro-batch, micro-batches, micro-batches per epoch), mean loss)
+        self.pending = []
 
     def after_window(self, update, first_micro_batch, micro_batches, steps_per_epoch, outputs=None):
         """Note update `update` (from 1), whose window held micro-batches [first_micro_batch, + micro_batches) of
@@ -97,8 +97,8 @@ class NonFiniteGuard:
         and warn, or stop with :class:`NonFiniteWindowError`."""
         if self.nonfinite == "apply" and not self.loss_scaled:
             return  # nothing is checked, so nothing is skipped
-        self.pending.append((update, first_micro_batch, micro_batches, steps_per_epoch))
-        self.losses.append(outputs[0] if isinstance(outputs, (tuple, list)) else outputs)
+        loss = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
+        self.pending.append(((update, first_micro_batch, micro_batches, steps_per_epoch), loss))
         if len(self.pending) >= self.every:
             self.check()
 
@@ -110,13 +110,12 @@ class NonFiniteGuard:
             return
         bits = int(float(self.history.asnumpy()))
         pending, self.pending = self.pending, []
-        losses, self.losses = self.losses, []
         last = len(pending) - 1
         stop, later = None, []
-        for index, window in enumerate(pending):  # oldest first; the newest window is the lowest bit
+        for index, (window, loss) in enumerate(pending):  # oldest first; the newest window is the lowest bit
             self.run = self.run + 1 if (bits >> (last - index)) & 1 else 0
             if not self.run:
-                self._check_loss(window, losses[index])
+                self._check_loss(window, loss)
                 continue
             if stop is not None:
                 later.append(window)
@@ -126,7 +125,8 @@ class NonFiniteGuard:
                 warnings.warn(f"{self._message(window, self.run)}; training stops after {self.max_windows}.",
                               NonFiniteWindowWarning, stacklevel=3)
         if stop is not None:
-            self._stop(*stop, later, pending[-1][0])
+            newest, _ = pending[-1]
+            self._stop(*stop, later, newest)
 
     def _check_loss(self, window, loss):
         """Warn if an applied window's loss is not finite: its gradient was, so nothing was skipped."""
@@ -155,7 +155,7 @@ class NonFiniteGuard:
                 f"{in_a_row} window(s) skipped in a row")
 
     def _stop(self, window, in_a_row, later, newest):
-        """Write the state (as it is now: after window `newest`, the last one run before the read) and raise."""
+        """Write the state (as it is now: after `newest`, the last window run before the read) and raise."""
         saved = self.save_state() if self.save_state is not None else None
         if in_a_row < self.max_windows:
             reason, instead = "nonfinite='raise'", "pass nonfinite='skip' to skip such windows"
@@ -167,7 +167,7 @@ class NonFiniteGuard:
             named = ", ".join(f"window {update} ({micro_batch_positions(first, count, per_epoch)})"
                               for update, first, count, per_epoch in later)
             also = f"Run after it, before the skips were read, and also skipped: {named}. "
-        after = "this window" if newest == window[0] else f"window {newest}, the last one run"
+        after = "this window" if newest is window else f"window {newest[0]}, the last one run"
         kept = f"The state as of {after} (parameters of the last good window) is in {saved!r}; " if saved else \
             "No state_path was given, so no state was written; "
         raise NonFiniteWindowError(f"{self._message(window, in_a_row)} ({reason}). {also}{kept}inspect those "
