@@ -231,13 +231,17 @@ def test_train_accu_steps_cell_follows_the_schedule(form, exec_mode):
     assert_windows_match(taken, reference(batches, [1, 1, 2, 2, 3]), "TrainAccuStepsCell")
 
 
-def test_model_accu_follows_the_schedule_without_sink(exec_mode):
-    """Model_ACCU lays each window out with the cell's N for it; the epoch's last partial window is applied."""
+@pytest.mark.parametrize("given_to", ["cell", "model_accu"])
+def test_model_accu_follows_the_schedule_without_sink(given_to, exec_mode):
+    """Model_ACCU lays each window out with the cell's N for it; the epoch's last partial window is applied. The
+    schedule given to the cell as a dict, or to Model_ACCU as text (refused as 'an int' by Model_ACCU before)."""
     batches = micro_batches([4, 3, 5, 4, 2, 4, 4, 3, 4, 4])
     net, loss, optimizer = build("momentum")
-    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=SCHEDULE)
+    on_cell = {"gradient_accumulation_steps": SCHEDULE} if given_to == "cell" else {}
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, **on_cell)
+    on_model = {"gradient_accumulation_steps": FORMS["text"]} if given_to == "model_accu" else {}
     snapshots, telemetry = Snapshots(net), ms_accum.WindowTelemetry()
-    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), callbacks=[snapshots, telemetry])
+    ms_accum.Model_ACCU(cell, **on_model).train(1, numpy_dataset(batches), callbacks=[snapshots, telemetry])
     assert [r.micro_batches for r in telemetry.records] == [1, 1, 2, 2, 3, 1]
     assert [r.accumulation_steps for r in telemetry.records] == [1, 1, 2, 2, 3, 3]
     assert_windows_match(snapshots.taken, reference(batches, [1, 1, 2, 2, 3, 1]), "Model_ACCU")

@@ -24,7 +24,7 @@ from ..core.adaptive import AdaptiveAccumulation
 from ..core.checks import (check_choice, check_dataset, check_dataset_columns, check_lr_schedule, check_positive_int,
                            check_resume_or_initial_epoch, check_state_saving)
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
-from ..core.schedule import STEPS_NAME, AccumulationSchedule, max_updates, steps_argument
+from ..core.schedule import STEPS_NAME, AccumulationSchedule, is_schedule, max_updates, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
@@ -123,9 +123,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             with ``nonfinite="raise"`` is switched to ``"skip"`` here and Model_ACCU raises instead, with a
             :class:`NonFiniteWindowError` that names the window's micro-batches (the cell's own error, raised inside
             its graph, cannot).
-        gradient_accumulation_steps (Union[int, dict, AccumulationSchedule, AdaptiveAccumulation], optional): N,
-            replacing the cell's. Without sink mode each window is laid out with the cell's N for it (an int, its
-            schedule's entry, or its policy's choice); dataset sink mode takes one int. ``accumulation_steps``,
+        gradient_accumulation_steps (Union[int, dict, str, AccumulationSchedule, AdaptiveAccumulation], optional):
+            N, replacing the cell's: an int, a schedule (a dict, its text such as ``'0:1,2:2'``, or an
+            :class:`AccumulationSchedule`) or a policy. Without sink mode each window is laid out with the cell's N
+            for it (the int, the schedule's entry, or the policy's choice); dataset sink mode takes one int. ``accumulation_steps``,
             ``mini_steps`` and ``accumulate_step`` are accepted in its place (keyword only). Default: the cell's.
         state_path (str, optional): Without sink mode, where to keep the exact training state (the cell's
             parameters, a half-filled window included, and the position in the data), written atomically with
@@ -174,7 +175,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
             network.gradient_accumulation_steps)
         if name != STEPS_NAME or gradient_accumulation_steps is not None:
-            if not isinstance(steps, (dict, AccumulationSchedule, AdaptiveAccumulation)):
+            if not (is_schedule(steps) or isinstance(steps, AdaptiveAccumulation)):
                 check_positive_int("Model_ACCU", name, steps)
             network.steps_name = name
             network.gradient_accumulation_steps = steps
