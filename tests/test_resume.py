@@ -88,8 +88,12 @@ def test_resume_from_any_micro_batch_matches_an_uninterrupted_run(stop_after, un
     resumed, net = make_trainer(seed=99)  # different initial weights: everything must come from the file
     capsys.readouterr()
     resumed_losses = resumed.train_process(EPOCHS, data(), N, ckpt_path=None, resume_from=state)
+    out = capsys.readouterr().out
     # the log numbers each update as the uninterrupted run did (a resume once restarted S at 1 mid-epoch)
-    assert logged_steps(capsys.readouterr().out) == steps[len(steps) - len(resumed_losses):]
+    assert logged_steps(out) == steps[len(steps) - len(resumed_losses):]
+    per_epoch = data().get_dataset_size()
+    epoch, offset = divmod(stop_after, per_epoch)  # counted as done, not as a 0-based position (read as the next)
+    assert f"at epoch {epoch + 1} with {offset} of its {per_epoch} micro-batches done ({stop_after} in all)" in out
     for name, want in expected.items():
         np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7,
                                    err_msg=f"{name} after resuming at micro-batch {stop_after}")

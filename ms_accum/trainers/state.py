@@ -287,11 +287,13 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
         raise CheckpointError(f"'resume_from' {path!r} was written after {position} micro-batches, but this run "
                               f"has only {total_micro_steps}: raise 'epoch' to continue it.")
     if saved_world == world:
-        where = "" if layout is None else \
-            f"epoch {position // layout.steps_per_epoch + 1}, micro-batch {position % layout.steps_per_epoch} of " \
-            f"{layout.steps_per_epoch}, "
-        print(f"ms_accum: resuming {path} at {where}{count(position, 'micro-batch')} done, "
-              f"{count(updates, 'window')} begun.", flush=True)
+        if layout is None:
+            where = f"{count(position, 'micro-batch')} done"
+        else:
+            epoch, offset = divmod(position, layout.steps_per_epoch)
+            where = f"epoch {epoch + 1} with {offset} of its {layout.steps_per_epoch} micro-batches done ({position} " \
+                    f"in all)"
+        print(f"ms_accum: resuming {path} at {where}, {count(updates, 'window')} begun.", flush=True)
     return position, updates
 
 
