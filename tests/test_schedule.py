@@ -11,7 +11,7 @@ import pytest
 
 import mindspore as ms
 from mindspore import Tensor, nn
-from mindspore.train import Callback
+from mindspore.train import Callback, LossMonitor
 
 import ms_accum
 from ms_accum.core.adaptive import next_steps_on_device
@@ -245,6 +245,66 @@ def test_model_accu_follows_the_schedule_without_sink(given_to, exec_mode):
     assert [r.micro_batches for r in telemetry.records] == [1, 1, 2, 2, 3, 1]
     assert [r.accumulation_steps for r in telemetry.records] == [1, 1, 2, 2, 3, 3]
     assert_windows_match(snapshots.taken, reference(batches, [1, 1, 2, 2, 3, 1]), "Model_ACCU")
+
+
+class EpochUpdates(Callback):
+    """(epoch, batch_num) at every update."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def on_train_step_end(self, run_context):
+        cb_params = run_context.original_args()
+        self.seen.append((cb_params.cur_epoch_num, cb_params.batch_num))
+
+
+def _train_two_epochs(trainer, steps, callbacks):
+    batches = micro_batches([4] * 7)
+    net, loss, optimizer = build("momentum")
+    if trainer == "driver":
+        ms_accum.GradientAccumulation(net, loss, optimizer).train_process(
+            2, numpy_dataset(batches), steps, callbacks=callbacks, ckpt_path=None, log_every=0)
+    else:
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=steps)
+        ms_accum.Model_ACCU(cell).train(2, numpy_dataset(batches), callbacks=callbacks)
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_batch_num_is_each_epochs_updates_and_loss_monitor_is_warned_of(trainer, recwarn):
+    """Two epochs of 7 micro-batches under the schedule: windows 1, 1, 2, 2 and a flushed 1, then 3, 3, 1. The
+    callbacks' batch_num is each epoch's own count (it was their mean, 4, in both); MindSpore's LossMonitor, which
+    labels steps cur_step_num modulo batch_num, would label epoch 2's wrongly, and is warned of. With a constant N
+    it labels right and nothing is said."""
+    seen = EpochUpdates()
+    with pytest.warns(UserWarning, match=r"LossMonitor labels an update .* this run's epochs have 5, 3 \(N follows a "
+                                         r"schedule, or windows are carried across epochs\), so its step labels will "
+                                         r"be off from epoch 2\. The updates and losses are right"):
+        _train_two_epochs(trainer, SCHEDULE, [LossMonitor(1), seen])
+    assert seen.seen == [(1, 5)] * 5 + [(2, 3)] * 3
+    recwarn.clear()
+    seen = EpochUpdates()
+    _train_two_epochs(trainer, 2, [LossMonitor(1), seen])
+    assert seen.seen == [(1, 4)] * 4 + [(2, 4)] * 4
+    assert not [w for w in recwarn if "LossMonitor" in str(w.message)]
+
+
+def test_loss_monitor_warning_under_carry_and_an_adaptive_n(recwarn):
+    """The check alone: windows of N = 3 carried over epochs of 7 (2, 3, 2 updates: epoch 3 starts after 5), an
+    adaptive N (counts unknown), a resumed run that starts past the epochs it would mislabel, no LossMonitor."""
+    from ms_accum.trainers.loop import check_loss_monitor  # pylint: disable=import-outside-toplevel
+    before, _ = AccumulationSchedule(3).run_plan(7, 3, "carry")
+    assert before == [0, 2, 4, 7]
+    with pytest.warns(UserWarning, match=r"this run's epochs have 2, 2, 3 .* off from epoch 3\."):
+        check_loss_monitor("owner", [LossMonitor()], before, 1)
+    with pytest.warns(UserWarning, match=r"For 'owner', MindSpore's LossMonitor .* an adaptive N decides how many "
+                                         r"updates each epoch has, so its step labels may be off"):
+        check_loss_monitor("owner", LossMonitor(), None, 1)
+    recwarn.clear()
+    check_loss_monitor("owner", [LossMonitor()], [0, 2, 4, 6, 9], 4)  # epochs 4 on: 3 updates after 6
+    check_loss_monitor("owner", [EpochUpdates()], before, 1)
+    check_loss_monitor("owner", None, None, 1)
+    assert not recwarn.list
 
 
 @pytest.mark.parametrize("alias", ["accumulation_steps", "mini_steps", "accumulate_step"])

@@ -20,7 +20,7 @@ from ..core.noise_scale import check_noise_scale, noise_scale_of
 from ..core.global_batch import steps_or_global_batch
 from ..core.schedule import AccumulationSchedule, is_schedule, max_updates
 from .elastic import RunLayout, dataset_shards
-from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
+from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
 from ..core.engine import NONFINITE_POLICIES
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
 from .state import StateWriter, dataset_starting_at, load_training_state
@@ -225,8 +225,8 @@ class GradientAccumulation:
 
         Callbacks see one step per window (``on_train_step_begin`` before its first micro-batch,
         ``on_train_step_end`` after its update): ``cur_step_num`` counts updates since the start (a dropped
-        partial window is not one), ``batch_num`` is the number of updates per epoch (with ``"carry"``, windows
-        that end inside an epoch, rounded down), ``total_updates`` the run's updates, ``net_outputs`` is the
+        partial window is not one), ``batch_num`` the epoch's updates (the windows that end in it; under an
+        adaptive N, an epoch's at its first N), ``total_updates`` the run's updates, ``net_outputs`` is the
         window's mean loss over its samples or items, and ``train_network`` holds the network and optimizer
         (what :class:`mindspore.train.ModelCheckpoint` saves, without the gradient buffers).
         ``window_micro_steps`` gives the micro-batches in the update's window, and ``window_record()`` its
@@ -326,6 +326,7 @@ class GradientAccumulation:
             plan.start_micro, plan.start_updates = load_training_state(self.exact_state, resume_from,
                                                                        epoch * steps_per_epoch, layout=layout,
                                                                        drop_window=self.clear)
+        check_loss_monitor(owner, callbacks, plan.updates_before, plan.start_micro // steps_per_epoch + 1)
         self.forward_backward.set_train(True)
         run = _Run(self, plan)
         run.loop(train_dataset)
@@ -417,7 +418,7 @@ class _Run(LoopFrontEnd):
         cb_params.network = owner.network
         cb_params.optimizer = owner.optimizer
         cb_params.epoch_num = plan.epoch
-        cb_params.batch_num = max(1, plan.total_updates // plan.epoch)  # per epoch; the mean for a schedule
+        cb_params.batch_num = max(1, plan.total_updates // plan.epoch)  # the loop sets each epoch's, when known
         cb_params.total_updates = plan.total_updates
         cb_params.cur_epoch_num = plan.start_micro // plan.steps_per_epoch
         cb_params.cur_step_num = plan.start_updates
@@ -439,7 +440,7 @@ class _Run(LoopFrontEnd):
             iterator = train_dataset.create_tuple_iterator(num_epochs=plan.epoch)
         with CallbackManager(plan.callbacks) as callbacks:
             WindowLoop(self, plan.epoch, plan.steps_per_epoch, plan.partial_window, self.cb_params, callbacks,
-                       plan.start_micro, pending, writer).run(lambda epoch: iterator)
+                       plan.start_micro, pending, writer, plan.updates_before).run(lambda epoch: iterator)
 
     def _updates_done_in_epoch(self, pending):
         """The updates an uninterrupted run had applied in the current epoch at the start (a window carried into

@@ -10,9 +10,48 @@ Partial windows: under ``"flush"`` (and ``"carry"`` in the last epoch) the epoch
 so no graph beyond the micro-batch's is needed; under ``"drop"`` it is accumulated, then the window is discarded
 and its update number given to the next one; under ``"carry"`` the window goes on into the next epoch.
 """
-from mindspore.train.callback import RunContext
+import warnings
+
+from mindspore.train.callback import Callback, LossMonitor, RunContext
 
 PARTIAL_WINDOW_POLICIES = ("flush", "drop", "carry")
+
+
+def updates_of_epochs(updates_before):
+    """Each epoch's updates from :meth:`AccumulationSchedule.run_plan`'s windows begun before each epoch."""
+    return [after - before for before, after in zip(updates_before, updates_before[1:])]
+
+
+def check_loss_monitor(owner, callbacks, updates_before, first_epoch):
+    """
+    Warn if MindSpore's LossMonitor is among `callbacks` (a Callback, a list of them or None) and would label
+    updates wrongly. It labels an update step ``(cur_step_num - 1) % batch_num + 1`` of its epoch, right only when
+    the updates before each epoch are a multiple of that epoch's own; not so when N follows a schedule, when
+    windows are carried across epochs, or when an adaptive policy (`updates_before` None) decides. `first_epoch`:
+    the run's first epoch (from 1).
+    """
+    if callbacks is None:
+        callbacks = []
+    elif isinstance(callbacks, Callback):
+        callbacks = [callbacks]
+    if not any(isinstance(callback, LossMonitor) for callback in callbacks):
+        return
+    fix = ("The updates and losses are right; ms_accum.WindowTelemetry(print_every=1) counts the updates within "
+           "each epoch.")
+    if updates_before is None:
+        warnings.warn(f"For '{owner}', MindSpore's LossMonitor labels an update 'step (cur_step_num - 1) % "
+                      f"batch_num + 1' of its epoch, but an adaptive N decides how many updates each epoch has, so "
+                      f"its step labels may be off after the first epoch. {fix}", UserWarning, stacklevel=3)
+        return
+    per_epoch = updates_of_epochs(updates_before)
+    wrong = [epoch for epoch in range(first_epoch, len(per_epoch) + 1)
+             if per_epoch[epoch - 1] and updates_before[epoch - 1] % per_epoch[epoch - 1]]
+    if wrong:
+        warnings.warn(f"For '{owner}', MindSpore's LossMonitor labels an update 'step (cur_step_num - 1) % "
+                      f"batch_num + 1' of its epoch, right only when every epoch has as many updates, but this "
+                      f"run's epochs have {', '.join(str(n) for n in per_epoch)} (N follows a schedule, or windows "
+                      f"are carried across epochs), so its step labels will be off from epoch {wrong[0]}. {fix}",
+                      UserWarning, stacklevel=3)
 
 
 class LoopFrontEnd:
@@ -68,11 +107,14 @@ class WindowLoop:
         epochs (int): Epochs of the run.
         steps_per_epoch (int): Micro-batches per epoch.
         partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``.
-        cb_params: The callbacks' parameters (``cur_step_num`` counts updates begun since the start).
+        cb_params: The callbacks' parameters (``cur_step_num`` counts updates begun since the start; ``batch_num``
+            is set to each epoch's updates when `updates_before` is given).
         callbacks: A callback list with the ``on_train_*`` methods.
         start_micro (int): Micro-batches of the run already done (a resume, or initial epochs).
         pending (int): Micro-batches of the open window already added (a resumed window).
         writer (StateWriter): Writes the exact state.
+        updates_before (list[int], optional): Windows begun before each epoch (``run_plan``), or None when an
+            adaptive policy decides N. Default: ``None``.
 
     After every update the front end's :class:`NonFiniteGuard` (if any) notes the window, and every few windows and
     at each epoch's end reads which were skipped for a non-finite gradient: it warns naming the window's
@@ -80,8 +122,9 @@ class WindowLoop:
     """
 
     def __init__(self, front, epochs, steps_per_epoch, partial_window, cb_params, callbacks, start_micro, pending,
-                 writer):
+                 writer, updates_before=None):
         self.front, self.epochs, self.steps = front, epochs, steps_per_epoch
+        self.per_epoch = None if updates_before is None else updates_of_epochs(updates_before)
         self.partial_window = partial_window
         self.cb_params, self.callbacks = cb_params, callbacks
         self.run_context = RunContext(cb_params)
@@ -93,9 +136,11 @@ class WindowLoop:
         """Train; `epoch_data(epoch)` gives the micro-batches (tuples) of epoch `epoch` (from 1), from the position
         reached."""
         cb_params, callbacks, run_context = self.cb_params, self.callbacks, self.run_context
+        self._epoch_updates(self.micro_done // self.steps + 1)
         callbacks.on_train_begin(run_context)
         for epoch in range(self.micro_done // self.steps + 1, self.epochs + 1):
             cb_params.cur_epoch_num = epoch
+            self._epoch_updates(epoch)
             self.front.epoch_begins(cb_params)
             callbacks.on_train_epoch_begin(run_context)
             for data in epoch_data(epoch):
@@ -122,6 +167,11 @@ class WindowLoop:
                 self.writer.on_stop(self.micro_done, cb_params.cur_step_num)
                 break
         callbacks.on_train_end(run_context)
+
+    def _epoch_updates(self, epoch):
+        """``batch_num``: epoch `epoch`'s updates when known (at least 1: MindSpore's TimeMonitor divides by it)."""
+        if self.per_epoch is not None and epoch <= self.epochs:
+            self.cb_params.batch_num = max(1, self.per_epoch[epoch - 1])
 
     def _micro_batch(self, data, last_of_epoch, last_epoch):
         """Run one micro-batch; returns whether a window ended with it."""

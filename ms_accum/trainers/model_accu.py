@@ -27,7 +27,7 @@ from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, is_schedule, max_updates, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, RunLayout, dataset_shards
-from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop
+from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
@@ -108,7 +108,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     A :class:`mindspore.train.Model` that trains a :class:`TrainAccuStepsCell` (or its loss-scale variant) with
     one optimizer step per N micro-batches.
 
-    Callbacks see one step per update: ``cur_step_num`` counts updates, ``batch_num`` is updates per epoch (per
+    Callbacks see one step per update: ``cur_step_num`` counts updates, ``batch_num`` is the epoch's updates (per
     sink in sink mode), ``net_outputs`` is the update call's output (the window's mean loss; a tuple with the
     overflow flag and loss scale for the loss-scale cell), ``window_record()`` gives the update's
     :class:`WindowRecord` (for :class:`WindowTelemetry`), and step callbacks fire only at update boundaries, so
@@ -126,8 +126,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         gradient_accumulation_steps (Union[int, dict, str, AccumulationSchedule, AdaptiveAccumulation], optional):
             N, replacing the cell's: an int, a schedule (a dict, its text such as ``'0:1,2:2'``, or an
             :class:`AccumulationSchedule`) or a policy. Without sink mode each window is laid out with the cell's N
-            for it (the int, the schedule's entry, or the policy's choice); dataset sink mode takes one int. ``accumulation_steps``,
-            ``mini_steps`` and ``accumulate_step`` are accepted in its place (keyword only). Default: the cell's.
+            for it (the int, the schedule's entry, or the policy's choice); dataset sink mode takes one int.
+            ``accumulation_steps``, ``mini_steps`` and ``accumulate_step`` are accepted in its place (keyword only).
+            Default: the cell's.
         state_path (str, optional): Without sink mode, where to keep the exact training state (the cell's
             parameters, a half-filled window included, and the position in the data), written atomically with
             the previous generation kept beside it. In data parallel each rank passes its own path. Default:
@@ -251,6 +252,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             self._set_global_batch(global_batch_size, train_dataset)
         if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead
             self._check_sink_mode(train_dataset, sink_size, resume_from)
+        else:
+            check_loss_monitor("Model_ACCU.train", callbacks,
+                               self._plan_updates(train_dataset.get_dataset_size(), epoch)[2], initial_epoch + 1)
         self._resume_from = resume_from
         self._batch_size = train_dataset.get_batch_size()
         self._sharded = self._check_sharding(train_dataset)
@@ -336,12 +340,14 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                              f"partial_window='carry' (without sink mode) to let windows span epochs.")
 
     def _plan_updates(self, steps, epoch):
-        """(updates per epoch for the callbacks' batch_num, the run's updates or None when a policy decides)."""
+        """(updates per epoch for the callbacks' first batch_num, the run's updates, windows begun before each epoch;
+        the last two None when a policy decides)."""
         n = self.gradient_accumulation_steps
         if isinstance(n, AdaptiveAccumulation):
-            return max(1, AccumulationSchedule(n.initial_steps).run_plan(steps, 1, self._partial_window)[1]), None
-        _, updates = AccumulationSchedule(n).run_plan(steps, epoch, self._partial_window)
-        return max(1, updates // epoch), updates
+            return (max(1, AccumulationSchedule(n.initial_steps).run_plan(steps, 1, self._partial_window)[1]), None,
+                    None)
+        before, updates = AccumulationSchedule(n).run_plan(steps, epoch, self._partial_window)
+        return max(1, updates // epoch), updates, before
 
     # ---------------------------------------------------------------- non-sink: micro-batch by micro-batch
     def _train_process(self, epoch, train_dataset, list_callback=None, cb_params=None, initial_epoch=0,
@@ -351,7 +357,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         steps = train_dataset.get_dataset_size()
         self._check_window_fits(steps)
         cell = train_network(self)
-        per_epoch, updates = self._plan_updates(steps, epoch)
+        per_epoch, updates, before = self._plan_updates(steps, epoch)
         # an adaptive run's count of updates is not known in advance: at most every window at min_steps
         most = updates if updates is not None else max_updates(self.gradient_accumulation_steps.min_steps, steps,
                                                                epoch, self._partial_window)
@@ -377,7 +383,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             return (transfer_tensor_to_tuple(element) for element in dataset_helper)
         front = _ModelFront(self, train_dataset, valid_infos)
         WindowLoop(front, epoch, steps, self._partial_window, cb_params, list_callback, micro_done, pending,
-                   writer).run(epoch_data)
+                   writer, before).run(epoch_data)
 
     # ---------------------------------------------------------------- sink: N sunk steps and the window's end
     def _train_dataset_sink_process(self, epoch, train_dataset, list_callback=None, cb_params=None, sink_size=-1,
