@@ -137,9 +137,13 @@ def test_a_resume_on_another_device_count_refuses_data_that_are_not_sharded():
 def test_a_resume_that_would_change_the_global_batch_is_refused_naming_it():
     with pytest.raises(ms_accum.CheckpointError, match=r"continues a run whose 'global_batch_size' was 16 = 2 "
                                                        r"devices x 2 micro-batches x 4 samples, but this run's is "
-                                                       r"32 = 1 device x 8 micro-batches x 4 samples.*Keep "
-                                                       r"global_batch_size=16"):
+                                                       r"32 = 1 device x 8 micro-batches x 4 samples.*Pass "
+                                                       r"gradient_accumulation_steps=4 \(or global_batch_size=16\), "
+                                                       r"so that N x devices x micro-batch stays 16"):
         elastic_position(TWO, RunLayout(1, 4, 62, 8, "drop"), 10, 5, 0, "s")
+    with pytest.raises(ms_accum.CheckpointError, match=r"Pass global_batch_size=16 with a micro-batch that divides "
+                                                       r"it"):
+        elastic_position(TWO, RunLayout(1, 6, 62, 2, "drop"), 10, 5, 0, "s")
     with pytest.raises(ms_accum.CheckpointError, match=r"only with a fixed 'global_batch_size' \(one N\), but N "
                                                        r"changes between windows in the saved run"):
         elastic_position(RunLayout(2, 4, 31, 0, "drop"), ONE, 10, 5, 0, "s")
@@ -180,7 +184,8 @@ def test_the_driver_takes_a_global_batch_and_its_state_refuses_another(tmp_path)
                                                        r"x 2 micro-batches x 8 samples"):
         _driver().train_process(2, _dense_data(), global_batch_size=16, ckpt_path=None, log_every=0,
                                 resume_from=state)
-    with pytest.raises(ms_accum.CheckpointError, match=r"'global_batch_size' was 32 .* this run's is 16"):
+    with pytest.raises(ms_accum.CheckpointError, match=r"'global_batch_size' was 32 .* this run's is 16.* Pass "
+                                                       r"gradient_accumulation_steps=4 \(or global_batch_size=32\)"):
         _driver().train_process(2, _dense_data(), 2, ckpt_path=None, log_every=0, resume_from=state)  # N given
     assert len(_driver().train_process(2, _dense_data(), global_batch_size=32, ckpt_path=None, log_every=0,
                                        resume_from=state)) == 4  # written after 10 micro-batches: window 3 of 6

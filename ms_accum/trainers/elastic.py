@@ -133,11 +133,16 @@ def check_same_global_batch(saved, mine, path):
                               f"resuming would change the learning dynamics. Resume with the saved run's {keep}, or "
                               f"start a new run from an epoch checkpoint.")
     if saved.steps and mine.steps and saved.global_batch_size != mine.global_batch_size:
+        per_step = mine.world * mine.micro_batch_size
+        steps = saved.global_batch_size // per_step
+        keep_n = f"gradient_accumulation_steps={steps} (or {GLOBAL_BATCH_NAME}={saved.global_batch_size})" \
+            if steps and steps * per_step == saved.global_batch_size else \
+            f"{GLOBAL_BATCH_NAME}={saved.global_batch_size} with a micro-batch that divides it"
         raise CheckpointError(
             f"'resume_from' {path!r} continues a run whose '{GLOBAL_BATCH_NAME}' was {saved.describe()}, but this "
-            f"run's is {mine.describe()}: resuming would change the learning dynamics. Keep "
-            f"{GLOBAL_BATCH_NAME}={saved.global_batch_size} (N = {saved.global_batch_size} / (devices x "
-            f"micro-batch)), or start a new run from an epoch checkpoint.")
+            f"run's is {mine.describe()}: resuming would change the learning dynamics. Pass {keep_n}, so that "
+            f"N x devices x micro-batch stays {saved.global_batch_size}, or start a new run from an epoch "
+            f"checkpoint.")
 
 
 def elastic_position(saved, mine, position, updates, open_window, path):
