@@ -187,8 +187,9 @@ class TestBadInput:
                                            accumulation_steps=3)
         with pytest.warns(UserWarning, match=r"For 'Model_ACCU.train', the optimizer's learning-rate list has 6 "
                                              r"entries, one per micro-batch of this run, but the optimizer reads one "
-                                             r"entry per update \(2 in this run\): a list built per micro-batch "
-                                             r"runs 3 times slower"):
+                                             r"entry per update \(2 in this run\): a schedule built per "
+                                             r"micro-batch is stretched 3 times .* this run ends at update 2 of "
+                                             r"its 6\)"):
             ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 6)), dataset_sink_mode=False)
 
     def test_build_is_refused(self):

@@ -229,7 +229,8 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, a
         if not adaptive and micro_steps != updates and length == micro_steps and length != done + updates:
             warnings.warn(f"For '{owner}', the optimizer's learning-rate list has {length} entries, one per "
                           f"micro-batch of this run, but the optimizer reads one entry per update ({updates} in this "
-                          f"run): a list built per micro-batch runs {micro_steps / updates:.3g} times slower than "
-                          f"planned. Build it with one entry per update. (A per-update list for a longer run, trained "
+                          f"run): a schedule built per micro-batch is stretched {micro_steps / updates:.3g} times (its "
+                          f"warm-up and decay take that many times more updates than planned, and this run ends "
+                          f"at update {updates} of its {length}). Build it with one entry per update. (A per-update list for a longer run, trained "
                           f"over several calls, is right as it is.)", UserWarning, stacklevel=3)
             return
