@@ -20,8 +20,13 @@ first call of each graph phase only, so an error of a later call is raised as it
 alone (the window's end) are always compiled. A network with hooks (``register_forward_hook`` and the like) on
 any of its cells at that first call runs eagerly too, after a notice: a compiled graph would not call them.
 ``MS_JIT=0``, MindSpore's switch for running ``ms.jit`` functions as plain Python, makes every cell run eagerly.
+
+An ms_accum check that raises while MindSpore compiles a graph (a loss network that returns no scalar, say)
+reaches the user as MindSpore passes it on: quoted, with MindSpore's C++ call stack and the graph's traceback,
+which ends in ms_accum's own code. The cells raise such an error as ms_accum wrote it (:func:`own_graph_error`).
 """
 import os
+import re
 import sys
 
 from mindspore import context, jit
@@ -46,6 +51,27 @@ def through_a_branch(value):
     if value == value:  # pylint: disable=comparison-with-itself
         value = value * 1
     return value
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_FRAME = re.compile(r"^# \d+ In file (.+?):\d+", re.M)
+
+
+def own_graph_error(error):
+    """
+    ms_accum's message, if `error` is one of its checks raised (a ``raise`` statement) while MindSpore compiled a
+    graph, else None. MindSpore quotes such a message and appends its C++ call stack (``RaiseConstant``) and the
+    graph's traceback, whose last frame is the ``raise``; errors of MindSpore's operators, or raised in the user's
+    code, keep everything MindSpore gives.
+    """
+    text = str(error)
+    frames = _FRAME.findall(text)
+    if "RaiseConstant" not in text or not frames or not os.path.abspath(frames[-1]).startswith(_PACKAGE):
+        return None
+    message = text.split("\n\n---", 1)[0].strip()
+    if len(message) > 1 and message[0] == message[-1] == "'":
+        message = message[1:-1]
+    return message if message.startswith("For '") else None
 
 
 class CompiledCall:
@@ -78,7 +104,13 @@ class CompiledCall:
             if not pynative and self._on_cpu is None:  # get_context takes about 30 us: not on every call
                 self._on_cpu = context.get_context("device_target") == "CPU"
             self._eager, self._branched = pynative, not pynative and self._on_cpu
-            return super().__call__(*args, **kwargs)
+            try:
+                return super().__call__(*args, **kwargs)
+            except (TypeError, ValueError) as error:
+                message = own_graph_error(error)
+                if message is None:
+                    raise
+                raise type(error)(message) from None
         self._eager, self._branched = False, True
         if self._jit_construct is None:
             self._jit_construct = jit(self)
