@@ -316,6 +316,14 @@ class TestBadInput:
             train_one_epoch(trainer, (net, loss, opt), data)
         assert int(opt.global_step.asnumpy()[0]) == 0
 
+    def test_a_bare_network_with_loss_fn_none_is_told_it_must_be_the_loss_network(self):
+        net, _, opt = build()
+        with pytest.raises(ValueError, match=r"construct\(x\), which takes 1 inputs, but the dataset has 2 columns "
+                                             r".* With loss_fn=None, 'network' is the loss network: its construct "
+                                             r"takes every column"):
+            ms_accum.GradientAccumulation(net, None, opt).train_process(
+                1, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None)
+
     def test_empty_dataset(self):
         trainer, _, _ = _trainer()
         empty = numpy_dataset(micro_batches([4] * 2)).batch(8, drop_remainder=True)

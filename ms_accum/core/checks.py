@@ -51,10 +51,11 @@ def check_dataset(owner, dataset, arg_name="train_dataset"):
     return size
 
 
-def check_dataset_columns(owner, dataset, network, arg_name="train_dataset"):
+def check_dataset_columns(owner, dataset, network, arg_name="train_dataset", hint=""):
     """Raise if each row of `dataset` (its columns, in order) cannot be the positional inputs of `network`'s
     construct, to which the trainers pass them: MindSpore's own error names neither the dataset nor its columns.
-    A construct taking ``*inputs``, or whose signature Python cannot read, is not checked."""
+    A construct taking ``*inputs``, or whose signature Python cannot read, is not checked. `hint` ends the
+    message."""
     try:
         parameters = list(inspect.signature(network.construct).parameters.values())
     except (TypeError, ValueError):
@@ -71,7 +72,7 @@ def check_dataset_columns(owner, dataset, network, arg_name="train_dataset"):
     raise ValueError(f"For '{owner}', each row of '{arg_name}' is passed to {type(network).__name__}.construct("
                      f"{names}), which takes {takes} inputs, but the dataset has {len(columns)} columns {columns}. "
                      f"Keep the columns it takes, in its order, with {arg_name}.project([...]) (or map them into "
-                     f"it), or give the network a construct that takes them all.")
+                     f"it), or give the network a construct that takes them all.{hint}")
 
 
 def check_optimizer(owner, optimizer):
