@@ -248,9 +248,19 @@ class TestBadInput:
     @pytest.mark.parametrize("name", ["gradient_accumulation_steps", "mini_steps"])
     def test_mini_steps(self, value, error, name):
         trainer, _, _ = _trainer()
+        text = ", or a schedule such as '0:1,2:2' as text" if isinstance(value, str) else ""
         with pytest.raises(error, match=rf"For 'GradientAccumulation.train_process', '{name}' must be an int "
-                                        rf">= 1, but got {re.escape(repr(value))}"):
+                                        rf">= 1{re.escape(text)}, but got {re.escape(repr(value))}"):
             trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), ckpt_path=None, **{name: value})
+        if isinstance(value, str):  # the same words from the cells and Model_ACCU, which take N as text too
+            net, loss, opt = build()
+            with pytest.raises(TypeError, match=r"For 'TrainAccuStepsCell', 'gradient_accumulation_steps' must be an "
+                                                r"int >= 1, or a schedule such as '0:1,2:2' as text, but got '4' of "
+                                                r"type str\. Convert a number read from a command line: int\('4'\)"):
+                ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=value)
+            cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt)
+            with pytest.raises(TypeError, match=rf"For 'Model_ACCU', '{name}' must be an int >= 1, or a schedule"):
+                ms_accum.Model_ACCU(cell, **{name: value})
 
     def test_mini_steps_and_epoch_accept_numpy_integers(self):
         trainer, _, opt = _trainer()

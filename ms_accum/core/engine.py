@@ -26,12 +26,12 @@ from mindspore.nn import DistributedGradReducer, Identity
 from . import window
 from ..compat import get_device_num, get_gradients_mean, get_parallel_mode
 from .adaptive import AdaptiveAccumulation, next_steps_on_device
-from .checks import check_choice, check_positive_int
+from .checks import check_choice
 from .compiled import CompiledCall, through_a_branch
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
 from .runtime_checks import assert_in_graph, compile_cache_on
-from .schedule import STEPS_NAME, AccumulationSchedule, is_schedule
+from .schedule import STEPS_NAME, AccumulationSchedule, check_steps
 
 WINDOW_PREFIX = "accu_window"
 NONFINITE_POLICIES = ("skip", "raise", "apply")
@@ -134,8 +134,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                                  f"needs the noise scale, but it is not measured. Pass noise_scale=True (or "
                                  f"'first') as well.")
             policy, value = value, value.initial_steps
-        elif not is_schedule(value):
-            check_positive_int(self.owner_name, self.steps_name, value)
+        else:
+            check_steps(self.owner_name, self.steps_name, value)
         schedule = AccumulationSchedule(value, self.owner_name, self.steps_name)
         self.adaptive_policy = policy
         self.accumulation_schedule = schedule

@@ -8,6 +8,8 @@ window would take). Each window is still exactly the large-batch step of its own
 import bisect
 import numbers
 
+from .checks import check_positive_int
+
 
 STEPS_NAME = "gradient_accumulation_steps"  # N's one name, as in MindCV, MindFormers, Hugging Face and Keras
 STEPS_ALIASES = ("accumulation_steps", "mini_steps", "accumulate_step")  # the seed's, the driver's, the tutorial's
@@ -166,6 +168,18 @@ class AccumulationSchedule:
                 pending = 0
             before.append(update)
         return before, update
+
+
+def check_steps(owner, arg_name, value):
+    """Refuse an N that is neither a schedule (:func:`is_schedule`) nor an int >= 1. Text that is not a schedule
+    (``'4'``: a number read from a command line and not converted) is refused naming both forms."""
+    if is_schedule(value):
+        return
+    if isinstance(value, str):
+        raise TypeError(f"For '{owner}', '{arg_name}' must be an int >= 1, or a schedule such as '0:1,2:2' as text, "
+                        f"but got {value!r} of type str. Convert a number read from a command line: "
+                        f"int({value!r}).")
+    check_positive_int(owner, arg_name, value)
 
 
 def is_schedule(value):

@@ -18,7 +18,7 @@ from ..core.engine import float32_buffers
 from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 from ..core.noise_scale import check_noise_scale, noise_scale_of
 from ..core.global_batch import steps_or_global_batch
-from ..core.schedule import AccumulationSchedule, is_schedule, max_updates
+from ..core.schedule import AccumulationSchedule, check_steps, max_updates
 from .elastic import RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
 from ..core.engine import NONFINITE_POLICIES
@@ -345,8 +345,7 @@ class GradientAccumulation:
                                  f"scale, but the trainer was built with noise_scale=False. Build it with "
                                  f"GradientAccumulation(..., noise_scale=True).")
             return AccumulationSchedule(steps.initial_steps), steps
-        if not is_schedule(steps):
-            check_positive_int(owner, steps_name, steps)
+        check_steps(owner, steps_name, steps)
         return AccumulationSchedule(steps, owner, steps_name), None
 
     def _accumulate(self, data):

@@ -24,7 +24,7 @@ from ..core.adaptive import AdaptiveAccumulation
 from ..core.checks import (check_choice, check_dataset, check_dataset_columns, check_lr_schedule, check_positive_int,
                            check_resume_or_initial_epoch, check_state_saving)
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
-from ..core.schedule import STEPS_NAME, AccumulationSchedule, is_schedule, max_updates, steps_argument
+from ..core.schedule import STEPS_NAME, AccumulationSchedule, check_steps, max_updates, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
@@ -176,8 +176,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
             network.gradient_accumulation_steps)
         if name != STEPS_NAME or gradient_accumulation_steps is not None:
-            if not (is_schedule(steps) or isinstance(steps, AdaptiveAccumulation)):
-                check_positive_int("Model_ACCU", name, steps)
+            if not isinstance(steps, AdaptiveAccumulation):
+                check_steps("Model_ACCU", name, steps)
             network.steps_name = name
             network.gradient_accumulation_steps = steps
         check_state_saving("Model_ACCU", state_path, save_state_every)
