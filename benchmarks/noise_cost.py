@@ -12,7 +12,7 @@ printed with its quartiles, per model, for wall time and for the process's CPU t
 sensitive to other load on a shared machine, which steals wall time but not CPU time). The models: LeNet5 (61,706
 parameters, convolutions: much compute per parameter) and the wide MLP of benchmarks/data_parallel.py (1024 ->
 2048 -> 2048 -> 10, 6.3 million parameters: the least compute per parameter, so the extra pass over the gradient
-weighs most).
+weighs most); with `--models resnet18`, MindCV's ResNet18 (11.2 million parameters under convolutions).
 
 The floor, in the same rotation: the MindSpore tutorial's accumulator in an `ms.jit` step over the same
 micro-batches (as Tensors), without and with the squared norm of every micro-batch's gradient added into a
@@ -35,7 +35,17 @@ def wide_mlp_parts(hidden=2048):
             nn.Momentum(net.trainable_params(), 0.01, 0.9))
 
 
-MODELS = {"lenet": lenet_parts, "mlp": wide_mlp_parts}
+def resnet18_parts():
+    """A fresh (MindCV's ResNet18 on 1 x 32 x 32 images and 10 classes, loss, optimizer): 11.2 million parameters
+    under convolutions, much compute per parameter, as in most image models."""
+    import mindcv  # pylint: disable=import-outside-toplevel
+    from mindspore import nn  # pylint: disable=import-outside-toplevel
+    net = mindcv.create_model("resnet18", num_classes=10, in_channels=1)
+    return (net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+            nn.Momentum(net.trainable_params(), 0.01, 0.9))
+
+
+MODELS = {"lenet": lenet_parts, "mlp": wide_mlp_parts, "resnet18": resnet18_parts}
 FLOOR_BASE = "jit step"  # the floor's labels: the tutorial's jit step, without and with the squared norms
 FLOOR = "jit step + squared norms"
 
@@ -146,7 +156,8 @@ def measure_model(name, args):
 def cost_arguments(doc, min_steps, why_min_steps=""):
     """The cost benchmarks' command line: (arguments, model names), checked, MindSpore started in --mode."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default="lenet,mlp", help="comma-separated: lenet, mlp (default: %(default)s)")
+    parser.add_argument("--models", default="lenet,mlp",
+                        help="comma-separated: lenet, mlp, resnet18 (default: %(default)s)")
     parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--steps", type=int, default=4)
