@@ -232,6 +232,7 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, a
                           f"micro-batch of this run, but the optimizer reads one entry per update ({updates} in this "
                           f"run): a schedule built per micro-batch is stretched {micro_steps / updates:.3g} times (its "
                           f"warm-up and decay take that many times more updates than planned, and this run ends "
-                          f"at update {updates} of its {length}). Build it with one entry per update. (A per-update list for a longer run, trained "
-                          f"over several calls, is right as it is.)", UserWarning, stacklevel=3)
+                          f"at update {updates} of its {length}). Build it with one entry per update. (A per-update "
+                          f"list for a longer run, trained over several calls, is right as it is.)", UserWarning,
+                          stacklevel=3)
             return
