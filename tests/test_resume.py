@@ -94,6 +94,9 @@ def test_resume_from_any_micro_batch_matches_an_uninterrupted_run(stop_after, un
     per_epoch = data().get_dataset_size()
     epoch, offset = divmod(stop_after, per_epoch)  # counted as done, not as a 0-based position (read as the next)
     assert f"at epoch {epoch + 1} with {offset} of its {per_epoch} micro-batches done ({stop_after} in all)" in out
+    in_window = {1: 1, 6: 2, 10: 0, 13: 3, 19: 1}[stop_after]  # the open window's micro-batches, as saved
+    opened = re.findall(r"windows? begun \(window \d+ open with (\d+) micro-batch(?:es)? in it, continued\)\.", out)
+    assert opened == ([str(in_window)] if in_window else []), out
     for name, want in expected.items():
         np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7,
                                    err_msg=f"{name} after resuming at micro-batch {stop_after}")

@@ -293,7 +293,9 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
             epoch, offset = divmod(position, layout.steps_per_epoch)
             where = f"epoch {epoch + 1} with {offset} of its {layout.steps_per_epoch} micro-batches done ({position} " \
                     f"in all)"
-        print(f"ms_accum: resuming {path} at {where}, {count(updates, 'window')} begun.", flush=True)
+        opened = f" (window {updates} open with {count(open_window, 'micro-batch')} in it, continued)" \
+            if open_window else ""
+        print(f"ms_accum: resuming {path} at {where}, {count(updates, 'window')} begun{opened}.", flush=True)
     return position, updates
 
 
