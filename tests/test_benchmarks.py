@@ -225,7 +225,8 @@ def test_nonfinite_cost_benchmark_prints_the_checks_ratio():
     assert all(0.0 < float(low) <= float(median) <= float(high) for _, median, low, high in lines)
 
 
-@pytest.mark.parametrize("args, message", [(("--models", "vgg"), "--models must name models among ['lenet', 'mlp']"),
+@pytest.mark.parametrize("args, message", [(("--models", "vgg"),
+                                            "--models must name models among ['lenet', 'mlp', 'resnet18']"),
                                            (("--steps", "1"), "--steps >= 2")])
 def test_noise_cost_benchmark_refuses_bad_arguments(args, message):
     done = run(*args, script=NOISE_COST)
