@@ -290,7 +290,7 @@ def test_batch_num_is_each_epochs_updates_and_loss_monitor_is_warned_of(trainer,
 
 
 def test_loss_monitor_warning_under_carry_and_an_adaptive_n(recwarn):
-    """The check alone: windows of N = 3 carried over epochs of 7 (2, 3, 2 updates: epoch 3 starts after 5), an
+    """The check alone: windows of N = 3 carried over epochs of 7 (2, 2, 3 updates: epoch 3 starts after 4), an
     adaptive N (counts unknown), a resumed run that starts past the epochs it would mislabel, no LossMonitor."""
     from ms_accum.trainers.loop import check_loss_monitor  # pylint: disable=import-outside-toplevel
     before, _ = AccumulationSchedule(3).run_plan(7, 3, "carry")
