@@ -179,7 +179,6 @@ class GradientAccumulation:
             check_scale_sense(owner, scale_sense)
         self.network = network
         self.optimizer = optimizer
-        self.loss_fn_given = loss_fn is not None
         self.loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
         self.grad_sum = float32_buffers(optimizer.parameters, "grad_sum")
         self.forward_backward = TrainForwardBackward(self.loss_network, optimizer, self.grad_sum, sens, average,
@@ -287,7 +286,7 @@ class GradientAccumulation:
         owner = "GradientAccumulation.train_process"
         epoch = check_positive_int(owner, "epoch", epoch)
         steps_per_epoch = check_dataset(owner, train_dataset)
-        check_dataset_columns(owner, train_dataset, self.loss_network, hint="" if self.loss_fn_given else (
+        check_dataset_columns(owner, train_dataset, self.loss_network, hint="" if self.loss_network is not self.network else (
             " With loss_fn=None, 'network' is the loss network: its construct takes every column (the data, the "
             "labels and any mask or weights) and returns the loss, or (loss, num_items) (docs/weighting.md)."))
         steps, steps_name = steps_or_global_batch(owner, gradient_accumulation_steps, dict(
