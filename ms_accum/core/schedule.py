@@ -184,8 +184,8 @@ def check_steps(owner, arg_name, value):
 
 def is_schedule(value):
     """Whether `value` gives N as a schedule: a dict, an :class:`AccumulationSchedule` or its text ('0:1,2:2');
-    other values are checked as an int (text such as '4' is refused as one: a number read from a command line and
-    not converted)."""
+    other values are checked as an int by :func:`check_steps` (which refuses text such as '4', a number read from a
+    command line and not converted)."""
     return isinstance(value, (dict, AccumulationSchedule)) or (isinstance(value, str) and ":" in value)
 
 
