@@ -293,6 +293,28 @@ def test_the_arguments_are_checked():
         ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, nonfinite="ignore")
 
 
+@pytest.mark.parametrize("nonfinite", ["raise", "apply"])
+@pytest.mark.parametrize("owner", ["GradientAccumulation", "TrainOptim", "Accumulator"])
+def test_with_a_loss_scale_only_skip_is_taken(owner, nonfinite):
+    """Under a loss scale its overflow skip decides what a non-finite window does: "raise" or "apply" would be
+    ignored in silence (a user's nonfinite="raise" trained on past a NaN window), so they are refused when built."""
+    net, loss, opt = build("momentum")
+    scale = nn.DynamicLossScaleUpdateCell(loss_scale_value=2.0 ** 10, scale_factor=2, scale_window=50)
+    build_it = {
+        "GradientAccumulation": lambda: ms_accum.GradientAccumulation(net, loss, opt, scale_sense=scale,
+                                                                      nonfinite=nonfinite),
+        "TrainOptim": lambda: ms_accum.TrainOptim(opt, opt.parameters.clone(prefix="grad_sum", init="zeros"),
+                                                  scale_sense=scale, nonfinite=nonfinite),
+        "Accumulator": lambda: ms_accum.Accumulator(opt, 2, loss_scaler=ms.amp.DynamicLossScaler(2.0 ** 10, 2, 50),
+                                                    nonfinite=nonfinite),
+    }[owner]
+    with pytest.raises(ValueError, match=rf"For '{owner}', 'nonfinite' must be 'skip' with a loss scale, whose "
+                                         rf"overflow skip decides .* but got '{nonfinite}'\. Drop 'nonfinite' or the "
+                                         rf"loss scale; to stop a run whose windows keep overflowing, lower "
+                                         rf"'max_nonfinite_windows'"):
+        build_it()
+
+
 @pytest.mark.parametrize("path", ["cells", "parallel", "accumulator", "driver"])
 def test_nonfinite_apply_checks_nothing_as_train_one_step_cell(path, exec_mode):
     """nonfinite='apply' (the comparison point of benchmarks/nonfinite_cost.py): the NaN reaches the weights."""

@@ -58,7 +58,8 @@ class Accumulator(WindowEngine, nn.Cell):
         nonfinite (str): A window whose gradient holds a NaN or an inf (without a loss scale) is skipped,
             parameters and optimizer state untouched, and counted in ``accu_skipped_windows`` and
             ``accu_nonfinite_streak``: ``"skip"`` goes on, ``"raise"`` raises instead; ``"apply"`` checks nothing
-            and applies it, as :class:`mindspore.nn.TrainOneStepCell` does. Default: ``"skip"``.
+            and applies it, as :class:`mindspore.nn.TrainOneStepCell` does. With a loss scale only ``"skip"`` is
+            taken: its overflow skip decides. Default: ``"skip"``.
 
     Inputs:
         - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter (the rows of a
@@ -77,7 +78,8 @@ class Accumulator(WindowEngine, nn.Cell):
         ValueError: If N is < 1 (or a malformed schedule, or a policy without `noise_scale`) or `clip_norm` is not
             a finite number > 0; when called, if `grads` does not hold one gradient per optimizer parameter, each
             of its shape; when a window ends, if a micro-batch of it had `num_items` <= 0, or some of its
-            micro-batches had `num_items` and others not (the optimizer is not stepped).
+            micro-batches had `num_items` and others not (the optimizer is not stepped); `nonfinite` is not
+            ``"skip"`` with a `loss_scaler`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``

@@ -145,7 +145,8 @@ class TrainOptim(WindowEngine, nn.Cell):
         nonfinite (str): A window whose gradient holds a NaN or an inf (without a loss scale) is skipped,
             parameters and optimizer state untouched, and counted in ``accu_skipped_windows`` and
             ``accu_nonfinite_streak``: ``"skip"`` goes on, ``"raise"`` raises instead; ``"apply"`` checks nothing
-            and applies it, as :class:`mindspore.nn.TrainOneStepCell` does. Default: ``"skip"``.
+            and applies it, as :class:`mindspore.nn.TrainOneStepCell` does. With a loss scale only ``"skip"`` is
+            taken: its overflow skip decides. Default: ``"skip"``.
 
     Inputs:
         None.
@@ -163,8 +164,8 @@ class TrainOptim(WindowEngine, nn.Cell):
         ValueError: If `grad_sum` does not match the optimizer's parameters or holds its own Parameters,
             `clip_norm` is not a finite number > 0, `average`, `scale_sense` or `noise_scale` differs from the
             :class:`TrainForwardBackward` on the same `grad_sum`, or `noise_scale` is a str other than
-            ``"first"`` or is set with ``average=False``; when called, if a micro-batch of the window
-            reported ``num_items`` <= 0 (the optimizer is not stepped).
+            ``"first"`` or is set with ``average=False``, or `nonfinite` is not ``"skip"`` with `scale_sense`;
+            when called, if a micro-batch of the window reported ``num_items`` <= 0 (the optimizer is not stepped).
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``

@@ -37,6 +37,19 @@ WINDOW_PREFIX = "accu_window"
 NONFINITE_POLICIES = ("skip", "raise", "apply")
 
 
+def check_nonfinite(owner, nonfinite, loss_scaled):
+    """`nonfinite` checked against :data:`NONFINITE_POLICIES`; with a loss scale only "skip" is taken: its overflow
+    skip decides what a window holding an inf or a NaN does, and "raise" or "apply" would be silently ignored."""
+    nonfinite = check_choice(owner, "nonfinite", nonfinite, NONFINITE_POLICIES)
+    if loss_scaled and nonfinite != "skip":
+        raise ValueError(f"For '{owner}', 'nonfinite' must be 'skip' with a loss scale, whose overflow skip decides "
+                         f"what a window holding an inf or a NaN does (skipped, the scale lowered, training goes "
+                         f"on), but got {nonfinite!r}. Drop 'nonfinite' or the loss scale; to stop a run whose "
+                         f"windows keep overflowing, lower 'max_nonfinite_windows' of GradientAccumulation.train_"
+                         f"process or Model_ACCU.train.")
+    return nonfinite
+
+
 def float32_buffers(weights, prefix):
     """Zero float32 buffers shaped like `weights`, named '<prefix>.<weight name>'."""
     return ParameterTuple(Parameter(initializer("zeros", p.shape, mstype.float32), name=f"{prefix}.{p.name}",
@@ -86,7 +99,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
         self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped = state.last
         self.accu_skipped_windows, self.accu_nonfinite_streak, self.accu_skip_history = state.skips
-        self.nonfinite = check_choice(owner, "nonfinite", nonfinite, NONFINITE_POLICIES)
+        self.nonfinite = check_nonfinite(owner, nonfinite, loss_scale is not None)
         self.accu_windows = Parameter(Tensor(0, mstype.int32), name=f"{state.prefix}.windows",
                                       requires_grad=False) if count_windows else None
         self.accu_steps = Parameter(Tensor(1, mstype.int32), name=f"{state.prefix}.steps",

@@ -21,7 +21,7 @@ from ..core.global_batch import steps_or_global_batch
 from ..core.schedule import AccumulationSchedule, check_steps, max_updates
 from .elastic import RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
-from ..core.engine import NONFINITE_POLICIES
+from ..core.engine import check_nonfinite
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
 from .state import StateWriter, dataset_starting_at, load_training_state
 from .telemetry import window_record
@@ -138,15 +138,17 @@ class GradientAccumulation:
             parameters and optimizer state untouched; ``"skip"`` warns (:class:`NonFiniteWindowWarning`, naming
             the window and its micro-batches' positions in their epoch) and goes on, ``"raise"`` stops at the
             first such window (:class:`NonFiniteWindowError`); ``"apply"`` checks nothing and applies it, as
-            :class:`mindspore.nn.TrainOneStepCell` does. Default: ``"skip"``.
+            :class:`mindspore.nn.TrainOneStepCell` does. With `scale_sense` only ``"skip"`` is taken: its
+            overflow skip decides, counted by :class:`WindowTelemetry` and stopped by `max_nonfinite_windows`, not
+            warned of one by one (a dynamic loss scale overflows by design). Default: ``"skip"``.
 
     Raises:
         TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
             a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is neither a Tensor nor a
             loss-scale cell.
         ValueError: If none of the optimizer's parameters is a parameter of `network`, `sens` is zero or not
-            finite, `clip_norm` is not a finite number > 0, or `noise_scale` is a str other than ``"first"`` or is
-            set with ``average=False``.
+            finite, `clip_norm` is not a finite number > 0, `noise_scale` is a str other than ``"first"`` or is
+            set with ``average=False``, or `nonfinite` is not ``"skip"`` with `scale_sense`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -177,13 +179,13 @@ class GradientAccumulation:
         check_noise_scale(owner, noise_scale, average)
         if scale_sense is not None:
             check_scale_sense(owner, scale_sense)
+        self.nonfinite = check_nonfinite(owner, nonfinite, scale_sense is not None)
         self.network = network
         self.optimizer = optimizer
         self.loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
         self.grad_sum = float32_buffers(optimizer.parameters, "grad_sum")
         self.forward_backward = TrainForwardBackward(self.loss_network, optimizer, self.grad_sum, sens, average,
                                                      scale_sense, noise_scale)
-        self.nonfinite = check_choice(owner, "nonfinite", nonfinite, NONFINITE_POLICIES)
         # "raise" is decided here, on the host, where the window's micro-batches are known: the cell skips
         self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense, noise_scale,
                                 "skip" if nonfinite == "raise" else nonfinite)
