@@ -79,6 +79,28 @@ def test_model_accu_prints_progress(sink, capsys, fake_device):  # noqa: F811
     assert all("window: 3 micro-batches, 12 items |" in line for line in printed), printed
 
 
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_under_an_adaptive_n_progress_lines_give_no_invented_total(trainer, capsys):
+    """An adaptive N decides the run's updates as it goes: the lines count updates without a total (it printed the
+    count at the first N, 'update 16/40' on a run of 16 updates), and the last line has nothing left to run."""
+    net, loss, optimizer = build("momentum")
+    policy = ms_accum.AdaptiveAccumulation(min_steps=2, max_steps=4, interval=2)
+    telemetry = ms_accum.WindowTelemetry(print_every=1)
+    data = numpy_dataset(micro_batches([4] * 24))
+    if trainer == "driver":
+        ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=True).train_process(
+            1, data, policy, callbacks=[telemetry], ckpt_path=None, log_every=0)
+    else:
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=policy,
+                                           noise_scale=True)
+        ms_accum.Model_ACCU(cell).train(1, data, callbacks=[telemetry], dataset_sink_mode=False)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update ")]
+    updates = len(telemetry.records)
+    assert max(r.accumulation_steps for r in telemetry.records) > 2, "N never grew: the test shows nothing"
+    assert [line.split(" loss")[0] for line in printed] == [f"update {u} (epoch 1/1)" for u in range(1, updates + 1)]
+    assert printed[-1].endswith(" 0 s left"), printed[-1]
+
+
 def test_model_accu_records_skipped_windows_and_the_loss_scale(exec_mode, capsys):
     batches = micro_batches([4] * 6)
     poisoned = [(x.copy(), y) for x, y in batches]

@@ -228,7 +228,8 @@ class GradientAccumulation:
         Callbacks see one step per window (``on_train_step_begin`` before its first micro-batch,
         ``on_train_step_end`` after its update): ``cur_step_num`` counts updates since the start (a dropped
         partial window is not one), ``batch_num`` the epoch's updates (the windows that end in it; under an
-        adaptive N, an epoch's at its first N), ``total_updates`` the run's updates, ``net_outputs`` is the
+        adaptive N, an epoch's at its first N), ``total_updates`` the run's updates (None under an adaptive N),
+        ``micro_batches_done`` and ``total_micro_batches`` the run's progress, ``net_outputs`` is the
         window's mean loss over its samples or items, and ``train_network`` holds the network and optimizer
         (what :class:`mindspore.train.ModelCheckpoint` saves, without the gradient buffers).
         ``window_micro_steps`` gives the micro-batches in the update's window, and ``window_record()`` its
@@ -422,7 +423,7 @@ class _Run(LoopFrontEnd):
         cb_params.optimizer = owner.optimizer
         cb_params.epoch_num = plan.epoch
         cb_params.batch_num = max(1, plan.total_updates // plan.epoch)  # the loop sets each epoch's, when known
-        cb_params.total_updates = plan.total_updates
+        cb_params.total_updates = plan.total_updates if plan.policy is None else None  # a policy decides as it goes
         cb_params.cur_epoch_num = plan.start_micro // plan.steps_per_epoch
         cb_params.cur_step_num = plan.start_updates
         cb_params.dataset_sink_mode = False

@@ -108,7 +108,8 @@ class WindowLoop:
         steps_per_epoch (int): Micro-batches per epoch.
         partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``.
         cb_params: The callbacks' parameters (``cur_step_num`` counts updates begun since the start; ``batch_num``
-            is set to each epoch's updates when `updates_before` is given).
+            is set to each epoch's updates when `updates_before` is given; at each update ``micro_batches_done``
+            and ``total_micro_batches`` give the run's progress in micro-batches).
         callbacks: A callback list with the ``on_train_*`` methods.
         start_micro (int): Micro-batches of the run already done (a resume, or initial epochs).
         pending (int): Micro-batches of the open window already added (a resumed window).
@@ -192,6 +193,7 @@ class WindowLoop:
         micro_batches, self.pending = self.pending, 0
         cb_params.net_outputs = outputs
         cb_params.window_micro_steps = micro_batches
+        cb_params.micro_batches_done, cb_params.total_micro_batches = self.micro_done, self.epochs * self.steps
         cb_params.window_record = self.front.window_record(cb_params, outputs, micro_batches, self.window_steps)
         self.front.updated(cb_params, cb_params.cur_step_num - 1, micro_batches, self.window_steps, outputs)
         self.callbacks.on_train_step_end(self.run_context)

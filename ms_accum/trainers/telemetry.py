@@ -121,8 +121,9 @@ class WindowTelemetry(Callback):
     ``noise_scale=True``, the window's estimates of |G|^2 and tr(Sigma) and the smoothed noise scale.
 
     Works with :class:`GradientAccumulation` and :class:`Model_ACCU`. Progress lines give updates done out of the
-    total, the throughput and the time left, both measured from the end of the run's first update so that its
-    compilation does not count (the first update's line gives its time instead); the CSV gets one row per update
+    total (no total when an adaptive N decides the updates as it goes), the throughput and the time left (from the
+    micro-batches still to run), both measured from the end of the run's first update so that its compilation does
+    not count (the first update's line gives its time instead); the CSV gets one row per update
     (columns: the fields of :class:`WindowRecord`, then ``skipped`` and ``elapsed_s``, seconds since training
     began), flushed as it goes.
 
@@ -178,33 +179,47 @@ class WindowTelemetry(Callback):
         self._items += record.items
         now = time.time()
         elapsed = now - self._start
+        progress = _progress(cb_params, record.update)
         if self._warm is None:
-            self._warm = (now, self._items, record.update)
+            self._warm = (now, self._items, record.update, progress[0])
         if self._writer:
             self._writer.writerow(list(asdict(record).values()) + [self.skipped, round(elapsed, 3)])
             self._file.flush()
         if self.print_every and record.update % self.print_every == 0:
-            # the run's updates where the trainer knows them (MindSpore's callback parameters raise KeyError, not
-            # AttributeError, for a name never set), else epochs times updates per epoch
-            total = cb_params.get("total_updates") or int(cb_params.epoch_num) * int(cb_params.batch_num)
+            total = cb_params.get("total_updates")
+            if total is None and cb_params.get("total_micro_batches") is None:  # a trainer that gives neither
+                total = int(cb_params.epoch_num) * int(cb_params.batch_num)
             clipped = " (clipped)" if record.clipped else ""
             this_one = " (this one)" if record.overflow else ""
             noise = "" if math.isnan(record.noise_scale) else f" | noise scale {record.noise_scale:.4g} items"
-            print(f"update {record.update}/{total} (epoch {record.epoch}/{cb_params.epoch_num}) "
+            out_of = "" if total is None else f"/{total}"  # an adaptive N decides the run's updates as it goes
+            print(f"update {record.update}{out_of} (epoch {record.epoch}/{cb_params.epoch_num}) "
                   f"loss {record.loss:.4f} | window: {count(record.micro_batches, 'micro-batch')}, "
                   f"{record.items:.0f} items | grad norm {record.grad_norm:.3g}{clipped} | lr "
                   f"{record.learning_rate:.3g} | loss scale {record.loss_scale:g}, {self.skipped} skipped{this_one}"
-                  f"{noise} | {self._pace(now, elapsed, record.update, total)}", flush=True)
+                  f"{noise} | {self._pace(now, elapsed, record.update, progress)}", flush=True)
 
-    def _pace(self, now, elapsed, update, total):
-        """Throughput and time left, from the end of the run's first update (whose graphs compile) to `now`; at
-        the first update, its time instead."""
-        warm_time, warm_items, warm_update = self._warm
+    def _pace(self, now, elapsed, update, progress):
+        """Throughput and time left, from the end of the run's first update (whose graphs compile) to `now`, the
+        time left from `progress` (done, in all); at the first update, its time instead."""
+        warm_time, warm_items, warm_update, warm_done = self._warm
         if update == warm_update:
             return f"first update after {elapsed:.1f} s (compiling included)"
         since = now - warm_time
-        left = since / (update - warm_update) * max(total - update, 0)
+        done, total = progress
+        left = since / max(done - warm_done, 1) * max(total - done, 0)
         return f"{(self._items - warm_items) / max(since, 1e-9):.0f} items/s, {left:.0f} s left"
+
+
+def _progress(cb_params, update):
+    """(done, in all) of the run: in micro-batches where the trainer's loop gives them, whose time is the same
+    whatever N (a window's time grows with N under a schedule or an adaptive N); else in updates, the trainer's
+    total or epochs x updates per epoch. (MindSpore's callback parameters raise KeyError, not AttributeError, for a
+    name never set: hence ``get``.)"""
+    total = cb_params.get("total_micro_batches")
+    if total is not None:
+        return cb_params.get("micro_batches_done"), total
+    return update, cb_params.get("total_updates") or int(cb_params.epoch_num) * int(cb_params.batch_num)
 
     def on_train_end(self, run_context):
         if self._file:
