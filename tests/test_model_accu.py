@@ -95,10 +95,20 @@ def test_drop_discards_the_open_window(kind, exec_mode):
     assert int(cell.accu_windows.asnumpy()) == 0 and opt.global_step.asnumpy()[0] == 0
 
 
-def test_sink_mode_request_on_cpu_runs_the_same_alternation(capsys):
+@pytest.mark.parametrize("sink_size", [-1, 4])
+def test_sink_mode_request_on_cpu_runs_the_same_alternation_and_says_so(sink_size, capsys):
+    """MindSpore trains without sink on CPU and logs it at INFO level only; a user sees a warning, which says when
+    the run differs from a device's (a sink_size smaller than the epoch is not applied)."""
     batches = micro_batches((4,) * 8)
     cell, net, _ = make_cell("plain", steps=2)
-    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), callbacks=[LossMonitor(1)], dataset_sink_mode=True)
+    cut = r"; 'sink_size' 4 is not applied: each epoch runs all 8 micro-batches, where a device sinks 4" \
+        if sink_size == 4 else ""
+    with pytest.warns(UserWarning, match=rf"For 'Model_ACCU.train', dataset sink mode needs a GPU or Ascend device: "
+                                         rf"on CPU MindSpore trains without sink \(its notice is logged at INFO level "
+                                         rf"only\){cut}\. The checks a device makes passed\. Pass "
+                                         rf"dataset_sink_mode=False on CPU\.$"):
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), callbacks=[LossMonitor(1)], dataset_sink_mode=True,
+                                        sink_size=sink_size)
     assert_params_close(params_of(net), reference_train("momentum", windows_of(batches, 2)), context="cpu sink")
     printed = capsys.readouterr().out
     assert printed.count("loss is") == 4 and "epoch: 1 step: 4, loss is" in printed
@@ -116,8 +126,8 @@ def test_sink_mode_requests_on_cpu_are_refused_as_on_a_device(case, tmp_path):
     kwargs = {"partial_window": "drop"} if case == "partial_window" else {}
     sizes = (4,) * (10 if case == "sink_size" else 8)
     message = {"schedule": "must be one int in dataset sink mode", "partial_window": "'partial_window' must be "
-               "'flush' in dataset sink mode", "sink_size": r"'sink_size' \(the dataset size 10 when -1\) must be a "
-               "multiple", "state": "exact state saving and 'resume_from' work without dataset sink mode"}[case]
+               "'flush' in dataset sink mode", "sink_size": r"'sink_size' must be a multiple of gradient_accumulation_steps 4 "
+               r"in dataset sink mode, but got -1, the dataset size 10", "state": "exact state saving and 'resume_from' work without dataset sink mode"}[case]
     with pytest.raises(ValueError, match=message):
         model.train(1, numpy_dataset(micro_batches(sizes)), dataset_sink_mode=True, **kwargs)
     assert int(opt.global_step.asnumpy()[0]) == 0
@@ -331,9 +341,13 @@ def test_sink_mode_takes_n_from_the_global_batch(fake_device):
 
 def test_sink_size_must_be_a_multiple_of_the_window(fake_device):
     cell, _, _ = make_cell("plain", steps=4)
-    with pytest.raises(ValueError, match=r"'sink_size' \(the dataset size 10 when -1\) must be a multiple of "
-                                         r"gradient_accumulation_steps 4 in dataset sink mode, but got 10"):
+    with pytest.raises(ValueError, match=r"'sink_size' must be a multiple of gradient_accumulation_steps 4 in "
+                                         r"dataset sink mode, but got -1, the dataset size 10\. Pass sink_size=k\*4"):
         ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 10)), dataset_sink_mode=True)
+    with pytest.raises(ValueError, match=r"'sink_size' must be a multiple of gradient_accumulation_steps 4 in "
+                                         r"dataset sink mode, but got 6\. Pass sink_size=k\*4"):
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 10)), dataset_sink_mode=True,
+                                        sink_size=6)
     assert not fake_device.events
 
 

@@ -14,6 +14,7 @@ from functools import partial
 
 from mindspore.train.callback import RunContext
 from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
+from mindspore.train import model as _ms_model
 from mindspore.train.model import Model
 
 from ..compat import (check_model_internals, check_network_mode, eval_during_train,
@@ -315,9 +316,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         sink = dataset_size if sink_size == -1 else sink_size
         self._check_window_fits(sink)
         if sink % n:
-            raise ValueError(f"For 'Model_ACCU.train', 'sink_size' (the dataset size {dataset_size} when -1) must "
-                             f"be a multiple of gradient_accumulation_steps {n} in dataset sink mode, but got "
-                             f"{sink}. Pass sink_size=k*{n}, or drop or pad batches.")
+            given = f"-1, the dataset size {dataset_size}" if sink_size == -1 else sink
+            raise ValueError(f"For 'Model_ACCU.train', 'sink_size' must be a multiple of gradient_accumulation_steps "
+                             f"{n} in dataset sink mode, but got {given}. Pass sink_size=k*{n}, or drop or pad "
+                             f"batches.")
         if self._partial_window != "flush":
             raise ValueError(f"For 'Model_ACCU.train', 'partial_window' must be 'flush' in dataset sink mode, which "
                              f"sinks whole windows only (sink_size a multiple of N), but got "
@@ -325,6 +327,12 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         if resume_from is not None or self._save_state_every:
             raise ValueError("For 'Model_ACCU.train', exact state saving and 'resume_from' work without dataset "
                              "sink mode; pass dataset_sink_mode=False, or resume at an epoch with 'initial_epoch'.")
+        if _ms_model.context.get_context("device_target") == "CPU":  # where MindSpore's Model decides it
+            cut = "" if sink == dataset_size else (f"; 'sink_size' {sink} is not applied: each epoch runs all "
+                                                   f"{dataset_size} micro-batches, where a device sinks {sink}")
+            warnings.warn(f"For 'Model_ACCU.train', dataset sink mode needs a GPU or Ascend device: on CPU MindSpore "
+                          f"trains without sink (its notice is logged at INFO level only){cut}. The checks a device "
+                          f"makes passed. Pass dataset_sink_mode=False on CPU.", UserWarning, stacklevel=3)
 
     def build(self, *args, **kwargs):
         """Not supported: it would compile a third 'train' graph and bind the dataset to it."""
