@@ -159,8 +159,9 @@ def _dataset(windows, tokens):
 
 
 def _records(cell):
-    grad_sq, trace, smooth_sq, smooth_trace = (float(v.asnumpy()) for v in cell.noise_records)
-    return grad_sq, trace, (smooth_trace / smooth_sq if smooth_sq > 0 else math.nan)
+    """The last window's two estimates and the cell's own B_simple (its ``b_simple``, from the smoothed pair)."""
+    grad_sq, trace = (float(v.asnumpy()) for v in cell.noise_records[:2])
+    return grad_sq, trace, cell.b_simple
 
 
 def run_cell(net, windows, tokens, loss_scaled=False, measure=True):
@@ -352,6 +353,13 @@ def test_ignoring_the_weights_is_detected():
 
 
 # ----------------------------------------------------------------- arguments
+
+
+def test_b_simple_is_none_without_the_noise_scale():
+    optimizer = nn.SGD(make_net().trainable_params(), learning_rate=0.0)
+    accumulator = ms_accum.Accumulator(optimizer, 2)
+    assert accumulator.noise_records is None and accumulator.b_simple is None
+    assert math.isnan(ms_accum.Accumulator(optimizer, 2, noise_scale=True).b_simple)  # before the first window
 
 
 def test_noise_scale_must_be_true_false_or_first():

@@ -51,7 +51,8 @@ class Accumulator(WindowEngine, nn.Cell):
         noise_scale (Union[bool, str]): Measure the gradient noise scale (``True``: every micro-batch;
             ``"first"``: the first of each window, cheaper and noisier): each window yields unbiased estimates
             of |G|^2 and tr(Sigma), in the units `num_items` counts (micro-batches when it is omitted), read through
-            ``noise_records`` (see ``docs/noise_scale.md``). Default: ``False``.
+            ``noise_records``, and the smoothed noise scale through ``b_simple`` (see ``docs/noise_scale.md``).
+            Default: ``False``.
         average (bool): ``True`` applies the window's mean gradient weighted by `num_items`; ``False`` the raw sum
             of its micro-batch gradients (the tutorial's behaviour). ``False`` excludes `noise_scale`.
             Default: ``True``.

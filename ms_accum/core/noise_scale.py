@@ -212,9 +212,19 @@ class NoiseMeasure:
 
     @property
     def noise_records(self):
-        """What telemetry reads after a window: (grad_sq, noise_trace, smoothed grad_sq, smoothed noise_trace), or
-        None when the cell does not measure the noise scale."""
+        """What telemetry reads after a window: (grad_sq, noise_trace, smoothed grad_sq, smoothed noise_trace), as
+        scalar Parameters (read each with ``.asnumpy()``), or None when the cell does not measure the noise scale."""
         return self._noise_records()[:4] if self.measure_noise else None
+
+    @property
+    def b_simple(self):
+        """float: the gradient noise scale B_simple = tr(Sigma) / |G|^2 from the smoothed estimates, in the units
+        `num_items` counts (micro-batches when it is omitted), as WindowTelemetry's ``noise_scale`` column; NaN
+        before the first estimate or while the smoothed |G|^2 is not positive; None when the cell does not measure
+        the noise scale. Reading it waits for the device."""
+        if not self.measure_noise:
+            return None
+        return noise_scale_of(float(self.noise_smooth_grad_sq.asnumpy()), float(self.noise_smooth_trace.asnumpy()))
 
 
 def noise_scale_of(smooth_grad_sq, smooth_noise_trace):
