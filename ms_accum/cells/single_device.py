@@ -128,8 +128,8 @@ class TrainOptim(WindowEngine, nn.Cell):
     micro-batch overflowed (an inf or nan in the buffers) is skipped whole: parameters and optimizer state stay
     untouched; the scale is updated once per window either way. The optimizer (and its global step, hence any
     learning-rate schedule) advances once per applied window. The window's items, the gradient's global norm
-    before clipping and whether it was clipped are kept in the ``last_items``, ``last_grad_norm`` and
-    ``last_clipped`` parameters; with `noise_scale`, the window's unbiased estimates of |G|^2 and tr(Sigma) and
+    before clipping and whether it was clipped are kept in the ``accu_last_items``, ``accu_last_grad_norm`` and
+    ``accu_last_clipped`` parameters; with `noise_scale`, the window's unbiased estimates of |G|^2 and tr(Sigma) and
     their smoothed values in ``noise_records`` (NaN for a window of one micro-batch). The buffers are not
     cleared: call :class:`TrainClear` next.
 
