@@ -60,8 +60,22 @@ def test_batchnorm_model_fails_and_names_the_parameters(optimizer):
     assert report.max_grad_relative > 1e-3, "micro-batch statistics change the gradient itself"
     names = {name for name, _ in report.failing}
     assert names and all(name.startswith(("fc.", "bn.", "head.")) for name in names)
-    last = str(report).splitlines()[-1]
-    assert last.startswith("FAIL: largest relative difference") and "decided by the applied gradient of" in last
+    verdict, cause = str(report).splitlines()[-2:]
+    assert verdict.startswith("FAIL: largest relative difference") and "decided by the applied gradient of" in verdict
+    assert report.batch_norm_layers == ["bn"]
+    assert cause.startswith("The network has 1 BatchNorm layer(s) (bn): in training mode each normalises a "
+                            "micro-batch with that micro-batch's own statistics"), cause
+
+
+def test_the_report_gives_the_micro_batches_and_names_batchnorm_only_where_it_is():
+    """A batch that N does not divide is split into unequal micro-batches, which the report shows; a failing
+    network without BatchNorm gets no BatchNorm note."""
+    report = ms_accum.check_equivalence(ConvPoolNet, LOSS, OPTIMIZERS["sgd"], image_batch(16), 3)
+    assert report.passed, str(report)
+    assert report.micro_batch_sizes == [6, 5, 5]
+    assert str(report).splitlines()[0] == "micro-batches of 6, 5, 5 samples against one batch of 16"
+    raw = ms_accum.check_equivalence(ConvPoolNet, LOSS, OPTIMIZERS["sgd"], image_batch(), 4, average=False)
+    assert not raw.passed and raw.batch_norm_layers == [] and "BatchNorm" not in str(raw)
 
 
 def test_the_tutorials_raw_sum_fails():
@@ -143,7 +157,8 @@ def test_command_passes_and_fails_with_exit_codes():
     adam = run_check("--network", "helpers:ConvPoolNet", "--input-shape", "3,32,32", "--num-classes", "10",
                      "--batch-size", "16", "--accumulation-steps", "4", "--optimizer", "adam")
     assert adam.returncode == 0 and "\nPASS:" in adam.stdout, adam.stdout + adam.stderr
-    assert "one window of 4 micro-batches vs one batch of 16" in ok.stdout and "\nPASS:" in ok.stdout
+    assert "one window of 4 micro-batches (momentum, lr 0.01, graph" in ok.stdout and "\nPASS:" in ok.stdout
+    assert "\nmicro-batches of 4, 4, 4, 4 samples against one batch of 16\n" in ok.stdout
     differs = run_check("--network", "helpers:BatchNormNet", "--input-shape", "1,6,6", "--num-classes", "4",
                         "--batch-size", "16", "--accumulation-steps", "4", "--optimizer", "sgd", "--lr", "0.5")
     assert differs.returncode == 1 and "\nFAIL:" in differs.stdout, differs.stdout + differs.stderr

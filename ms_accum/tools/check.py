@@ -79,8 +79,8 @@ def main(argv=None):
     except (ValueError, TypeError) as err:
         print(f"python -m ms_accum.check: error: {err}", file=sys.stderr)
         return 2
-    print(f"{args.network}: one window of {args.accumulation_steps} micro-batches vs one batch of "
-          f"{args.batch_size} ({args.optimizer}, lr {args.lr}, {args.mode}, {args.cell})")
+    print(f"{args.network}: one window of {args.accumulation_steps} micro-batches ({args.optimizer}, lr {args.lr}, "
+          f"{args.mode}, {args.cell})")
     print(report)
     return 0 if report.passed else 1
 

@@ -16,6 +16,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn
 
+from ..compat import BatchNormBase
 from ..core.checks import check_bool, check_cell, check_finite_positive, check_positive_int
 from ..core.schedule import steps_argument
 from ..cells.parallel import TrainAccuStepsCell
@@ -47,6 +48,9 @@ class EquivalenceReport:
         rtol (float): The relative tolerance the verdict uses.
         rows (list): One record per trainable parameter (name, relative differences of the applied gradient and
             of the updated parameter, noise-level elements). Default: empty.
+        micro_batch_sizes (list[int]): The window's micro-batches, in samples. Default: empty.
+        batch_norm_layers (list[str]): The network's BatchNorm layers, which a failing verdict names as the likely
+            cause. Default: empty.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -64,6 +68,8 @@ class EquivalenceReport:
 
     rtol: float
     rows: list = field(default_factory=list)  # ParameterCheck, one per trainable parameter
+    micro_batch_sizes: list = field(default_factory=list)
+    batch_norm_layers: list = field(default_factory=list)
 
     @property
     def max_grad_relative(self):
@@ -93,7 +99,9 @@ class EquivalenceReport:
 
     def __str__(self):
         width = max([len(row.name) for row in self.rows] + [9])
-        lines = [f"{'parameter':<{width}}  {'gradient':>10}  {'parameter':>10}  elements left out of",
+        lines = [f"micro-batches of {', '.join(map(str, self.micro_batch_sizes))} samples against one batch of "
+                 f"{sum(self.micro_batch_sizes)}"] if self.micro_batch_sizes else []
+        lines += [f"{'parameter':<{width}}  {'gradient':>10}  {'parameter':>10}  elements left out of",
                  f"{'':<{width}}  {'rel. diff':>10}  {'rel. diff':>10}  the parameter's figure"]
         lines += [f"{row.name:<{width}}  {row.grad_relative:>10.3e}  "
                   f"{'-' if row.noise_elements == row.elements else format(row.param_relative, '.3e'):>10}  "
@@ -110,6 +118,12 @@ class EquivalenceReport:
             lines.append(f"FAIL: largest relative difference {self.max_relative:.3e} > rtol {self.rtol:g}; decided "
                          f"by the {'applied gradient' if self.max_grad_relative > self.rtol else 'updated parameters'}"
                          f" of {named}{' ...' if len(worst) > 5 else ''}")
+            if self.batch_norm_layers:
+                layers = ", ".join(self.batch_norm_layers[:5]) + (" ..." if len(self.batch_norm_layers) > 5 else "")
+                lines.append(f"The network has {len(self.batch_norm_layers)} BatchNorm layer(s) ({layers}): in "
+                             f"training mode each normalises a micro-batch with that micro-batch's own statistics, "
+                             f"so no accumulation can equal the large batch there (docs/models.md). Check a copy "
+                             f"without BatchNorm, or with use_batch_statistics=False, to test the accumulation.")
         return "\n".join(lines)
 
 
@@ -245,7 +259,9 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
     reference_opt(tuple(Tensor(g.astype(np.float32)) for g in reference_grads))
     applied, accumulated = _accumulate(copy, micro, cell, average)
     after = {p.name: p.asnumpy().astype(np.float64) for p in accumulated}
-    report = EquivalenceReport(rtol)
+    report = EquivalenceReport(rtol, micro_batch_sizes=[len(batch[0]) for batch in micro],
+                               batch_norm_layers=[name for name, layer in reference.cells_and_names()
+                                                  if isinstance(layer, BatchNormBase)])
     # below NOISE times the model's largest gradient element, a gradient element is float32 rounding noise (the
     # bias of a layer that BatchNorm follows, say: its exact gradient is 0)
     model_floor = NOISE * max((float(np.abs(g).max()) for g in reference_grads if g.size), default=0.0)
