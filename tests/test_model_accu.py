@@ -125,9 +125,11 @@ def test_sink_mode_requests_on_cpu_are_refused_as_on_a_device(case, tmp_path):
                                         if case == "state" else {}))
     kwargs = {"partial_window": "drop"} if case == "partial_window" else {}
     sizes = (4,) * (10 if case == "sink_size" else 8)
-    message = {"schedule": "must be one int in dataset sink mode", "partial_window": "'partial_window' must be "
-               "'flush' in dataset sink mode", "sink_size": r"'sink_size' must be a multiple of gradient_accumulation_steps 4 "
-               r"in dataset sink mode, but got -1, the dataset size 10", "state": "exact state saving and 'resume_from' work without dataset sink mode"}[case]
+    message = {"schedule": "must be one int in dataset sink mode",
+               "partial_window": "'partial_window' must be 'flush' in dataset sink mode",
+               "sink_size": r"'sink_size' must be a multiple of gradient_accumulation_steps 4 in dataset sink mode, "
+                            r"but got -1, the dataset size 10",
+               "state": "exact state saving and 'resume_from' work without dataset sink mode"}[case]
     with pytest.raises(ValueError, match=message):
         model.train(1, numpy_dataset(micro_batches(sizes)), dataset_sink_mode=True, **kwargs)
     assert int(opt.global_step.asnumpy()[0]) == 0
