@@ -289,7 +289,8 @@ class GradientAccumulation:
         owner = "GradientAccumulation.train_process"
         epoch = check_positive_int(owner, "epoch", epoch)
         steps_per_epoch = check_dataset(owner, train_dataset)
-        check_dataset_columns(owner, train_dataset, self.loss_network, hint="" if self.loss_network is not self.network else (
+        loss_fn_none = self.loss_network is self.network
+        check_dataset_columns(owner, train_dataset, self.loss_network, hint="" if not loss_fn_none else (
             " With loss_fn=None, 'network' is the loss network: its construct takes every column (the data, the "
             "labels and any mask or weights) and returns the loss, or (loss, num_items) (docs/weighting.md)."))
         steps, steps_name = steps_or_global_batch(owner, gradient_accumulation_steps, dict(

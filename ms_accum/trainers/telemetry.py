@@ -186,9 +186,7 @@ class WindowTelemetry(Callback):
             self._writer.writerow(list(asdict(record).values()) + [self.skipped, round(elapsed, 3)])
             self._file.flush()
         if self.print_every and record.update % self.print_every == 0:
-            total = cb_params.get("total_updates")
-            if total is None and cb_params.get("total_micro_batches") is None:  # a trainer that gives neither
-                total = int(cb_params.epoch_num) * int(cb_params.batch_num)
+            total = _updates_in_all(cb_params)
             clipped = " (clipped)" if record.clipped else ""
             this_one = " (this one)" if record.overflow else ""
             noise = "" if math.isnan(record.noise_scale) else f" | noise scale {record.noise_scale:.4g} items"
@@ -211,15 +209,23 @@ class WindowTelemetry(Callback):
         return f"{(self._items - warm_items) / max(since, 1e-9):.0f} items/s, {left:.0f} s left"
 
 
+def _updates_in_all(cb_params):
+    """The run's updates: the trainer's total; None when an adaptive N decides them as it goes (the trainer's loop
+    then gives micro-batches); epochs x updates per epoch from a trainer that gives neither. (MindSpore's callback
+    parameters raise KeyError, not AttributeError, for a name never set: hence ``get``.)"""
+    total = cb_params.get("total_updates")
+    if total is None and cb_params.get("total_micro_batches") is None:
+        total = int(cb_params.epoch_num) * int(cb_params.batch_num)
+    return total
+
+
 def _progress(cb_params, update):
     """(done, in all) of the run: in micro-batches where the trainer's loop gives them, whose time is the same
-    whatever N (a window's time grows with N under a schedule or an adaptive N); else in updates, the trainer's
-    total or epochs x updates per epoch. (MindSpore's callback parameters raise KeyError, not AttributeError, for a
-    name never set: hence ``get``.)"""
+    whatever N (a window's time grows with N under a schedule or an adaptive N); else in updates."""
     total = cb_params.get("total_micro_batches")
     if total is not None:
         return cb_params.get("micro_batches_done"), total
-    return update, cb_params.get("total_updates") or int(cb_params.epoch_num) * int(cb_params.batch_num)
+    return update, _updates_in_all(cb_params)
 
     def on_train_end(self, run_context):
         if self._file:
