@@ -121,6 +121,32 @@ def test_a_requested_stop_writes_the_state_so_that_a_resume_loses_nothing(update
         np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=name)
 
 
+def test_a_resume_under_another_partial_window_is_refused_where_epochs_end_in_one(tmp_path):
+    """Epochs of 10 micro-batches: with N = 4 the saved run flushed each epoch's last 2, which a resume under "drop"
+    would discard from then on; with N = 5 there is no partial window, and any policy resumes alike."""
+    state = str(tmp_path / "state.ckpt")
+    trainer, _ = make_trainer(seed=1)
+    trainer.train_process(EPOCHS, data(), N, callbacks=[StopAt(3)], ckpt_path=None, log_every=0, state_path=state,
+                          save_state_every=100)
+    for policy in ("drop", "carry"):
+        with pytest.raises(ms_accum.CheckpointError,
+                           match=rf"'resume_from' '.*state.ckpt' continues a run whose epochs' partial windows this "
+                                 rf"run would treat otherwise: 'partial_window' must be the saved run's 'flush', but "
+                                 rf"got '{policy}'. Pass partial_window='flush', or start a new run from an epoch "
+                                 rf"checkpoint."):
+            make_trainer(seed=1)[0].train_process(EPOCHS, data(), N, ckpt_path=None, log_every=0,
+                                                  resume_from=state, partial_window=policy)
+    whole = str(tmp_path / "whole.ckpt")
+    make_trainer(seed=1)[0].train_process(EPOCHS, data(), 5, callbacks=[StopAt(3)], ckpt_path=None, log_every=0,
+                                          state_path=whole, save_state_every=100)
+    reference, reference_net = make_trainer(seed=1)
+    reference.train_process(EPOCHS, data(), 5, ckpt_path=None, log_every=0)
+    resumed, net = make_trainer(seed=7)
+    resumed.train_process(EPOCHS, data(), 5, ckpt_path=None, log_every=0, resume_from=whole, partial_window="drop")
+    for name, want in params_of(reference_net).items():
+        np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=name)
+
+
 def test_resume_refuses_a_network_only_checkpoint(tmp_path):
     trainer, _ = make_trainer(seed=1)
     path = str(tmp_path / "final.ckpt")

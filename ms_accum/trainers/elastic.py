@@ -145,6 +145,19 @@ def check_same_global_batch(saved, mine, path):
             f"checkpoint.")
 
 
+def check_same_partial_window(saved, mine, where, then=", or start a new run from an epoch checkpoint"):
+    """Refuse a resume under another `partial_window` than the saved run's (`where`: the message's opening, naming
+    the file; `then`: its close), which would cut the rest of the run into other windows than the saved run planned
+    (a partial window flushed in its first epochs, dropped or carried after). On the same device count, an epoch of
+    whole windows only (a fixed N that divides it) has no partial window to treat otherwise: accepted."""
+    if saved.partial_window == mine.partial_window:
+        return
+    if saved.world == mine.world and mine.steps and mine.steps_per_epoch % mine.steps == 0:
+        return
+    raise CheckpointError(f"{where}: 'partial_window' must be the saved run's {saved.partial_window!r}, but got "
+                          f"{mine.partial_window!r}. Pass partial_window={saved.partial_window!r}{then}.")
+
+
 def elastic_position(saved, mine, position, updates, open_window, path):
     """
     Where a state written on `saved.world` devices resumes on `mine.world`: (micro-batches done on each of this
@@ -165,11 +178,8 @@ def elastic_position(saved, mine, position, updates, open_window, path):
         raise CheckpointError(f"{where}: a window holds the same samples on both only when both runs share their "
                               f"data out with MindSpore's distributed sampler, but the {which} run's dataset is not "
                               f"sharded over its devices. To continue exactly, {SHARDING_HINT}.")
-    if saved.partial_window != mine.partial_window:
-        raise CheckpointError(f"{where}: 'partial_window' must be the saved run's {saved.partial_window!r}, but got "
-                              f"{mine.partial_window!r}. Pass partial_window={saved.partial_window!r}; if the "
-                              f"epochs' partial windows then differ, resume on {count(saved.world, 'device')} or "
-                              f"from an epoch checkpoint.")
+    check_same_partial_window(saved, mine, where, f"; if the epochs' partial windows then differ, resume on "
+                                                 f"{count(saved.world, 'device')} or from an epoch checkpoint")
     if saved.full_windows != mine.full_windows:
         raise CheckpointError(f"{where}: an epoch must hold the same windows of {saved.global_batch_size} samples, "
                               f"but it holds {saved.full_windows} there and {mine.full_windows} here (micro-batches "

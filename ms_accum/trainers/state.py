@@ -16,7 +16,8 @@ from mindspore import nn
 from ..core.checks import check_ckpt_path
 from ..core.engine import WindowEngine
 from .checkpoint import CheckpointError, load_into, read_checkpoint, save_checkpoint_atomic
-from .elastic import check_same_global_batch, count, elastic_position, resume_notice, saved_layout
+from .elastic import (check_same_global_batch, check_same_partial_window, count, elastic_position, resume_notice,
+                      saved_layout)
 
 MICRO_STEPS_DONE = "ms_accum_micro_steps_done"
 UPDATES_DONE = "ms_accum_updates_done"
@@ -283,6 +284,8 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
         print(resume_notice(saved, layout, position, rerun), flush=True)
     elif saved is not None:
         check_same_global_batch(saved, layout, path)
+        check_same_partial_window(saved, layout, f"'resume_from' {path!r} continues a run whose epochs' partial "
+                                                 f"windows this run would treat otherwise")
     if not 0 <= position < total_micro_steps:
         raise CheckpointError(f"'resume_from' {path!r} was written after {position} micro-batches, but this run "
                               f"has only {total_micro_steps}: raise 'epoch' to continue it.")
