@@ -7,7 +7,8 @@ OVERFLOW_WINDOW OVERFLOW_STEP]. CELL 'model_accu' is 'plain' trained by Model_AC
 micro-batches; 'tokens' trains the token tagger with a (loss, num_items) loss on micro-batches
 holding different numbers of real tokens on each rank, with the cell choosing its mode itself; 'clip' is 'plain'
 with clip_norm=CLIP_NORM; 'noise' is 'plain' measuring the noise scale, its outputs each window's (grad_sq,
-noise_trace).
+noise_trace). 'mean_false' sets gradients_mean=False and trains 'plain', then an Accumulator in a jit step on a
+second copy of the network (saved as 'accumulator:<name>').
 """
 import os
 import sys
@@ -70,14 +71,14 @@ def main():
         ms.set_context(save_graphs=1, save_graphs_path=os.path.join(out, f"graphs_{os.environ.get('RANK_ID', 'x')}"))
     init()
     rank, world = get_rank(), get_group_size()
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True,
-                                 device_num=world)
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
+                                 gradients_mean=cell_kind != "mean_false", device_num=world)
     if cell_kind == "tokens":
         net, loss_net, opt = build_tagger("momentum")
     else:
         net, loss, opt = build("momentum")
         loss_net = nn.WithLossCell(net, loss)
-    if cell_kind in ("plain", "tokens", "clip", "model_accu", "noise"):
+    if cell_kind in ("plain", "tokens", "clip", "model_accu", "noise", "mean_false"):
         cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=steps,
                                            clip_norm=CLIP_NORM if cell_kind == "clip" else None,
                                            noise_scale=cell_kind == "noise")
@@ -95,6 +96,9 @@ def main():
     else:
         outputs = train_windows(cell, rank_batches(rank, world, windows, steps), windows, steps, overflow, rank)
     arrays = {f"param:{p.name}": p.asnumpy() for p in net.get_parameters()}
+    if cell_kind == "mean_false":
+        arrays.update({f"accumulator:{name}": value for name, value in
+                       train_accumulator(rank_batches(rank, world, windows, steps), windows, steps).items()})
     arrays.update({f"opt:{p.name}": p.asnumpy() for p in opt.get_parameters()})
     arrays["outputs"] = np.array(outputs, np.float64)
     arrays["global_step"] = opt.global_step.asnumpy()
@@ -102,6 +106,23 @@ def main():
     np.savez(os.path.join(out, f"rank_{rank}.npz"), **arrays)
     print(f"rank {rank}/{world} done", flush=True)
     release()
+
+
+def train_accumulator(batches, windows, steps):
+    """A fresh copy of the network trained by an Accumulator in a jit step on the rank's micro-batches; its
+    parameters."""
+    net, loss, opt = build("momentum")
+    accumulator = ms_accum.Accumulator(opt, steps)
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+
+    @ms.jit
+    def train_step(x, y):
+        loss_value, grads = grad_fn(x, y)
+        return loss_value, accumulator(grads, x.shape[0])
+
+    for x, y in batches[:windows * steps]:
+        train_step(Tensor(x), Tensor(y))
+    return {p.name: p.asnumpy() for p in net.get_parameters()}
 
 
 def train_noise(cell, batches, windows, steps):

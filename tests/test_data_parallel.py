@@ -16,8 +16,8 @@ from mindspore import Tensor, nn
 import ms_accum
 from conftest import ZOO
 from dp_worker import CLIP_NORM, rank_token_batches, union_windows
-from helpers import (ACCURACY, SAMPLE, build, functional_reference, msrun_argv, msrun_env, params_of,
-                     reference_train, run_script, token_reference, train_py_worker)
+from helpers import (ACCURACY, SAMPLE, assert_params_close, build, functional_reference, msrun_argv, msrun_env,
+                     params_of, reference_train, run_script, token_reference, train_py_worker)
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
@@ -149,6 +149,17 @@ def test_noise_scale_counts_every_micro_batch_of_both_ranks(tmp_path):
     for r, arrays in enumerate(ranks):
         assert np.isfinite(arrays["outputs"]).all(), f"rank {r} has no estimate: {arrays['outputs']}"
         np.testing.assert_allclose(arrays["outputs"], expected, rtol=1e-4, err_msg=f"rank {r}: (grad_sq, trace)")
+
+
+def test_the_window_is_the_large_batchs_mean_whatever_gradients_mean_says(tmp_path):
+    """With gradients_mean=False MindSpore's reducer sums the devices' gradients: the window is still the mean over
+    both ranks' samples (it was 2 times that), for TrainAccuStepsCell and for an Accumulator in a jit step."""
+    ranks = run_workers(tmp_path, "graph", "mean_false", 2, 2)
+    expected = reference_train("momentum", union_windows(2, 2))
+    for rank, arrays in enumerate(ranks):
+        for prefix in ("param:", "accumulator:"):
+            got = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+            assert_params_close(got, expected, rtol=1e-5, context=f"rank {rank}, {prefix[:-1]}")
 
 
 def test_the_reduced_window_gradient_is_clipped_once(tmp_path):

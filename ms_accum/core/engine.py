@@ -116,7 +116,11 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                 ParallelMode.STAND_ALONE, False, 1, Identity()
         self._device_policy = None  # an AdaptiveAccumulation's constants, once _init_steps is given one
         self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
-        self.device_degree = float(self.degree) if self.reducer_flag else 1.0
+        # With `average`, the window's mean over every device's items whatever MindSpore's gradients_mean says: the
+        # buffers are divided by the items over all devices, times the device count the reducer divides by again
+        # (gradients_mean=True; with False it sums). The raw sum (average=False) is reduced as gradients_mean says.
+        reducer_mean = self.reducer_flag and getattr(self.grad_reducer, "mean", True)
+        self.device_degree = float(self.degree) if reducer_mean else 1.0
         self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
 
     # ------------------------------------------------------------------ choosing N
