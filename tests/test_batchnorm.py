@@ -1,4 +1,6 @@
 """BatchNorm moving statistics under accumulation, with and without adjust_batchnorm_momentum."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -90,3 +92,63 @@ def test_an_unknown_training_primitive_is_refused_unchanged():
                                         r"trains with LayerNorm, which ms_accum cannot rebuild"):
         ms_accum.adjust_batchnorm_momentum(net, 4)
     assert 1.0 - net.bn.momentum == pytest.approx(0.9)
+
+
+class DropoutLoss(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(3, 1)
+        self.drop = nn.Dropout(p=0.5)
+
+    def construct(self, x):
+        return ops.mean(self.drop(self.fc(x)))
+
+
+class PlainLoss(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Dense(3, 1)
+
+    def construct(self, x):
+        return ops.mean(self.fc(x))
+
+
+def first_calls(cell_of, net, calls=2):
+    """The warnings of `calls` calls of the cell `cell_of` builds over `net` (an SGD on its parameters)."""
+    opt = nn.SGD(net.trainable_params(), 0.1)
+    cell = cell_of(net, opt)
+    x = Tensor(np.ones((4, 3), np.float32))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(calls):
+            cell(x)
+    return [str(w.message) for w in caught if "training mode" in str(w.message)]
+
+
+CELLS = {"TrainForwardBackward": lambda net, opt: ms_accum.TrainForwardBackward(
+    net, opt, opt.parameters.clone(prefix="grad_sum", init="zeros")),
+         "TrainAccuStepsCell": lambda net, opt: ms_accum.TrainAccuStepsCell(net, opt, gradient_accumulation_steps=2)}
+
+
+@pytest.mark.parametrize("owner", sorted(CELLS))
+def test_a_network_left_in_inference_mode_is_warned_of_once(owner):
+    """MindSpore builds every Cell in inference mode, and a training cell called from a loop does not switch it: a
+    BatchNorm network would normalise with its moving statistics, dropout would drop nothing."""
+    shown = first_calls(CELLS[owner], BNLoss())
+    assert shown == [f"For '{owner}', the network must be in training mode to train, but its layer 'bn' "
+                     f"(BatchNorm1d) is in inference mode (MindSpore builds every Cell so): BatchNorm normalises "
+                     f"with its moving statistics and leaves them as they are, dropout drops nothing. Call "
+                     f"set_train(True) on the cell (or the network) before training, as mindspore.train.Model "
+                     f"does."]
+    assert len(first_calls(CELLS[owner], DropoutLoss())) == 1
+
+
+@pytest.mark.parametrize("owner", sorted(CELLS))
+def test_a_network_in_training_mode_or_without_such_layers_is_not_warned_of(owner):
+    trained = BNLoss()
+    trained.set_train(True)
+    frozen = BNLoss()  # BatchNorm frozen on purpose: the network trains, its BatchNorm does not
+    frozen.set_train(True)
+    frozen.bn.set_train(False)
+    for net in (trained, frozen, PlainLoss()):
+        assert first_calls(CELLS[owner], net) == []

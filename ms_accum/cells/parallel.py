@@ -12,7 +12,8 @@ every ``accumulation_steps``-th call), the cell selects the phases right before 
 from mindspore import nn
 
 from ..core import window
-from ..core.checks import check_bool, check_cell, check_clip_norm, check_optimizer, check_optimizer_trains, check_sens
+from ..core.checks import (check_bool, check_cell, check_clip_norm, check_optimizer, check_optimizer_trains,
+                           check_sens, warn_eval_mode)
 from ..core.engine import WINDOW_PREFIX, WindowEngine
 from ..core.noise_scale import noise_state
 from ..core.schedule import steps_argument
@@ -33,6 +34,8 @@ class AccumulationModes:
     Mixin for the parallel cells: which calls accumulate and which update, and the compiled graph that goes with
     each. Expects `accumulation_steps`, `accu_micro_steps`, `owner_name` and `network` (a LossAndItems).
     """
+
+    _mode_checked = False  # whether a call has looked at the network's training mode (warn_eval_mode)
 
     def _init_modes(self):
         self._mode = None            # None: automatic; True/False: chosen by the user or Model_ACCU
@@ -117,6 +120,9 @@ class AccumulationModes:
         return super().__call__()
 
     def __call__(self, *args, **kwargs):
+        if not self._mode_checked:
+            self._mode_checked = True
+            warn_eval_mode(self.owner_name, self.network.network)  # the user's network in LossAndItems
         accumulate = self._decide()
         try:
             self._select(True)
@@ -149,7 +155,9 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
     Which calls update: by default every N-th call (a plain loop ``for x, y in data: cell(x,
     y)`` is right); or the mode set with ``cell.accumulation = flag`` or :meth:`set_accumulation` (``None``
     returns to the default). In GRAPH_MODE each mode has its own compiled graph, selected before every call.
-    :class:`Model_ACCU` sets the mode itself.
+    :class:`Model_ACCU` sets the mode itself, and puts the network in training mode; called from a loop of your own,
+    call ``set_train(True)`` first, as for :class:`mindspore.nn.TrainOneStepCell` (the first call warns if every
+    BatchNorm and dropout layer of the network is in inference mode, as MindSpore builds them).
 
     What a micro-batch weighs is decided as in :class:`TrainForwardBackward`: its samples (the inputs' common
     leading dimension), or ``num_items`` when the loss network returns ``(loss, num_items)``.

@@ -11,7 +11,7 @@ from mindspore import nn, ops
 from ..core import window
 from ..core.compiled import through_a_branch
 from ..core.checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
-                           check_optimizer_trains, check_sens)
+                           check_optimizer_trains, check_sens, warn_eval_mode)
 from ..core.engine import WindowEngine
 from ..core.loss_scale import scale_kind, shared_scale
 from ..core.noise_scale import EVERY, FIRST, check_noise_scale
@@ -31,6 +31,10 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
     inputs shaped (T, B, F) beside labels (B,) raise an error at the first call); if it returns
     ``(loss, num_items)``, with ``loss`` the mean over ``num_items`` items (tokens, say), its ``num_items``. The
     window then applies the gradient of the mean loss over all of its samples or items.
+
+    As with :class:`mindspore.nn.TrainOneStepCell`, put the network in training mode before the first call
+    (``set_train(True)``): MindSpore builds every Cell in inference mode, where BatchNorm uses its moving statistics
+    and dropout drops nothing. The first call warns if every such layer of the network is in inference mode.
 
     Args:
         network (Cell): The loss network, returning a scalar loss or ``(loss, num_items)``.
@@ -85,6 +89,8 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
         ...                                                  grad_sum)
     """
 
+    _mode_checked = False  # whether a call has looked at the network's training mode (warn_eval_mode)
+
     def __init__(self, network, optimizer, grad_sum, sens=1.0, average=True, scale_sense=None, noise_scale=False):
         owner = "TrainForwardBackward"
         check_cell(owner, "network", network)
@@ -103,6 +109,9 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
         return True
 
     def __call__(self, *args, **kwargs):
+        if not self._mode_checked:
+            self._mode_checked = True
+            warn_eval_mode("TrainForwardBackward", self.network.network)  # the user's network in LossAndItems
         try:
             return super().__call__(*args, **kwargs)
         except BaseException:

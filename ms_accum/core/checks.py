@@ -11,6 +11,8 @@ from mindspore import Parameter, ParameterTuple, Tensor
 from mindspore.dataset import Dataset
 from mindspore.nn import Cell, CellList
 
+from ..compat import BatchNormBase
+
 GRAD_SUM_RECIPE = "optimizer.parameters.clone(prefix='grad_sum', init='zeros')"
 
 
@@ -236,3 +238,29 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, a
                           f"list for a longer run, trained over several calls, is right as it is.)", UserWarning,
                           stacklevel=3)
             return
+
+
+def _mode_dependent(cell):
+    """Whether `cell` computes otherwise in training mode: a BatchNorm layer (batch statistics, moving statistics
+    updated) or a dropout (MindSpore's Dropout layers, MindCV's DropPath)."""
+    name = type(cell).__name__
+    return isinstance(cell, BatchNormBase) or "Dropout" in name or "DropPath" in name
+
+
+def warn_eval_mode(owner, network):
+    """Warn if every layer of `network` that computes otherwise in training mode (BatchNorm, dropout) is in
+    inference mode, as MindSpore builds every Cell: the training cells called from a user's loop, like
+    :class:`mindspore.nn.TrainOneStepCell`, do not switch it (``Model.train`` and the driver do). A network in
+    training mode itself (its BatchNorm frozen on purpose), one whose such layers are partly in training mode, or
+    one with no such layer is left alone. Returns whether it warned."""
+    layers = [(name, cell) for name, cell in network.cells_and_names() if _mode_dependent(cell)]
+    if not layers or network.training or any(cell.training for _, cell in layers):
+        return False
+    shown = ", ".join(f"'{name}' ({type(cell).__name__})" for name, cell in layers[:3])
+    more = f" and {len(layers) - 3} more" if len(layers) > 3 else ""
+    layer = "layers" if len(layers) > 1 else "layer"
+    warnings.warn(f"For '{owner}', the network must be in training mode to train, but its {layer} {shown}{more} "
+                  f"{'are' if len(layers) > 1 else 'is'} in inference mode (MindSpore builds every Cell so): BatchNorm normalises with its moving "
+                  f"statistics and leaves them as they are, dropout drops nothing. Call set_train(True) on the cell "
+                  f"(or the network) before training, as mindspore.train.Model does.", UserWarning, stacklevel=3)
+    return True
