@@ -258,9 +258,9 @@ def warn_eval_mode(owner, network):
         return False
     shown = ", ".join(f"'{name}' ({type(cell).__name__})" for name, cell in layers[:3])
     more = f" and {len(layers) - 3} more" if len(layers) > 3 else ""
-    layer = "layers" if len(layers) > 1 else "layer"
+    layer, verb = ("layers", "are") if len(layers) > 1 else ("layer", "is")
     warnings.warn(f"For '{owner}', the network must be in training mode to train, but its {layer} {shown}{more} "
-                  f"{'are' if len(layers) > 1 else 'is'} in inference mode (MindSpore builds every Cell so): BatchNorm normalises with its moving "
+                  f"{verb} in inference mode (MindSpore builds every Cell so): BatchNorm normalises with its moving "
                   f"statistics and leaves them as they are, dropout drops nothing. Call set_train(True) on the cell "
                   f"(or the network) before training, as mindspore.train.Model does.", UserWarning, stacklevel=3)
     return True
