@@ -281,6 +281,31 @@ def test_a_users_own_loop_resumes_mid_window_with_save_training_state(path, tmp_
         np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=f"{path}: {name}")
 
 
+def test_a_users_own_loop_is_told_of_its_own_arguments(tmp_path):
+    """save_training_state checks the position it records; load_training_state's errors name its 'state_path' and
+    'total_micro_steps', not the trainers' 'resume_from' and 'epoch'."""
+    _, _, cell, _ = own_loop("cells", seed=0)
+    path = str(tmp_path / "state.ckpt")
+    with pytest.raises(TypeError, match=r"For 'save_training_state', 'micro_steps_done' must be an int >= 0, but got "
+                                        r"'3' of type str."):
+        ms_accum.save_training_state(cell, path, "3", 1)
+    for kwargs, message in ((dict(micro_steps_done=-1, updates_done=0), "'micro_steps_done' must be an int >= 0, "
+                                                                         "but got -1."),
+                            (dict(micro_steps_done=4, updates_done=1, rank=2, world=2),
+                             r"'rank' must be < 'world' \(2\), but got 2."),
+                            (dict(micro_steps_done=4, updates_done=1, world=0), "'world' must be an int >= 1")):
+        with pytest.raises(ValueError, match=rf"For 'save_training_state', {message}"):
+            ms_accum.save_training_state(cell, path, **kwargs)
+    assert not os.path.exists(path), "a refused state was written"
+    with pytest.raises(ms_accum.CheckpointError, match=r"'state_path' must be an existing checkpoint file"):
+        ms_accum.load_training_state(cell, path, total_micro_steps=9)
+    ms_accum.save_training_state(cell, path, micro_steps_done=9, updates_done=3)
+    with pytest.raises(ms_accum.CheckpointError, match=r"'state_path' '.*state.ckpt' was written after 9 "
+                                                       r"micro-batches, but this run ends after 9, so nothing is left "
+                                                       r"to train: pass a larger 'total_micro_steps' to continue it."):
+        ms_accum.load_training_state(cell, path, total_micro_steps=9)
+
+
 def _batchnorm_accumulator_loop(seed):
     """A user's jit step around an Accumulator, on a network with BatchNorm (moving statistics the optimizer does
     not train): (the network, the accumulator, the step)."""

@@ -19,11 +19,17 @@ GRAD_SUM_RECIPE = "optimizer.parameters.clone(prefix='grad_sum', init='zeros')"
 def check_positive_int(owner, arg_name, value):
     """Return `value` as an int if it is an integral number >= 1 (numpy integers too; bools and floats are
     refused), else raise TypeError or ValueError."""
+    return check_int_at_least(owner, arg_name, value, 1)
+
+
+def check_int_at_least(owner, arg_name, value, least):
+    """Return `value` as an int if it is an integral number >= `least` (numpy integers too; bools and floats are
+    refused), else raise TypeError or ValueError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"For '{owner}', '{arg_name}' must be an int >= 1, but got {value!r} "
+        raise TypeError(f"For '{owner}', '{arg_name}' must be an int >= {least}, but got {value!r} "
                         f"of type {type(value).__name__}.")
-    if value < 1:
-        raise ValueError(f"For '{owner}', '{arg_name}' must be an int >= 1, but got {value}.")
+    if value < least:
+        raise ValueError(f"For '{owner}', '{arg_name}' must be an int >= {least}, but got {value}.")
     return int(value)
 
 

@@ -23,7 +23,7 @@ from .elastic import RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
 from ..core.engine import check_nonfinite
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
-from .state import StateWriter, dataset_starting_at, load_training_state
+from .state import StateWriter, dataset_starting_at, resume_training_state
 from .telemetry import window_record
 
 class TrainState(nn.Cell):
@@ -329,9 +329,9 @@ class GradientAccumulation:
                      max_nonfinite_windows, layout, None if policy is not None else before)
         self.window_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
         if resume_from is not None:
-            plan.start_micro, plan.start_updates = load_training_state(self.exact_state, resume_from,
-                                                                       epoch * steps_per_epoch, layout=layout,
-                                                                       drop_window=self.clear)
+            plan.start_micro, plan.start_updates = resume_training_state(self.exact_state, resume_from,
+                                                                         epoch * steps_per_epoch, layout=layout,
+                                                                         drop_window=self.clear)
         check_loss_monitor(owner, callbacks, plan.updates_before, plan.start_micro // steps_per_epoch + 1)
         self.forward_backward.set_train(True)
         run = _Run(self, plan)

@@ -122,14 +122,14 @@ def dataset_shards(dataset):
     return None
 
 
-def check_same_global_batch(saved, mine, path):
+def check_same_global_batch(saved, mine, path, arg_name="resume_from"):
     """Refuse a resume that would change the global batch: from a fixed N to a schedule or a policy or back, or
-    from one fixed G to another."""
+    from one fixed G to another (`arg_name`: the argument that named the file `path`)."""
     if bool(saved.steps) != bool(mine.steps):
         was = "was fixed" if saved.steps else "changed between windows (a schedule or a policy)"
         now = "changes between windows" if saved.steps else "is fixed"
         keep = f"{GLOBAL_BATCH_NAME}={saved.global_batch_size}" if saved.steps else "schedule or policy"
-        raise CheckpointError(f"'resume_from' {path!r} continues a run whose N {was}, but this run's N {now}: "
+        raise CheckpointError(f"'{arg_name}' {path!r} continues a run whose N {was}, but this run's N {now}: "
                               f"resuming would change the learning dynamics. Resume with the saved run's {keep}, or "
                               f"start a new run from an epoch checkpoint.")
     if saved.steps and mine.steps and saved.global_batch_size != mine.global_batch_size:
@@ -139,7 +139,7 @@ def check_same_global_batch(saved, mine, path):
             if steps and steps * per_step == saved.global_batch_size else \
             f"{GLOBAL_BATCH_NAME}={saved.global_batch_size} with a micro-batch that divides it"
         raise CheckpointError(
-            f"'resume_from' {path!r} continues a run whose '{GLOBAL_BATCH_NAME}' was {saved.describe()}, but this "
+            f"'{arg_name}' {path!r} continues a run whose '{GLOBAL_BATCH_NAME}' was {saved.describe()}, but this "
             f"run's is {mine.describe()}: resuming would change the learning dynamics. Pass {keep_n}, so that "
             f"N x devices x micro-batch stays {saved.global_batch_size}, or start a new run from an epoch "
             f"checkpoint.")
@@ -158,7 +158,7 @@ def check_same_partial_window(saved, mine, where, then=", or start a new run fro
                           f"{mine.partial_window!r}. Pass partial_window={saved.partial_window!r}{then}.")
 
 
-def elastic_position(saved, mine, position, updates, open_window, path):
+def elastic_position(saved, mine, position, updates, open_window, path, arg_name="resume_from"):
     """
     Where a state written on `saved.world` devices resumes on `mine.world`: (micro-batches done on each of this
     run's devices, updates done, micro-batches of the saved open window that run again).
@@ -166,13 +166,13 @@ def elastic_position(saved, mine, position, updates, open_window, path):
     Raises:
         CheckpointError: If the runs' windows would not hold the same samples (see the module's docstring).
     """
-    where = f"'resume_from' {path!r} was written on {count(saved.world, 'device')} and this run has {mine.world}"
+    where = f"'{arg_name}' {path!r} was written on {count(saved.world, 'device')} and this run has {mine.world}"
     if not saved.steps or not mine.steps:
         raise CheckpointError(f"{where}: an exact state moves to another device count only with a fixed "
                               f"'{GLOBAL_BATCH_NAME}' (one N), but N changes between windows in the "
                               f"{'saved' if not saved.steps else 'new'} run. Resume on "
                               f"{count(saved.world, 'device')}, or from an epoch checkpoint.")
-    check_same_global_batch(saved, mine, path)
+    check_same_global_batch(saved, mine, path, arg_name)
     if not saved.sharded or not mine.sharded:
         which = "saved" if not saved.sharded else "new"
         raise CheckpointError(f"{where}: a window holds the same samples on both only when both runs share their "

@@ -30,7 +30,7 @@ from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
-from .state import StateWriter, dataset_starting_at, load_training_state
+from .state import StateWriter, dataset_starting_at, resume_training_state
 from .telemetry import window_record
 
 check_model_internals(Model)
@@ -375,8 +375,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         rank, world = _rank_and_world(cell)
         layout = self._layout(steps)
         if self._resume_from is not None:
-            micro_done, cb_params.cur_step_num = load_training_state(cell, self._resume_from, epoch * steps, rank,
-                                                                     world, layout, cell.drop)
+            micro_done, cb_params.cur_step_num = resume_training_state(cell, self._resume_from, epoch * steps, rank,
+                                                                       world, layout, cell.drop)
         writer = StateWriter(cell, self._state_path, self._save_state_every, epoch * steps, micro_done, rank, world,
                              layout)
         with dataset_starting_at(train_dataset, micro_done):

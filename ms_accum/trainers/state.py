@@ -13,7 +13,7 @@ from contextlib import contextmanager
 
 from mindspore import nn
 
-from ..core.checks import check_ckpt_path
+from ..core.checks import check_ckpt_path, check_int_at_least, check_positive_int
 from ..core.engine import WindowEngine
 from .checkpoint import CheckpointError, load_into, read_checkpoint, save_checkpoint_atomic
 from .elastic import (check_same_global_batch, check_same_partial_window, count, elastic_position, resume_notice,
@@ -114,8 +114,10 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
         str, the absolute path written.
 
     Raises:
-        TypeError: If `cell` is neither a Cell nor a tuple or list of Cells.
-        ValueError: If `state_path` does not end with ``.ckpt``, or two Parameters of the cells share a name.
+        TypeError: If `cell` is neither a Cell nor a tuple or list of Cells, or `micro_steps_done`,
+            `updates_done`, `rank`, `world` or `open_window` is not an int.
+        ValueError: If `state_path` does not end with ``.ckpt``, two Parameters of the cells share a name,
+            `micro_steps_done`, `updates_done`, `rank` or `open_window` is < 0, `world` < 1, or `rank` >= `world`.
         OSError: If the file cannot be written; the previous generations are left as they were.
 
     Supported Platforms:
@@ -133,7 +135,15 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
         ms_accum: resuming /tmp/saved_state.ckpt at 37 micro-batches done, 9 windows begun.
         (37, 9)
     """
-    check_ckpt_path("save_training_state", "state_path", state_path)
+    owner = "save_training_state"
+    check_ckpt_path(owner, "state_path", state_path)
+    micro_steps_done, updates_done, rank, open_window = (
+        check_int_at_least(owner, name, value, 0) for name, value in (
+            ("micro_steps_done", micro_steps_done), ("updates_done", updates_done), ("rank", rank),
+            ("open_window", open_window)))
+    world = check_positive_int(owner, "world", world)
+    if rank >= world:
+        raise ValueError(f"For '{owner}', 'rank' must be < 'world' ({world}), but got {rank}.")
     entries = {MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done, RANK: rank, WORLD: world,
                FORMAT: STATE_FORMAT}
     if layout is not None:
@@ -143,38 +153,40 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
                                   keep_previous=previous_generation(state_path), append_dict=entries)
 
 
-def _generation(path, rank, world, may_move):
+def _generation(path, rank, world, may_move, arg_name):
     """(micro-batches done, contents) of one state file, checked against this process's rank and world; with
-    `may_move` a state of another world is let through (to be checked against the run's layout)."""
-    params = read_checkpoint(path, arg_name="resume_from")
+    `may_move` a state of another world is let through (to be checked against the run's layout). `arg_name`: the
+    argument that named the file."""
+    params = read_checkpoint(path, arg_name=arg_name)
     if not is_state_file(params):
-        raise CheckpointError(f"'resume_from' must be a training state file (written with 'state_path'), but "
+        raise CheckpointError(f"'{arg_name}' must be a training state file (written with 'state_path'), but "
                               f"{path!r} does not record the position in the data.")
     saved_format = int(params[FORMAT].asnumpy()) if FORMAT in params else 1
     if saved_format > STATE_FORMAT:
-        raise CheckpointError(f"'resume_from' {path!r} is a state file of format {saved_format}, written by a newer "
+        raise CheckpointError(f"'{arg_name}' {path!r} is a state file of format {saved_format}, written by a newer "
                               f"ms_accum than this one (which reads formats 1 to {STATE_FORMAT}). Upgrade ms_accum, "
                               f"or resume from an epoch checkpoint.")
     saved_rank = int(params[RANK].asnumpy()) if RANK in params else 0
     saved_world = int(params[WORLD].asnumpy()) if WORLD in params else 1
     if saved_world != world and not may_move:
-        raise CheckpointError(f"'resume_from' {path!r} was written by a run on {saved_world} process(es), but this "
+        raise CheckpointError(f"'{arg_name}' {path!r} was written by a run on {saved_world} process(es), but this "
                               f"run has {world}: an exact state resumes on the same number of processes, or on "
                               f"another with its global batch kept through the trainers (global_batch_size). "
                               f"Resume from an epoch checkpoint to change it.")
     if saved_rank != rank and saved_world == world:
-        raise CheckpointError(f"'resume_from' {path!r} is rank {saved_rank}'s state, but this is rank {rank}: "
+        raise CheckpointError(f"'{arg_name}' {path!r} is rank {saved_rank}'s state, but this is rank {rank}: "
                               f"every rank resumes from its own file (train.py: pass the run's checkpoint "
                               f"directory to '--resume').")
     return int(params[MICRO_STEPS_DONE].asnumpy()), params
 
 
-def common_position(positions_per_rank):
+def common_position(positions_per_rank, arg_name="resume_from"):
     """
     The newest position (micro-batches done) that every rank holds a state for.
 
     Args:
         positions_per_rank (list[list[int]]): Each rank's available positions.
+        arg_name (str): The argument that named the state file, for the error. Default: ``"resume_from"``.
 
     Returns:
         int.
@@ -185,7 +197,7 @@ def common_position(positions_per_rank):
     common = set(positions_per_rank[0]).intersection(*map(set, positions_per_rank[1:]))
     if not common:
         held = "; ".join(f"rank {r}: {sorted(p, reverse=True) or 'none'}" for r, p in enumerate(positions_per_rank))
-        raise CheckpointError(f"'resume_from': the ranks must resume from the same position, but no position is "
+        raise CheckpointError(f"'{arg_name}': the ranks must resume from the same position, but no position is "
                               f"saved by every rank ({held}). Resume from an epoch checkpoint instead.")
     return max(common)
 
@@ -254,41 +266,52 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
         >>> micro_done, updates_done
         (12, 3)
     """
+    return resume_training_state(cell, state_path, total_micro_steps, rank, world, layout, drop_window,
+                                 arg_name="state_path")
+
+
+def resume_training_state(cell, state_path, total_micro_steps, rank=0, world=1, layout=None, drop_window=None,
+                          arg_name="resume_from"):
+    """:func:`load_training_state`, its errors naming `arg_name`, the argument that named `state_path`: the
+    trainers' ``resume_from``, whose run's length (`total_micro_steps`) its ``epoch`` sets."""
     _warn_without_network("load_training_state", cell)
     cell = _state_cell("load_training_state", cell)
     generations = {}
     for path in (state_path, previous_generation(state_path)):
         if path == state_path or os.path.exists(path):
-            position, params = _generation(path, rank, world, may_move=layout is not None)
+            position, params = _generation(path, rank, world, layout is not None, arg_name)
             generations.setdefault(position, (path, params))
-    position = common_position(gather_positions(sorted(generations, reverse=True), world))
+    position = common_position(gather_positions(sorted(generations, reverse=True), world), arg_name)
     path, params = generations[position]
     updates = int(params[UPDATES_DONE].asnumpy())
     saved_world = int(params[WORLD].asnumpy()) if WORLD in params else 1
     saved, open_window = saved_layout(params, saved_world) if layout is not None else (None, None)
     if saved_world != world and saved is None:
-        raise CheckpointError(f"'resume_from' {path!r} was written by a run on {saved_world} process(es), but this "
+        raise CheckpointError(f"'{arg_name}' {path!r} was written by a run on {saved_world} process(es), but this "
                               f"run has {world}, and the file does not record its global batch (it was written by "
                               f"ms_accum 0.2.0 or older, or without a layout). Resume on {saved_world} process(es), "
                               f"or from an epoch checkpoint.")
-    load_into(cell, params, path, arg_name="resume_from", what="a training state of this model",
+    load_into(cell, params, path, arg_name=arg_name, what="a training state of this model",
               optional=_added_since_format_1 if FORMAT not in params else None)
     if saved_world != world:
-        position, updates, rerun = elastic_position(saved, layout, position, updates, open_window, path)
+        position, updates, rerun = elastic_position(saved, layout, position, updates, open_window, path,
+                                                    arg_name)
         if rerun:
             if drop_window is None:
-                raise CheckpointError(f"'resume_from' {path!r} was written inside a window on {saved_world} "
+                raise CheckpointError(f"'{arg_name}' {path!r} was written inside a window on {saved_world} "
                                       f"device(s): resuming it on {world} needs 'drop_window' to discard that "
                                       f"window's sums.")
             drop_window()
         print(resume_notice(saved, layout, position, rerun), flush=True)
     elif saved is not None:
-        check_same_global_batch(saved, layout, path)
-        check_same_partial_window(saved, layout, f"'resume_from' {path!r} continues a run whose epochs' partial "
+        check_same_global_batch(saved, layout, path, arg_name)
+        check_same_partial_window(saved, layout, f"'{arg_name}' {path!r} continues a run whose epochs' partial "
                                                  f"windows this run would treat otherwise")
     if not 0 <= position < total_micro_steps:
-        raise CheckpointError(f"'resume_from' {path!r} was written after {position} micro-batches, but this run "
-                              f"has only {total_micro_steps}: raise 'epoch' to continue it.")
+        longer = "raise 'epoch'" if arg_name == "resume_from" else "pass a larger 'total_micro_steps'"
+        raise CheckpointError(f"'{arg_name}' {path!r} was written after {position} micro-batches, but this run "
+                              f"ends after {total_micro_steps}, so nothing is left to train: {longer} to continue "
+                              f"it.")
     if saved_world == world:
         if layout is None:
             where = f"{count(position, 'micro-batch')} done"
