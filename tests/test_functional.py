@@ -192,6 +192,18 @@ def test_gradients_that_are_not_tensors_are_named():
     assert not any(b.asnumpy().any() for b in accumulator.inner_grads), "a refused call added gradients"
 
 
+@pytest.mark.parametrize("num_items, got", [("8", "str"), (Tensor(np.ones(2, np.float32)), r"shape \(2,\)")])
+def test_num_items_that_is_no_scalar_is_named_as_the_calls_argument(num_items, got):
+    """It was refused as 'the second output of the loss network', which the Accumulator has none of."""
+    _, _, opt = build("sgd")
+    accumulator = ms_accum.Accumulator(opt, 2)
+    with pytest.raises(ValueError, match=rf"For 'Accumulator', 'num_items', the call's second argument, must be a "
+                                         rf"scalar Tensor or a number \(the micro-batch's item count\), but got "
+                                         rf"{got}\.$"):
+        accumulator(tuple(ms.ops.zeros_like(p) for p in opt.parameters), num_items)
+    assert not any(b.asnumpy().any() for b in accumulator.inner_grads), "a refused call added gradients"
+
+
 def test_accumulate_step_is_checked():
     _, _, opt = build("sgd")
     with pytest.raises(ValueError, match="For 'Accumulator', 'gradient_accumulation_steps' must be an int >= 1, but "

@@ -8,7 +8,7 @@ from ..core.engine import WINDOW_PREFIX, WindowEngine, data_parallel_reducer, fl
 from ..core.loss_scale import scale_kind, scale_parameter
 from ..core.noise_scale import noise_state
 from ..core.schedule import steps_argument
-from ..core.weighting import as_weight
+from ..core.weighting import ITEMS_ARGUMENT, as_weight, check_items_value
 
 
 class Accumulator(WindowEngine, nn.Cell):
@@ -159,7 +159,7 @@ class Accumulator(WindowEngine, nn.Cell):
                                 f"mindspore.value_and_grad, or wrap arrays in mindspore.Tensor.")
         _check_grads(grads, self.shapes, [tuple(g.shape) for g in grads], eager=True)
         grads = mutable(grads)
-        if isinstance(num_items, (int, float)) and not isinstance(num_items, bool):
+        if num_items is not None and check_items_value("Accumulator", num_items, ITEMS_ARGUMENT):
             num_items = Tensor(num_items, mstype.float32)
         return super().__call__(grads, num_items)
 

@@ -52,22 +52,33 @@ def check_scalar_loss(owner, loss):
                          f"shape {shape}.")
 
 
-def _as_items(owner, num_items):
-    """`num_items` (a scalar Tensor or a number) as a float32 scalar Tensor."""
+def check_items_value(owner, num_items, source="the second output of the loss network"):
+    """Raise unless `num_items` (`source`: where it came from, for the message) is a scalar Tensor or a number;
+    returns whether it is a number. Checked in Python, or while a graph is compiled."""
     if isinstance(num_items, (int, float)) and not isinstance(num_items, bool):
-        return ops.scalar_to_tensor(num_items, mstype.float32)
+        return True
     if not isinstance(num_items, Tensor) or num_items.shape not in ((), (1,)):
-        shape = num_items.shape if isinstance(num_items, Tensor) else type(num_items).__name__
-        raise ValueError(f"For '{owner}', 'num_items', the second output of the loss network, must be a scalar "
-                         f"Tensor or a number, but got {shape}.")
+        shape = f"shape {num_items.shape}" if isinstance(num_items, Tensor) else type(num_items).__name__
+        raise ValueError(f"For '{owner}', 'num_items', {source}, must be a scalar Tensor or a number (the "
+                         f"micro-batch's item count), but got {shape}.")
+    return False
+
+
+def _as_items(owner, num_items, source="the second output of the loss network"):
+    """`num_items` (a scalar Tensor or a number) as a float32 scalar Tensor."""
+    if check_items_value(owner, num_items, source):
+        return ops.scalar_to_tensor(num_items, mstype.float32)
     return ops.reshape(ops.cast(num_items, mstype.float32), ())
+
+
+ITEMS_ARGUMENT = "the call's second argument"
 
 
 def as_weight(owner, num_items):
     """What a micro-batch handed to the functional accumulator weighs: its `num_items`, or 1 when None."""
     if num_items is None:
         return ops.ones((), mstype.float32)
-    return _as_items(owner, num_items)
+    return _as_items(owner, num_items, ITEMS_ARGUMENT)
 
 
 class LossAndItems(nn.Cell):
