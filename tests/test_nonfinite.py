@@ -294,7 +294,8 @@ def test_the_arguments_are_checked():
 
 
 @pytest.mark.parametrize("nonfinite", ["raise", "apply"])
-@pytest.mark.parametrize("owner", ["GradientAccumulation", "TrainOptim", "Accumulator"])
+@pytest.mark.parametrize("owner", ["GradientAccumulation", "TrainOptim", "Accumulator",
+                                   "TrainAccuStepsWithLossScaleCell"])
 def test_with_a_loss_scale_only_skip_is_taken(owner, nonfinite):
     """Under a loss scale its overflow skip decides what a non-finite window does: "raise" or "apply" would be
     ignored in silence (a user's nonfinite="raise" trained on past a NaN window), so they are refused when built."""
@@ -307,6 +308,8 @@ def test_with_a_loss_scale_only_skip_is_taken(owner, nonfinite):
                                                   scale_sense=scale, nonfinite=nonfinite),
         "Accumulator": lambda: ms_accum.Accumulator(opt, 2, loss_scaler=ms.amp.DynamicLossScaler(2.0 ** 10, 2, 50),
                                                     nonfinite=nonfinite),
+        "TrainAccuStepsWithLossScaleCell": lambda: ms_accum.TrainAccuStepsWithLossScaleCell(
+            nn.WithLossCell(net, loss), opt, scale, gradient_accumulation_steps=2, nonfinite=nonfinite),
     }[owner]
     with pytest.raises(ValueError, match=rf"For '{owner}', 'nonfinite' must be 'skip' with a loss scale, whose "
                                          rf"overflow skip decides .* but got '{nonfinite}'\. Drop 'nonfinite' or the "

@@ -49,6 +49,9 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         average (bool): ``True`` applies the mean gradient over the window's samples or items; ``False`` the raw
             sum of its micro-batch gradients (the tutorial's behaviour; reduced across devices as MindSpore's reducer
             does). ``False`` excludes `noise_scale`. Default: ``True``.
+        nonfinite (str): Only ``"skip"`` (the default), taken by every ms_accum cell: with a loss scale, a window
+            holding an inf or a NaN is the overflow skip's to decide (skipped, the scale lowered). Accepted so that
+            the cells take the same arguments; ``"raise"`` or ``"apply"`` is refused. Default: ``"skip"``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -67,7 +70,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
             integer, or `scale_sense` is neither a Cell nor a Tensor.
         ValueError: If none of the optimizer's parameters is a parameter of `network`, N is
             < 1, `clip_norm` is not a finite number > 0, or `scale_sense` is a Tensor of shape other than () or
-            (1,);
+            (1,), or `nonfinite` is not ``"skip"``;
             when called, as listed for :class:`TrainAccuStepsCell`.
 
     Supported Platforms:
@@ -85,7 +88,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
     """
 
     def __init__(self, network, optimizer, scale_sense, gradient_accumulation_steps=None, clip_norm=None,
-                 noise_scale=False, average=True, *, accumulation_steps=None, mini_steps=None, accumulate_step=None):
+                 noise_scale=False, average=True, nonfinite="skip",
+                 *, accumulation_steps=None, mini_steps=None, accumulate_step=None):
         owner = "TrainAccuStepsWithLossScaleCell"
         steps = steps_argument(owner, gradient_accumulation_steps, dict(
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step), 1)
@@ -99,7 +103,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         self._init_engine(owner, float32_buffers(self.weights, "accu_grads"), window.WindowState(WINDOW_PREFIX),
                           check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
                           noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
-                          loss_scale=(kind, updater, scale))
+                          loss_scale=(kind, updater, scale), nonfinite=nonfinite)
         self._init_steps(*steps)
         self._init_modes()
         self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{WINDOW_PREFIX}.overflow",
