@@ -246,11 +246,29 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, a
             return
 
 
+def is_batch_norm(cell):
+    """Whether `cell` is a BatchNorm layer (any of MindSpore's ``_BatchNorm``, SyncBatchNorm included)."""
+    return isinstance(cell, BatchNormBase)
+
+
+def drops(cell):
+    """Whether `cell` is a dropout layer (a layer without sub-cells whose class name says Dropout or DropPath:
+    MindSpore's Dropout layers, the Dropout inside MindCV's DropPath) that drops something in training mode: its
+    probability (``p``, ``prob`` or ``drop_prob``) above 0, or not known."""
+    name = type(cell).__name__
+    if "Dropout" not in name and "DropPath" not in name or any(True for _ in cell.cells()):
+        return False
+    for attr in ("p", "prob", "drop_prob"):
+        value = getattr(cell, attr, None)
+        if isinstance(value, numbers.Number) and not isinstance(value, bool):
+            return value > 0
+    return True
+
+
 def _mode_dependent(cell):
     """Whether `cell` computes otherwise in training mode: a BatchNorm layer (batch statistics, moving statistics
-    updated) or a dropout (MindSpore's Dropout layers, MindCV's DropPath)."""
-    name = type(cell).__name__
-    return isinstance(cell, BatchNormBase) or "Dropout" in name or "DropPath" in name
+    updated) or a dropout that drops something."""
+    return is_batch_norm(cell) or drops(cell)
 
 
 def warn_eval_mode(owner, network):

@@ -16,8 +16,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn
 
-from ..compat import BatchNormBase
-from ..core.checks import check_bool, check_cell, check_finite_positive, check_positive_int
+from ..core.checks import check_bool, check_cell, check_finite_positive, check_positive_int, drops, is_batch_norm
 from ..core.schedule import steps_argument
 from ..cells.parallel import TrainAccuStepsCell
 from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
@@ -51,6 +50,9 @@ class EquivalenceReport:
         micro_batch_sizes (list[int]): The window's micro-batches, in samples. Default: empty.
         batch_norm_layers (list[str]): The network's BatchNorm layers, which a failing verdict names as the likely
             cause. Default: empty.
+        dropout_layers (list[str]): The network's dropout layers that drop something (probability > 0), which a
+            failing verdict names as a likely cause and a passing one as luck of these micro-batches. Default:
+            empty.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -70,6 +72,7 @@ class EquivalenceReport:
     rows: list = field(default_factory=list)  # ParameterCheck, one per trainable parameter
     micro_batch_sizes: list = field(default_factory=list)
     batch_norm_layers: list = field(default_factory=list)
+    dropout_layers: list = field(default_factory=list)
 
     @property
     def max_grad_relative(self):
@@ -112,19 +115,34 @@ class EquivalenceReport:
             lines.append(f"PASS: largest relative difference {self.max_relative:.3e} <= rtol {self.rtol:g} "
                          f"(applied gradient {self.max_grad_relative:.3e}, updated parameters "
                          f"{self.max_param_relative:.3e})")
-        else:
-            worst = sorted(self.failing, key=lambda f: f[1])
-            named = ", ".join(f"{name} ({what})" for name, what in worst[:5])
-            lines.append(f"FAIL: largest relative difference {self.max_relative:.3e} > rtol {self.rtol:g}; decided "
-                         f"by the {'applied gradient' if self.max_grad_relative > self.rtol else 'updated parameters'}"
-                         f" of {named}{' ...' if len(worst) > 5 else ''}")
-            if self.batch_norm_layers:
-                layers = ", ".join(self.batch_norm_layers[:5]) + (" ..." if len(self.batch_norm_layers) > 5 else "")
-                lines.append(f"The network has {len(self.batch_norm_layers)} BatchNorm layer(s) ({layers}): in "
-                             f"training mode each normalises a micro-batch with that micro-batch's own statistics, "
-                             f"so no accumulation can equal the large batch there (docs/models.md). Check a copy "
-                             f"without BatchNorm, or with use_batch_statistics=False, to test the accumulation.")
+            if self.dropout_layers:
+                lines.append(f"Note: the network has {_layers(self.dropout_layers, 'dropout layer')}: in training "
+                             f"mode each draws its random masks anew, so the two steps need not agree; they did with "
+                             f"these micro-batches, which says little of others (docs/models.md). Check a copy with "
+                             f"dropout off (p=0) to test the accumulation.")
+            return "\n".join(lines)
+        worst = sorted(self.failing, key=lambda f: f[1])
+        named = ", ".join(f"{name} ({what})" for name, what in worst[:5])
+        lines.append(f"FAIL: largest relative difference {self.max_relative:.3e} > rtol {self.rtol:g}; decided "
+                     f"by the {'applied gradient' if self.max_grad_relative > self.rtol else 'updated parameters'}"
+                     f" of {named}{' ...' if len(worst) > 5 else ''}")
+        if self.batch_norm_layers:
+            lines.append(f"The network has {_layers(self.batch_norm_layers, 'BatchNorm layer')}: in training mode "
+                         f"each normalises a micro-batch with that micro-batch's own statistics, so no accumulation "
+                         f"can equal the large batch there (docs/models.md). Check a copy without BatchNorm, or with "
+                         f"use_batch_statistics=False, to test the accumulation.")
+        if self.dropout_layers:
+            lines.append(f"The network has {_layers(self.dropout_layers, 'dropout layer')}: in training mode each "
+                         f"draws its random masks anew, in the large batch and in every micro-batch, so the two "
+                         f"steps need not agree (docs/models.md). Check a copy with dropout off (p=0) to test the "
+                         f"accumulation.")
         return "\n".join(lines)
+
+
+def _layers(names, kind):
+    """"2 BatchNorm layers ('bn1', 'bn2')": a count of `kind` and the first five `names`, quoted."""
+    shown = ", ".join(f"'{name}'" for name in names[:5]) + (", ..." if len(names) > 5 else "")
+    return f"{len(names)} {kind}{'' if len(names) == 1 else 's'} ({shown})"
 
 
 class _LossOnly(nn.Cell):
@@ -175,7 +193,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
 
     Both copies run in training mode, as in training: BatchNorm normalises with batch statistics, so a network
     with BatchNorm fails the check (by design: accumulation cannot reproduce large-batch statistics). Dropout's
-    masks need not match on the two paths (nothing promises they do); switch it off for the check.
+    masks need not match on the two paths (nothing promises they do); switch it off for the check. The report
+    names either kind of layer: as the likely cause of a failure, and dropout beside a pass too.
 
     Args:
         make_network (Callable[[], Cell]): Builds the network; called after ``mindspore.set_seed(seed)`` for each
@@ -200,7 +219,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
 
     Raises:
         TypeError: If N is missing, given twice or not an int, `rtol` is not a number or `average` is not a bool.
-        TypeError: If `make_network` returns something other than a Cell.
+        TypeError: If `make_network` or `make_optimizer` is not a function (a network or an optimizer built
+            already, say), or `make_network` returns something other than a Cell.
         ValueError: If N is < 1 or larger than the batch, `rtol` is not a finite number > 0,
             `cell` is unknown, `average` is ``False`` with ``cell="accu_steps"``, or `make_network` returns a
             network sharing parameters with one it returned before.
@@ -219,6 +239,12 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
         True
     """
     owner = "check_equivalence"
+    for arg_name, value, example in (("make_network", make_network, "lambda: MyNet()"),
+                                     ("make_optimizer", make_optimizer, "lambda params: nn.Adam(params, 1e-3)")):
+        if isinstance(value, nn.Cell) or not callable(value):
+            raise TypeError(f"For '{owner}', '{arg_name}' must be a function that builds a new one for each copy "
+                            f"compared (all start from the same weights), but got {type(value).__name__}"
+                            f"{' (built already)' if isinstance(value, nn.Cell) else ''}. Pass {arg_name}={example}.")
     accumulation_steps, steps_name = steps_argument(owner, gradient_accumulation_steps, dict(
         accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step))
     check_positive_int(owner, steps_name, accumulation_steps)
@@ -231,7 +257,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
     arrays = [x.asnumpy() if isinstance(x, Tensor) else np.asarray(x) for x in inputs]
     if accumulation_steps > len(arrays[0]):
         raise ValueError(f"For '{owner}', '{steps_name}' must be <= the batch size {len(arrays[0])}, but got "
-                         f"{accumulation_steps}.")
+                         f"{accumulation_steps}: every micro-batch needs a sample. Lower it, or pass a batch of at "
+                         f"least {accumulation_steps} samples.")
     micro = [tuple(map(Tensor, batch)) for batch in zip(*(np.array_split(a, accumulation_steps) for a in arrays))]
 
     built = set()  # ids of every copy's parameters: each copy must train its own
@@ -261,7 +288,8 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
     after = {p.name: p.asnumpy().astype(np.float64) for p in accumulated}
     report = EquivalenceReport(rtol, micro_batch_sizes=[len(batch[0]) for batch in micro],
                                batch_norm_layers=[name for name, layer in reference.cells_and_names()
-                                                  if isinstance(layer, BatchNormBase)])
+                                                  if is_batch_norm(layer)],
+                               dropout_layers=[name for name, layer in reference.cells_and_names() if drops(layer)])
     # below NOISE times the model's largest gradient element, a gradient element is float32 rounding noise (the
     # bias of a layer that BatchNorm follows, say: its exact gradient is 0)
     model_floor = NOISE * max((float(np.abs(g).max()) for g in reference_grads if g.size), default=0.0)
