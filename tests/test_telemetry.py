@@ -66,6 +66,17 @@ def test_a_window_of_one_micro_batch_reads_as_one(capsys):
     assert "window: 1 micro-batch, 3 items |" in printed[1], printed
 
 
+def test_a_flushed_partial_window_says_so(capsys):
+    """Its line read like any window (a new user saw 'window: 4 micro-batches' under N = 12)."""
+    net, loss, optimizer = build("sgd")
+    ms_accum.GradientAccumulation(net, loss, optimizer).train_process(
+        1, numpy_dataset(micro_batches([4] * 5)), 2, callbacks=ms_accum.WindowTelemetry(print_every=1),
+        ckpt_path=None, log_every=0)
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update ")]
+    assert ["window: 2 micro-batches, 8 items |" in line for line in printed] == [True, True, False], printed
+    assert "window: 1 micro-batch of 2 (partial), 4 items |" in printed[2], printed
+
+
 @pytest.mark.parametrize("sink", [False, True], ids=["no_sink", "sink"])
 def test_model_accu_prints_progress(sink, capsys, fake_device):  # noqa: F811
     """Progress lines with Model_ACCU (they failed on the run's total), in sink mode too (through its seam)."""
@@ -128,6 +139,23 @@ def test_telemetry_needs_an_ms_accum_trainer():
     with pytest.raises(RuntimeError, match="'WindowTelemetry', the trainer must provide window records"):
         Model(net, loss, opt).train(1, numpy_dataset(micro_batches([4] * 2)), callbacks=[ms_accum.WindowTelemetry()],
                                     dataset_sink_mode=False)
+
+
+def test_a_csv_path_that_cannot_be_written_is_refused_when_built(tmp_path):
+    """A new user got the system's FileExistsError at the start of training, naming neither the argument nor the
+    callback."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("")
+    for path in (a_file / "telemetry.csv", tmp_path):
+        with pytest.raises(ValueError, match=rf"For 'WindowTelemetry', 'csv_path' must be a file that can be written, "
+                                             rf"but '{re.escape(str(path))}' cannot: .+\. Pass a path in a directory "
+                                             rf"you can write to\."):
+            ms_accum.WindowTelemetry(csv_path=str(path))
+    with pytest.raises(TypeError, match=r"'csv_path' must be a str path or None, but got int"):
+        ms_accum.WindowTelemetry(csv_path=3)
+    nested = tmp_path / "runs" / "a" / "telemetry.csv"
+    ms_accum.WindowTelemetry(csv_path=str(nested))
+    assert nested.exists(), "the directory is made and the file checked when the callback is built"
 
 
 @pytest.mark.slow

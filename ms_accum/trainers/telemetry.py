@@ -113,6 +113,18 @@ def window_record(cb_params, outputs, micro_batches, last, optimizer, noise=None
                         noise_scale=scale_b)
 
 
+def _open_csv(path, mode):
+    """`path` opened for writing text (`mode` "w" or "a"), its directory made; a ValueError naming 'csv_path' if
+    the system refuses."""
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        return open(path, mode, newline="", encoding="utf-8")  # pylint: disable=consider-using-with
+    except OSError as error:
+        raise ValueError(f"For 'WindowTelemetry', 'csv_path' must be a file that can be written, but {str(path)!r} "
+                         f"cannot: {error.strerror or error}. Pass a path in a directory you can write to."
+                         ) from error
+
+
 class WindowTelemetry(Callback):
     r"""
     Reports every update: the window's mean unscaled loss over its items, its micro-batches and items (samples,
@@ -132,7 +144,9 @@ class WindowTelemetry(Callback):
         print_every (int): Print a progress line every this many updates; 0 to stay quiet. Default: ``0``.
 
     Raises:
-        ValueError: If `print_every` is negative.
+        TypeError: If `csv_path` is neither a str nor None.
+        ValueError: If `print_every` is negative, or `csv_path` cannot be written (its directory cannot be made,
+            or it is a directory).
         RuntimeError: At the first update, if the trainer provides no window records.
 
     Supported Platforms:
@@ -150,6 +164,11 @@ class WindowTelemetry(Callback):
         super().__init__()
         if isinstance(print_every, bool) or not isinstance(print_every, int) or print_every < 0:
             raise ValueError(f"For 'WindowTelemetry', 'print_every' must be an int >= 0, but got {print_every!r}.")
+        if csv_path is not None:
+            if not isinstance(csv_path, (str, os.PathLike)):
+                raise TypeError(f"For 'WindowTelemetry', 'csv_path' must be a str path or None, but got "
+                                f"{type(csv_path).__name__}.")
+            _open_csv(csv_path, "a").close()  # refused now, before training compiles, if it cannot be written
         self.csv_path = csv_path
         self.print_every = print_every
         self.records = []
@@ -162,8 +181,7 @@ class WindowTelemetry(Callback):
         self._start, self._items = time.time(), 0.0
         self._warm = None
         if self.csv_path:
-            os.makedirs(os.path.dirname(os.path.abspath(self.csv_path)), exist_ok=True)
-            self._file = open(self.csv_path, "w", newline="", encoding="utf-8")  # pylint: disable=consider-using-with
+            self._file = _open_csv(self.csv_path, "w")
             self._writer = csv.writer(self._file)
             self._writer.writerow(self.COLUMNS)
 
@@ -191,8 +209,10 @@ class WindowTelemetry(Callback):
             this_one = " (this one)" if record.overflow else ""
             noise = "" if math.isnan(record.noise_scale) else f" | noise scale {record.noise_scale:.4g} items"
             out_of = "" if total is None else f"/{total}"  # an adaptive N decides the run's updates as it goes
+            partial = f" of {record.accumulation_steps} (partial)" \
+                if 0 < record.micro_batches < record.accumulation_steps else ""
             print(f"update {record.update}{out_of} (epoch {record.epoch}/{cb_params.epoch_num}) "
-                  f"loss {record.loss:.4f} | window: {count(record.micro_batches, 'micro-batch')}, "
+                  f"loss {record.loss:.4f} | window: {count(record.micro_batches, 'micro-batch')}{partial}, "
                   f"{record.items:.0f} items | grad norm {record.grad_norm:.3g}{clipped} | lr "
                   f"{record.learning_rate:.3g} | loss scale {record.loss_scale:g}, {self.skipped} skipped{this_one}"
                   f"{noise} | {self._pace(now, elapsed, record.update, progress)}", flush=True)
