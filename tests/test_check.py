@@ -108,8 +108,9 @@ def test_a_failing_network_with_dropout_is_told_why_and_a_passing_one_warned():
     assert off.passed and off.dropout_layers == [] and "dropout" not in str(off), str(off)
     lucky = ms_accum.EquivalenceReport(1e-5, micro_batch_sizes=[4, 4], dropout_layers=["a", "b"])
     assert str(lucky).splitlines()[-1].startswith("Note: the network has 2 dropout layers ('a', 'b'): in training "
-                                                  "mode each draws its random masks anew, so the two steps need not "
-                                                  "agree; they did with these micro-batches")
+                                                  "mode each draws its random masks anew, in the large batch and in "
+                                                  "every micro-batch, so the two steps need not agree; they did with "
+                                                  "these micro-batches")
 
 
 def test_a_network_or_an_optimizer_built_already_is_refused_with_the_fix():

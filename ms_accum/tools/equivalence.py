@@ -115,26 +115,23 @@ class EquivalenceReport:
             lines.append(f"PASS: largest relative difference {self.max_relative:.3e} <= rtol {self.rtol:g} "
                          f"(applied gradient {self.max_grad_relative:.3e}, updated parameters "
                          f"{self.max_param_relative:.3e})")
-            if self.dropout_layers:
-                lines.append(f"Note: the network has {_layers(self.dropout_layers, 'dropout layer')}: in training "
-                             f"mode each draws its random masks anew, so the two steps need not agree; they did with "
-                             f"these micro-batches, which says little of others (docs/models.md). Check a copy with "
-                             f"dropout off (p=0) to test the accumulation.")
-            return "\n".join(lines)
-        worst = sorted(self.failing, key=lambda f: f[1])
-        named = ", ".join(f"{name} ({what})" for name, what in worst[:5])
-        lines.append(f"FAIL: largest relative difference {self.max_relative:.3e} > rtol {self.rtol:g}; decided "
-                     f"by the {'applied gradient' if self.max_grad_relative > self.rtol else 'updated parameters'}"
-                     f" of {named}{' ...' if len(worst) > 5 else ''}")
-        if self.batch_norm_layers:
+        else:
+            worst = sorted(self.failing, key=lambda f: f[1])
+            named = ", ".join(f"{name} ({what})" for name, what in worst[:5])
+            lines.append(f"FAIL: largest relative difference {self.max_relative:.3e} > rtol {self.rtol:g}; decided "
+                         f"by the {'applied gradient' if self.max_grad_relative > self.rtol else 'updated parameters'}"
+                         f" of {named}{' ...' if len(worst) > 5 else ''}")
+        if self.batch_norm_layers and not self.passed:
             lines.append(f"The network has {_layers(self.batch_norm_layers, 'BatchNorm layer')}: in training mode "
                          f"each normalises a micro-batch with that micro-batch's own statistics, so no accumulation "
                          f"can equal the large batch there (docs/models.md). Check a copy without BatchNorm, or with "
                          f"use_batch_statistics=False, to test the accumulation.")
-        if self.dropout_layers:
-            lines.append(f"The network has {_layers(self.dropout_layers, 'dropout layer')}: in training mode each "
-                         f"draws its random masks anew, in the large batch and in every micro-batch, so the two "
-                         f"steps need not agree (docs/models.md). Check a copy with dropout off (p=0) to test the "
+        if self.dropout_layers:  # beside a pass too: the masks agreed by luck
+            held = "; they did with these micro-batches, which says little of others" if self.passed else ""
+            lines.append(f"{'Note: the' if self.passed else 'The'} network has "
+                         f"{_layers(self.dropout_layers, 'dropout layer')}: in training mode each draws its random "
+                         f"masks anew, in the large batch and in every micro-batch, so the two steps need not "
+                         f"agree{held} (docs/models.md). Check a copy with dropout off (p=0) to test the "
                          f"accumulation.")
         return "\n".join(lines)
 
