@@ -103,6 +103,45 @@ def test_learning_rate_schedule_advances_once_per_window():
         assert opt.global_step.asnumpy()[0] == window
 
 
+@pytest.mark.parametrize("scaled", [False, True], ids=["plain", "loss_scale"])
+def test_an_empty_window_updates_nothing(scaled, exec_mode):
+    """optim() once more after a window was applied and cleared (a loop flushing at every epoch's end, whose
+    windows were whole) moved the parameters by momentum and counted a step."""
+    net = LinearLoss()
+    opt = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9, weight_decay=0.01)
+    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+    scale = nn.DynamicLossScaleUpdateCell(2.0 ** 8, 2, 1) if scaled else None
+    forward_backward = ms_accum.TrainForwardBackward(net, opt, grad_sum, scale_sense=scale, noise_scale=True)
+    optim = ms_accum.TrainOptim(opt, grad_sum, scale_sense=scale, noise_scale=True)
+    clear = ms_accum.TrainClear(grad_sum)
+    rng = np.random.default_rng(0)
+    for _ in range(2):
+        forward_backward(Tensor(rng.normal(size=(4, 2)).astype(np.float32)))
+    optim()
+    clear()
+    kept = {"w": net.w.asnumpy().copy(), "moments": [m.asnumpy().copy() for m in opt.moments],
+            "records": [r.asnumpy().copy() for r in optim.noise_records],
+            "last": [p.asnumpy().copy() for p in (optim.accu_last_items, optim.accu_last_grad_norm)],
+            "scale": optim.accu_scale.asnumpy().copy() if scaled else None}
+    out = optim()
+    if scaled:
+        loss, overflow, next_scale = out
+        assert not bool(overflow.asnumpy())
+        np.testing.assert_array_equal(optim.accu_scale.asnumpy(), kept["scale"])
+        assert float(next_scale.asnumpy()) == float(kept["scale"].reshape(()))
+    else:
+        loss = out
+    assert float(loss.asnumpy()) == 0.0
+    assert opt.global_step.asnumpy()[0] == 1
+    np.testing.assert_array_equal(net.w.asnumpy(), kept["w"])
+    for got, want in zip(opt.moments, kept["moments"]):
+        np.testing.assert_array_equal(got.asnumpy(), want)
+    for got, want in zip(optim.noise_records, kept["records"]):
+        np.testing.assert_array_equal(got.asnumpy(), want)
+    for got, want in zip((optim.accu_last_items, optim.accu_last_grad_norm), kept["last"]):
+        np.testing.assert_array_equal(got.asnumpy(), want)
+
+
 def test_sens_scales_the_applied_gradient_like_train_one_step_cell():
     net, opt, grad_sum, _ = _cells()
     forward_backward = ms_accum.TrainForwardBackward(net, opt, grad_sum, sens=2.0)

@@ -6,7 +6,8 @@ each micro-batch's gradient is weighted by what it weighs (``weighting.py``) whi
 divided by the window's total before the optimizer sees it. ``average=False`` reproduces the tutorial's raw sum
 instead.
 """
-from mindspore import nn, ops
+from mindspore import Tensor, nn, ops
+from mindspore import dtype as mstype
 
 from ..core import window
 from ..core.compiled import through_a_branch
@@ -161,11 +162,12 @@ class TrainOptim(WindowEngine, nn.Cell):
         None.
 
     Outputs:
-        Without loss scaling, Tensor, float32 scalar: the mean loss over the window's samples or items (0 for an
-        empty window; calling it on an empty window applies a zero gradient, so momentum, weight decay and a
-        learning-rate schedule still act and the step counts: call it once per window). With loss scaling, a
-        tuple like :class:`mindspore.nn.TrainOneStepWithLossScaleCell`'s: that mean loss, the bool overflow flag
-        (the window was skipped), and the loss scale for the next window.
+        Without loss scaling, Tensor, float32 scalar: the mean loss over the window's samples or items. With loss
+        scaling, a tuple like :class:`mindspore.nn.TrainOneStepWithLossScaleCell`'s: that mean loss, the bool
+        overflow flag (the window was skipped), and the loss scale for the next window. Called on an empty window
+        (nothing added since :class:`TrainClear`: at the end of an epoch whose windows were all whole, say), it
+        updates nothing (optimizer, step count, records, loss scale) and returns a loss of 0 (with loss scaling:
+        0, False and the current scale); telling so reads the window's count from the device once per call.
 
     Raises:
         TypeError: If `optimizer` is not an optimizer, `grad_sum` is not a ParameterTuple, `average` is not a
@@ -204,6 +206,16 @@ class TrainOptim(WindowEngine, nn.Cell):
                           loss_scale=(kind, updater, scale) if kind else None, count_windows=False,
                           nonfinite=nonfinite)
         self.loss_scaled = kind is not None
+
+    def __call__(self, *args, **kwargs):
+        """An empty window (nothing added since the buffers were cleared) is no update: nothing runs, read from
+        the window's micro-batch count (a wait for the device once per window)."""
+        if int(self.accu_micro_steps.asnumpy()) == 0:
+            loss = Tensor(0.0, mstype.float32)
+            if self.scale_kind is None:
+                return loss
+            return loss, Tensor(False, mstype.bool_), Tensor(self.accu_scale.asnumpy().reshape(()))
+        return super().__call__(*args, **kwargs)
 
     def construct(self):
         ended = self._end_window(self.optimizer, reset=False)
