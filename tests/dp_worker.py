@@ -8,7 +8,8 @@ micro-batches; 'tokens' trains the token tagger with a (loss, num_items) loss on
 holding different numbers of real tokens on each rank, with the cell choosing its mode itself; 'clip' is 'plain'
 with clip_norm=CLIP_NORM; 'noise' is 'plain' measuring the noise scale, its outputs each window's (grad_sq,
 noise_trace). 'mean_false' sets gradients_mean=False and trains 'plain', then an Accumulator in a jit step on a
-second copy of the network (saved as 'accumulator:<name>').
+second copy of the network (saved as 'accumulator:<name>'); 'uneven_flush' trains only such an Accumulator, rank 0
+on one micro-batch more than rank 1, and flushes on both.
 """
 import os
 import sys
@@ -78,7 +79,7 @@ def main():
     else:
         net, loss, opt = build("momentum")
         loss_net = nn.WithLossCell(net, loss)
-    if cell_kind in ("plain", "tokens", "clip", "model_accu", "noise", "mean_false"):
+    if cell_kind in ("plain", "tokens", "clip", "model_accu", "noise", "mean_false", "uneven_flush"):
         cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=steps,
                                            clip_norm=CLIP_NORM if cell_kind == "clip" else None,
                                            noise_scale=cell_kind == "noise")
@@ -91,14 +92,21 @@ def main():
         outputs = []
     elif cell_kind == "tokens":
         outputs = train_tokens(cell, rank_token_batches(rank, world, windows, steps))
+    elif cell_kind == "uneven_flush":
+        outputs = []
     elif cell_kind == "noise":
         outputs = train_noise(cell, rank_batches(rank, world, windows, steps), windows, steps)
     else:
         outputs = train_windows(cell, rank_batches(rank, world, windows, steps), windows, steps, overflow, rank)
     arrays = {f"param:{p.name}": p.asnumpy() for p in net.get_parameters()}
     if cell_kind == "mean_false":
-        arrays.update({f"accumulator:{name}": value for name, value in
-                       train_accumulator(rank_batches(rank, world, windows, steps), windows, steps).items()})
+        trained = train_accumulator(rank_batches(rank, world, windows, steps)[:windows * steps], steps)
+        arrays.update({f"accumulator:{name}": value for name, value in trained.items()})
+    if cell_kind == "uneven_flush":
+        extra = 1 if rank == 0 else 0
+        trained = train_accumulator(rank_batches(rank, world, windows + 1, steps)[:windows * steps + extra], steps,
+                                    flush=True)
+        arrays.update({f"accumulator:{name}": value for name, value in trained.items()})
     arrays.update({f"opt:{p.name}": p.asnumpy() for p in opt.get_parameters()})
     arrays["outputs"] = np.array(outputs, np.float64)
     arrays["global_step"] = opt.global_step.asnumpy()
@@ -108,9 +116,9 @@ def main():
     release()
 
 
-def train_accumulator(batches, windows, steps):
-    """A fresh copy of the network trained by an Accumulator in a jit step on the rank's micro-batches; its
-    parameters."""
+def train_accumulator(batches, steps, flush=False):
+    """A fresh copy of the network trained by an Accumulator in a jit step on `batches`, the open window applied at
+    the end with `flush`; its parameters."""
     net, loss, opt = build("momentum")
     accumulator = ms_accum.Accumulator(opt, steps)
     grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
@@ -120,8 +128,10 @@ def train_accumulator(batches, windows, steps):
         loss_value, grads = grad_fn(x, y)
         return loss_value, accumulator(grads, x.shape[0])
 
-    for x, y in batches[:windows * steps]:
+    for x, y in batches:
         train_step(Tensor(x), Tensor(y))
+    if flush:
+        accumulator.flush()
     return {p.name: p.asnumpy() for p in net.get_parameters()}
 
 

@@ -15,7 +15,7 @@ from mindspore import Tensor, nn
 
 import ms_accum
 from conftest import ZOO
-from dp_worker import CLIP_NORM, rank_token_batches, union_windows
+from dp_worker import CLIP_NORM, rank_batches, rank_token_batches, union_windows
 from helpers import (ACCURACY, SAMPLE, assert_params_close, build, functional_reference, msrun_argv, msrun_env,
                      params_of, reference_train, run_script, token_reference, train_py_worker)
 from src.dataset import create_dataset
@@ -160,6 +160,17 @@ def test_the_window_is_the_large_batchs_mean_whatever_gradients_mean_says(tmp_pa
         for prefix in ("param:", "accumulator:"):
             got = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
             assert_params_close(got, expected, rtol=1e-5, context=f"rank {rank}, {prefix[:-1]}")
+
+
+def test_a_flush_with_the_open_window_on_one_device_only_applies_it_on_both(tmp_path):
+    """Rank 0 holds one micro-batch more: its flush reduced alone and hung until MindSpore's collective timed out,
+    rank 1's returned at once. Both now apply the last window, rank 0's micro-batch alone, as one process would."""
+    ranks = run_workers(tmp_path, "graph", "uneven_flush", 2, 2)
+    extra = rank_batches(0, WORLD, 3, 2)[4]
+    expected = reference_train("momentum", union_windows(2, 2) + [[extra]])
+    for rank, arrays in enumerate(ranks):
+        got = {k[len("accumulator:"):]: v for k, v in arrays.items() if k.startswith("accumulator:")}
+        assert_params_close(got, expected, rtol=1e-5, context=f"rank {rank}")
 
 
 def test_the_reduced_window_gradient_is_clipped_once(tmp_path):

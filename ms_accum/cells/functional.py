@@ -180,12 +180,17 @@ class Accumulator(WindowEngine, nn.Cell):
 
     def flush(self):
         """
-        Apply the window still open (fewer than N micro-batches), weighted by its own items.
+        Apply the window still open (fewer than N micro-batches), weighted by its own items. In data parallel the
+        window is open if it is on any device: every device then takes part in its reduction, a device whose own
+        share is empty with zero items (one waiting in the reduction alone hung until MindSpore's collective timed
+        out).
 
         Returns:
-            Tensor, bool scalar: whether there was a window to apply.
+            Tensor, bool scalar: whether there was a window to apply (on any device).
         """
         pending = self.accu_micro_steps > 0
+        if self.is_distributed:
+            pending = self._sum_over_devices(ops.cast(pending, mstype.float32)) > 0.0
         if pending:
             pending = ops.depend(pending, self._finish_window())
         return pending
