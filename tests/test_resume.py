@@ -14,6 +14,7 @@ import pytest
 
 import mindspore as ms
 from mindspore import nn
+from mindspore.train import LossMonitor
 
 import ms_accum
 from conftest import ROOT, ZOO
@@ -227,6 +228,21 @@ def test_model_accu_resumes_from_any_micro_batch(stop_after, uninterrupted_model
         np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7,
                                    err_msg=f"{name} after resuming Model_ACCU at micro-batch {stop_after}")
     assert float(cell.scale_sense.asnumpy()) == scale > 1024.0
+
+
+def test_model_accu_checks_loss_monitor_once_the_resumed_position_is_known(tmp_path, recwarn):
+    """Windows carried over epochs of 10 (2, then 3 updates) mislabel LossMonitor's steps from epoch 2: the run
+    warns. A resume refused for its partial_window warned of a run that never started."""
+    state = str(tmp_path / "state.ckpt")
+    model, _, _ = make_model(seed=1, state_path=state, save_state_every=1)
+    model.train(1, data(), callbacks=[StopAt(1)], dataset_sink_mode=False)
+    with pytest.raises(ms_accum.CheckpointError, match=r"'partial_window' must be the saved run's 'flush'"):
+        make_model(seed=1)[0].train(EPOCHS, data(), callbacks=[LossMonitor(1)], dataset_sink_mode=False,
+                                    resume_from=state, partial_window="carry")
+    assert not [w for w in recwarn if "LossMonitor" in str(w.message)], [str(w.message) for w in recwarn]
+    with pytest.warns(UserWarning, match=r"For 'Model_ACCU.train', MindSpore's LossMonitor .* off from epoch 2"):
+        make_model(seed=1)[0].train(EPOCHS, data(), callbacks=[LossMonitor(1)], dataset_sink_mode=False,
+                                    partial_window="carry")
 
 
 def test_a_state_file_of_ms_accum_0_1_0_resumes_and_a_newer_format_is_refused(uninterrupted_model, tmp_path,

@@ -187,6 +187,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._registered_loops = set()
         self._state_path, self._save_state_every = state_path, save_state_every
         self._resume_from = None
+        self._given_callbacks = None  # the callbacks given to train, for the LossMonitor check
         self._trained, self._batch_size, self._sharded = False, 1, True
         self._partial_window = "flush"
         self._max_nonfinite = DEFAULT_MAX_NONFINITE_WINDOWS
@@ -253,9 +254,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             self._set_global_batch(global_batch_size, train_dataset)
         if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead
             self._check_sink_mode(train_dataset, sink_size, resume_from)
-        else:
-            check_loss_monitor("Model_ACCU.train", callbacks,
-                               self._plan_updates(train_dataset.get_dataset_size(), epoch)[2], initial_epoch + 1)
+        self._given_callbacks = callbacks  # for the LossMonitor check, once the run's first epoch is known
         self._resume_from = resume_from
         self._batch_size = train_dataset.get_batch_size()
         self._sharded = self._check_sharding(train_dataset)
@@ -264,7 +263,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             return super().train(epoch, train_dataset, callbacks, dataset_sink_mode, sink_size, initial_epoch)
         finally:
             self._trained = True
-            self._resume_from = None
+            self._resume_from = self._given_callbacks = None
             train_network(self).accumulation = mode
 
     def _set_global_batch(self, global_batch_size, train_dataset):
@@ -377,6 +376,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         if self._resume_from is not None:
             micro_done, cb_params.cur_step_num = resume_training_state(cell, self._resume_from, epoch * steps, rank,
                                                                        world, layout, cell.drop)
+        check_loss_monitor("Model_ACCU.train", self._given_callbacks, before, micro_done // steps + 1)
         writer = StateWriter(cell, self._state_path, self._save_state_every, epoch * steps, micro_done, rank, world,
                              layout)
         with dataset_starting_at(train_dataset, micro_done):
