@@ -35,8 +35,6 @@ class AccumulationModes:
     each. Expects `accumulation_steps`, `accu_micro_steps`, `owner_name` and `network` (a LossAndItems).
     """
 
-    _mode_checked = False  # whether a call has looked at the network's training mode (warn_eval_mode)
-
     def _init_modes(self):
         self._mode = None            # None: automatic; True/False: chosen by the user or Model_ACCU
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
@@ -120,9 +118,7 @@ class AccumulationModes:
         return super().__call__()
 
     def __call__(self, *args, **kwargs):
-        if not self._mode_checked:
-            self._mode_checked = True
-            warn_eval_mode(self.owner_name, self.network.network)  # the user's network in LossAndItems
+        warn_eval_mode(self)
         accumulate = self._decide()
         try:
             self._select(True)

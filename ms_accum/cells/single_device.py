@@ -90,8 +90,6 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
         ...                                                  grad_sum)
     """
 
-    _mode_checked = False  # whether a call has looked at the network's training mode (warn_eval_mode)
-
     def __init__(self, network, optimizer, grad_sum, sens=1.0, average=True, scale_sense=None, noise_scale=False):
         owner = "TrainForwardBackward"
         check_cell(owner, "network", network)
@@ -110,9 +108,7 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
         return True
 
     def __call__(self, *args, **kwargs):
-        if not self._mode_checked:
-            self._mode_checked = True
-            warn_eval_mode("TrainForwardBackward", self.network.network)  # the user's network in LossAndItems
+        warn_eval_mode(self)
         try:
             return super().__call__(*args, **kwargs)
         except BaseException:

@@ -271,19 +271,24 @@ def _mode_dependent(cell):
     return is_batch_norm(cell) or drops(cell)
 
 
-def warn_eval_mode(owner, network):
-    """Warn if every layer of `network` that computes otherwise in training mode (BatchNorm, dropout) is in
-    inference mode, as MindSpore builds every Cell: the training cells called from a user's loop, like
-    :class:`mindspore.nn.TrainOneStepCell`, do not switch it (``Model.train`` and the driver do). A network in
+def warn_eval_mode(cell):
+    """At the first call of `cell` (a training cell holding the user's network in its LossAndItems, named by its
+    ``owner_name``), warn if every layer of the network that computes otherwise in training mode (BatchNorm,
+    dropout) is in inference mode, as MindSpore builds every Cell: the training cells called from a user's loop,
+    like :class:`mindspore.nn.TrainOneStepCell`, do not switch it (``Model.train`` and the driver do). A network in
     training mode itself (its BatchNorm frozen on purpose), one whose such layers are partly in training mode, or
-    one with no such layer is left alone. Returns whether it warned."""
-    layers = [(name, cell) for name, cell in network.cells_and_names() if _mode_dependent(cell)]
-    if not layers or network.training or any(cell.training for _, cell in layers):
+    one with no such layer is left alone. Later calls return at once. Returns whether it warned."""
+    if getattr(cell, "_mode_checked", False):
         return False
-    shown = ", ".join(f"'{name}' ({type(cell).__name__})" for name, cell in layers[:3])
+    cell._mode_checked = True  # pylint: disable=protected-access
+    owner, network = cell.owner_name, cell.network.network
+    layers = [(name, layer) for name, layer in network.cells_and_names() if _mode_dependent(layer)]
+    if not layers or network.training or any(layer.training for _, layer in layers):
+        return False
+    shown = ", ".join(f"'{name}' ({type(layer).__name__})" for name, layer in layers[:3])
     more = f" and {len(layers) - 3} more" if len(layers) > 3 else ""
-    layer, verb = ("layers", "are") if len(layers) > 1 else ("layer", "is")
-    warnings.warn(f"For '{owner}', the network must be in training mode to train, but its {layer} {shown}{more} "
+    noun, verb = ("layers", "are") if len(layers) > 1 else ("layer", "is")
+    warnings.warn(f"For '{owner}', the network must be in training mode to train, but its {noun} {shown}{more} "
                   f"{verb} in inference mode (MindSpore builds every Cell so): BatchNorm normalises with its moving "
                   f"statistics and leaves them as they are, dropout drops nothing. Call set_train(True) on the cell "
                   f"(or the network) before training, as mindspore.train.Model does.", UserWarning, stacklevel=3)
