@@ -142,6 +142,29 @@ def test_an_empty_window_updates_nothing(scaled, exec_mode):
         np.testing.assert_array_equal(got.asnumpy(), want)
 
 
+def test_a_window_applied_and_not_cleared_is_refused_before_it_is_added_to_or_applied_again(exec_mode):
+    """A loop that forgot TrainClear added the next window into the applied sums and applied them again: the
+    second update was the sum of both windows' gradients. Refused now, the parameters untouched, until cleared."""
+    net, opt, grad_sum, (forward_backward, optim, clear) = _cells()
+    x = np.array([[1.0, 3.0], [1.0, 1.0]], np.float32)
+    forward_backward(Tensor(x))
+    optim()
+    applied = net.w.asnumpy().copy()
+    sums = [p.asnumpy().copy() for p in grad_sum]
+    for owner, call in (("TrainForwardBackward", lambda: forward_backward(Tensor(x))), ("TrainOptim", optim)):
+        with pytest.raises(ValueError, match=rf"For '{owner}', the buffers 'grad_sum' must be cleared after the "
+                                             r"window TrainOptim applied.*Call TrainClear\(grad_sum\)\(\)"):
+            call()
+    np.testing.assert_array_equal(net.w.asnumpy(), applied)
+    for got, want in zip(grad_sum, sums):
+        np.testing.assert_array_equal(got.asnumpy(), want)
+    assert opt.global_step.asnumpy()[0] == 1
+    clear()
+    forward_backward(Tensor(x))
+    optim()
+    np.testing.assert_allclose(net.w.asnumpy(), applied - x.mean(axis=0), rtol=1e-6)
+
+
 def test_sens_scales_the_applied_gradient_like_train_one_step_cell():
     net, opt, grad_sum, _ = _cells()
     forward_backward = ms_accum.TrainForwardBackward(net, opt, grad_sum, sens=2.0)

@@ -75,7 +75,8 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
             finite, `average`, `scale_sense` or `noise_scale` differs from another cell built on the same
             `grad_sum`, `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or
             `scale_sense` is a Tensor of shape other than () or (1,); at the first call, if the loss is not a
-            scalar or (without `num_items`) the inputs' leading dimensions disagree.
+            scalar or (without `num_items`) the inputs' leading dimensions disagree; when called, if
+            :class:`TrainOptim` applied the buffers and :class:`TrainClear` has not cleared them since.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -103,11 +104,13 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
         self._init_engine(owner, self.grad_sum, state, average=self.average,
                           noise=_noise_state(owner, state, noise_scale, average),
                           loss_scale=(kind, None, scale) if kind else None, count_windows=False)
+        self.window = state
 
     def _holds_network(self):
         return True
 
     def __call__(self, *args, **kwargs):
+        self.window.check_cleared("TrainForwardBackward")
         warn_eval_mode(self)
         try:
             return super().__call__(*args, **kwargs)
@@ -172,7 +175,8 @@ class TrainOptim(WindowEngine, nn.Cell):
             `clip_norm` is not a finite number > 0, `average`, `scale_sense` or `noise_scale` differs from the
             :class:`TrainForwardBackward` on the same `grad_sum`, or `noise_scale` is a str other than
             ``"first"`` or is set with ``average=False``, or `nonfinite` is not ``"skip"`` with `scale_sense`;
-            when called, if a micro-batch of the window reported ``num_items`` <= 0 (the optimizer is not stepped).
+            when called, if a micro-batch of the window reported ``num_items`` <= 0 (the optimizer is not stepped),
+            or if the buffers were applied and :class:`TrainClear` has not cleared them since.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -202,16 +206,21 @@ class TrainOptim(WindowEngine, nn.Cell):
                           loss_scale=(kind, updater, scale) if kind else None, count_windows=False,
                           nonfinite=nonfinite)
         self.loss_scaled = kind is not None
+        self.window = state
 
     def __call__(self, *args, **kwargs):
         """An empty window (nothing added since the buffers were cleared) is no update: nothing runs, read from
-        the window's micro-batch count (a wait for the device once per window)."""
+        the window's micro-batch count (a wait for the device once per window). Buffers applied and not cleared
+        since are refused."""
+        self.window.check_cleared("TrainOptim")
         if int(self.accu_micro_steps.asnumpy()) == 0:
             loss = Tensor(0.0, mstype.float32)
             if self.scale_kind is None:
                 return loss
             return loss, Tensor(False, mstype.bool_), Tensor(self.accu_scale.asnumpy().reshape(()))
-        return super().__call__(*args, **kwargs)
+        outputs = super().__call__(*args, **kwargs)
+        self.window.applied = True
+        return outputs
 
     def construct(self):
         ended = self._end_window(self.optimizer, reset=False)
@@ -277,7 +286,9 @@ class TrainClear(WindowEngine, nn.Cell):
                              "it. Build TrainForwardBackward(net, optimizer, grad_sum) first, with grad_sum = "
                              "optimizer.parameters.clone(prefix='grad_sum', init='zeros'): clearing the weights "
                              "themselves would zero the network.")
-        return super().__call__(*args, **kwargs)
+        cleared = super().__call__(*args, **kwargs)
+        self.window.applied = False
+        return cleared
 
     def construct(self):
         cleared = self._reset_window(self.accu_micro_steps + 0)

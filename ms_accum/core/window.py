@@ -67,6 +67,7 @@ class WindowState:
         self.noise = None  # a NoiseState once a cell measures the noise scale (see noise_state)
         self.verified = False  # a cell with the optimizer checked the buffers are separate from its parameters
         self.loss_scale = None  # (update cell or None, the scale Parameter), shared by the cells on the buffers
+        self.applied = False  # TrainOptim applied the buffers and TrainClear has not cleared them since (host-side)
 
     @property
     def last(self):
@@ -100,6 +101,17 @@ class WindowState:
                 got = f"another {type(value).__name__} object, not the same one"
             raise ValueError(f"For '{owner}', '{name}' must match the other cells built on this grad_sum "
                              f"({_describe(bound)}), but got {got}. {hint}")
+
+
+    def check_cleared(self, owner):
+        """Raise if :class:`TrainOptim` applied the buffers and :class:`TrainClear` has not cleared them since:
+        adding to them, or applying them again, would apply the old window's gradients a second time. Set by the
+        cells' Python calls, so it costs the device nothing."""
+        if self.applied:
+            raise ValueError(f"For '{owner}', the buffers '{self.prefix}' must be cleared after the window "
+                             f"TrainOptim applied, but TrainClear was not called since: they still hold that "
+                             f"window's gradients, which would be applied again. Call TrainClear(grad_sum)() right "
+                             f"after every TrainOptim call.")
 
 
 def _describe(value):
