@@ -171,6 +171,25 @@ def test_resume_errors_name_resume_from(tmp_path):
         trainer.train_process(1, data(), N, ckpt_path=None, resume_from=state)
 
 
+def test_a_state_of_another_path_is_refused_naming_both_paths(tmp_path):
+    """A state written by Model_ACCU resumed by the driver (or the reverse) was refused as "another network"
+    (missing 'grad_sum.conv1.weight', ...), though the network was the same: it names the path that wrote it now."""
+    state = str(tmp_path / "state.ckpt")
+    model, _, _ = make_model(seed=1, state_path=state, save_state_every=1)
+    model.train(1, data(), callbacks=[StopAt(1)], dataset_sink_mode=False)
+    with pytest.raises(ms_accum.CheckpointError, match=r"'resume_from' '.*state.ckpt' is the exact state of a run "
+                                                       r"trained with TrainAccuStepsCell \(Model_ACCU\) or "
+                                                       r"Accumulator, but this run trains with GradientAccumulation "
+                                                       r"\(the driver\).*resume it with the path that wrote it"):
+        make_trainer(seed=1)[0].train_process(EPOCHS, data(), N, ckpt_path=None, resume_from=state)
+    make_trainer(seed=1)[0].train_process(1, data(), N, callbacks=[StopAt(1)], ckpt_path=None, log_every=0,
+                                          state_path=state, save_state_every=1)
+    with pytest.raises(ms_accum.CheckpointError, match=r"trained with GradientAccumulation \(the driver\) or the "
+                                                       r"three single-device cells, but this run trains with "
+                                                       r"TrainAccuStepsCell"):
+        make_model(seed=1)[0].train(EPOCHS, data(), dataset_sink_mode=False, resume_from=state)
+
+
 @pytest.mark.slow
 def test_train_py_killed_at_random_resumes_exactly(tmp_path):
     """A real SIGKILL, possibly in the middle of a state write, then --resume with the state file."""

@@ -14,6 +14,19 @@ from ..core.checks import check_ckpt_path
 BUFFER_PREFIXES = ("accu_grads.", "grad_sum.", "accu_window.")
 
 
+BUFFER_WRITERS = {"grad_sum.": "GradientAccumulation (the driver) or the three single-device cells",
+                  "accu_grads.": "TrainAccuStepsCell (Model_ACCU) or Accumulator"}
+
+
+def buffer_writer(names):
+    """Which ms_accum paths keep their buffers under the parameter `names` (a description), or None."""
+    names = list(names)
+    for prefix, paths in BUFFER_WRITERS.items():
+        if any(name.startswith(prefix) for name in names):
+            return paths
+    return None
+
+
 def is_accumulation_buffer(name):
     """
     Whether a parameter name is a transient accumulation buffer or window counter.

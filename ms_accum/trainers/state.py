@@ -15,7 +15,7 @@ from mindspore import nn
 
 from ..core.checks import check_ckpt_path, check_int_at_least, check_positive_int
 from ..core.engine import WindowEngine
-from .checkpoint import CheckpointError, load_into, read_checkpoint, save_checkpoint_atomic
+from .checkpoint import CheckpointError, buffer_writer, load_into, read_checkpoint, save_checkpoint_atomic
 from .elastic import (check_same_global_batch, check_same_partial_window, count, elastic_position, resume_notice,
                       saved_layout)
 
@@ -245,8 +245,9 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
     Raises:
         TypeError: If `cell` is neither a Cell nor a tuple or list of Cells.
         ValueError: If two Parameters of the cells share a name.
-        CheckpointError: If the file is missing or unreadable, belongs to another model, another rank or (without
-            `layout`) another device count, was written by a newer ms_accum (a state file of ms_accum 0.1.0 is
+        CheckpointError: If the file is missing or unreadable, belongs to another model, another ms_accum path
+            (the driver's state in a TrainAccuStepsCell, say), another rank or (without `layout`) another device
+            count, was written by a newer ms_accum (a state file of ms_accum 0.1.0 is
             read), records no position, was written at or past the end of this run, the ranks hold no common
             position, or the saved run's global batch or cut of epochs differs from `layout`'s.
 
@@ -291,6 +292,12 @@ def resume_training_state(cell, state_path, total_micro_steps, rank=0, world=1, 
                               f"run has {world}, and the file does not record its global batch (it was written by "
                               f"ms_accum 0.2.0 or older, or without a layout). Resume on {saved_world} process(es), "
                               f"or from an epoch checkpoint.")
+    written, training = buffer_writer(params), buffer_writer(p.name for p in cell.get_parameters())
+    if written and training and written != training:
+        raise CheckpointError(f"'{arg_name}' {path!r} is the exact state of a run trained with {written}, but this "
+                              f"run trains with {training}, whose state holds other buffers: resume it with the "
+                              f"path that wrote it, or resume from an epoch checkpoint (network and optimizer), "
+                              f"which every path loads.")
     load_into(cell, params, path, arg_name=arg_name, what="a training state of this model",
               optional=_added_since_format_1 if FORMAT not in params else None)
     if saved_world != world:
