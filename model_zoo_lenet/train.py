@@ -8,8 +8,9 @@ the same update as one batch of accumulation_steps*batch_size (times the number 
 With every trainer, N may follow a schedule (--accumulation_schedule 0:1,2:2,4:3) or be chosen between windows
 from the measured gradient noise scale (--adaptive_steps 2:16); --noise_scale records the noise scale of every
 window; --raw_sum and --partial_window work alike (dataset sink mode takes one N and whole windows).
-Checkpoints (network and optimizer state) are written at the end of every epoch as
-checkpoint_lenet-<epoch>_<update>.ckpt, in --ckpt_path (one device) or --ckpt_path/rank_<r> (parallel).
+Checkpoints (network and optimizer state) are written at the end of every epoch, and only there, as
+checkpoint_lenet-<epoch>_<update in the epoch>.ckpt, in --ckpt_path (one device) or --ckpt_path/rank_<r>
+(parallel).
 
 Trainers: 'driver' (one device: GradientAccumulation over the three single-device cells), 'model_accu'
 (TrainAccuStepsCell trained by Model_ACCU; required by the parallel modes, and the one that uses dataset sink mode
@@ -32,7 +33,7 @@ apply_env_defaults()  # must precede the MindSpore import
 # pylint: disable=wrong-import-position
 import mindspore as ms
 from mindspore import nn
-from mindspore.train import Callback, CheckpointConfig, ModelCheckpoint
+from mindspore.train import Callback
 
 import ms_accum
 from src.cli import run_cli, set_device
@@ -126,7 +127,8 @@ def parse_args(argv):
     parser.add_argument("--telemetry_csv", default=None, metavar="FILE",
                         help="write one row per update (loss, micro-batches, samples, grad norm, lr, loss scale, "
                              "skipped windows); plot it with plot_telemetry.py")
-    parser.add_argument("--keep_checkpoint_max", type=positive_int, default=10)
+    parser.add_argument("--keep_checkpoint_max", type=positive_int, default=10,
+                        help="keep the newest K epoch checkpoints of this run (default: 10)")
     parser.add_argument("--trainer", choices=["driver", "model_accu", "functional"], default=None,
                         help="default: driver on one device, model_accu in parallel modes")
     parser.add_argument("--parallel_mode", choices=list(PARALLEL_MODES), default="stand_alone",
@@ -148,40 +150,72 @@ def parse_args(argv):
 
 
 class EpochSummary(Callback):
-    """Prints one line per epoch: updates, samples, time and throughput."""
+    """Prints one line per epoch: the updates this process ran in it and the samples they trained on every device
+    (read from `telemetry`'s records: a resumed epoch counts what ran after the resume, and a dropped micro-batch
+    nothing), the time and throughput."""
 
-    def __init__(self, samples_per_epoch):
+    def __init__(self, telemetry):
         super().__init__()
-        self.samples_per_epoch = samples_per_epoch
-        self.start = 0.0
+        self.telemetry = telemetry
+        self.start, self.first = 0.0, 0
 
     def on_train_epoch_begin(self, run_context):
-        self.start = time.time()
+        self.start, self.first = time.time(), len(self.telemetry.records)
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        elapsed = time.time() - self.start
+        elapsed = max(time.time() - self.start, 1e-9)
+        records = self.telemetry.records[self.first:]
+        samples = sum(record.items for record in records)
         left = elapsed * (cb.epoch_num - cb.cur_epoch_num)
-        print(f"epoch {cb.cur_epoch_num}/{cb.epoch_num}: {cb.cur_step_num} updates so far, "
-              f"{self.samples_per_epoch} samples in {elapsed:.1f} s ({self.samples_per_epoch / elapsed:.0f} "
-              f"samples/s), about {left:.0f} s left", flush=True)
+        print(f"epoch {cb.cur_epoch_num}/{cb.epoch_num}: {len(records)} updates, {samples:.0f} samples in "
+              f"{elapsed:.1f} s ({samples / elapsed:.0f} samples/s), about {left:.0f} s left", flush=True)
+
+
+def checkpoint_prefix(directory, resumed):
+    """'checkpoint_lenet', or for a new run into a directory holding another run's checkpoints the first free
+    'checkpoint_lenet_<k>' (as MindSpore's ModelCheckpoint would name it): a resumed run continues its own names."""
+    prefix, k = "checkpoint_lenet", 0
+    while not resumed and glob.glob(os.path.join(directory, f"{prefix}-*.ckpt")):
+        k += 1
+        prefix = f"checkpoint_lenet_{k}"
+    if k:
+        print(f"note: {directory} holds another run's checkpoints; this run's are {prefix}-<epoch>_<update>.ckpt "
+              f"(give each run its own --ckpt_path)", flush=True)
+    return prefix
 
 
 class EpochCheckpoint(Callback):
-    """Network and optimizer state at every epoch's end, as checkpoint_lenet-<epoch>_<update>.ckpt (the updates of
-    an epoch vary under a schedule), keeping the newest `keep`."""
+    """Network and optimizer state at every epoch's end, and only there, as <prefix>-<epoch>_<n>.ckpt, keeping the
+    newest `keep`, with epoch_num, step_num (updates done in the run) and `extra`. `before[e]` is the run's plan
+    of updates before epoch e + 1, and n the update's number in its epoch; with `before` None (an adaptive N
+    decides the updates as it goes) n and step_num are the trainer's count. The trainers count updates from the
+    run's start after an exact resume, but Model_ACCU, as MindSpore's Model, from its first epoch after a resume at
+    an epoch (`exact` False): the plan says where that epoch began. (MindSpore's ModelCheckpoint, every so many
+    updates, fired at the first update of a resumed run, whose count began above zero, and wrote a mid-epoch state
+    named like an epoch's end.)"""
 
-    def __init__(self, cell, directory, keep):
+    def __init__(self, cell, directory, prefix, keep, before=None, exact=False, extra=None):
         super().__init__()
-        self.cell, self.directory, self.keep = cell, directory, keep
+        self.cell, self.directory, self.prefix, self.keep = cell, directory, prefix, keep
+        self.before, self.exact, self.extra = before, exact, extra or {}
+        self.offset = None  # updates of the run the trainer's count leaves out
         self.written = []
         self.latest_ckpt_file_name = None
 
+    def on_train_epoch_begin(self, run_context):
+        if self.offset is None:
+            cb = run_context.original_args()
+            self.offset = 0 if self.exact or self.before is None else \
+                self.before[int(cb.cur_epoch_num) - 1] - int(cb.cur_step_num)
+
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        path = os.path.join(self.directory, f"checkpoint_lenet-{cb.cur_epoch_num}_{cb.cur_step_num}.ckpt")
-        ms_accum.save_checkpoint_atomic(self.cell, path, append_dict={"epoch_num": int(cb.cur_epoch_num),
-                                                                      "step_num": int(cb.cur_step_num)})
+        epoch, update = int(cb.cur_epoch_num), int(cb.cur_step_num) + (self.offset or 0)
+        number = update if self.before is None else update - self.before[epoch - 1]
+        path = os.path.join(self.directory, f"{self.prefix}-{epoch}_{number}.ckpt")
+        ms_accum.save_checkpoint_atomic(self.cell, path, append_dict={"epoch_num": epoch, "step_num": update,
+                                                                      **self.extra})
         self.written.append(path)
         self.latest_ckpt_file_name = path
         while len(self.written) > self.keep:
@@ -361,7 +395,6 @@ def main(argv=None):
         before = [updates_per_epoch * epoch for epoch in range(args.epoch_size + 1)]
     else:
         before, total_updates = plan.run_plan(steps, args.epoch_size, args.partial_window)
-        updates_per_epoch = max(1, total_updates // args.epoch_size)
     if not 0 <= args.warmup_epochs <= args.epoch_size:
         raise ValueError(f"'--warmup_epochs' must be an int in [0, --epoch_size {args.epoch_size}], but got "
                          f"{args.warmup_epochs}.")
@@ -417,16 +450,11 @@ def main(argv=None):
     state_path = os.path.join(directory, STATE_FILE)
     save_state_every = 0 if args.dataset_sink_mode else (100 if args.save_state_every is None else
                                                          args.save_state_every)
-    if policy is None and plan.constant is not None:
-        checkpoints = ModelCheckpoint(prefix="checkpoint_lenet", directory=directory,
-                                      config=CheckpointConfig(save_checkpoint_steps=updates_per_epoch,
-                                                              keep_checkpoint_max=args.keep_checkpoint_max,
-                                                              append_info=["epoch_num", "step_num",
-                                                                           {GLOBAL_BATCH: run_global_batch}]))
-    else:  # updates per epoch vary: save at every epoch's end instead of every so many updates
-        checkpoints = EpochCheckpoint(state_cell, directory, args.keep_checkpoint_max)
-    callbacks = [checkpoints, EpochSummary(steps * args.batch_size),
-                 ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)]
+    checkpoints = EpochCheckpoint(state_cell, directory, checkpoint_prefix(directory, resume is not None),
+                                  args.keep_checkpoint_max, before if policy is None else None, exact,
+                                  {GLOBAL_BATCH: run_global_batch} if run_global_batch else None)
+    telemetry = ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)
+    callbacks = [checkpoints, EpochSummary(telemetry), telemetry]
     if trainer_kind == "driver":
         trainer.train_process(args.epoch_size, dataset, policy or plan, callbacks=callbacks,
                               partial_window=args.partial_window, ckpt_path=None, log_every=0,

@@ -98,7 +98,8 @@ def test_train_reports_progress_and_writes_epoch_checkpoints(trained):
                      r"32 items \| grad norm [0-9.e+-]+ \| lr 0.1 \| loss scale 1, 0 skipped \| [0-9]+ items/s, "
                      r"0 s left$",
                      out, re.M), out
-    assert re.search(r"^epoch 10/10: 240 updates so far, 2976 samples in", out, re.M), out
+    assert re.search(r"^epoch 10/10: 24 updates, 2976 samples in [0-9.]+ s \([0-9]+ samples/s\), about 0 s "
+                     r"left$", out, re.M), out
     names = sorted(f for f in os.listdir(run_dir) if f.endswith(".ckpt"))
     assert names == sorted([f"checkpoint_lenet-{e}_24.ckpt" for e in range(1, 11)] + ["train_state.ckpt",
                                                                                      "train_state.prev.ckpt"])
@@ -199,6 +200,39 @@ def test_eval_py_accepts_the_tutorials_checkpoint_format(trained, tmp_path):
     results = [float(ACCURACY.search(run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", path)[1])
                      .group(1)) for path in (ours, tutorial)]
     assert results[0] == results[1] >= 0.65
+
+
+@pytest.mark.slow
+def test_a_resumed_run_writes_epoch_checkpoints_only_and_counts_what_it_ran(tmp_path):
+    """MindSpore's ModelCheckpoint, every 4 updates, fired at the first update of a run resumed in epoch 2 (its
+    count began at 5) and wrote a mid-epoch state named like an epoch's end, from which --resume then skipped the
+    rest of that epoch; the epoch line counted the whole epoch. A new run into a used directory gets other names."""
+    common = ("--data_path", SAMPLE, "--num_samples", 256, "--batch_size", 32, "--accumulation_steps", 2,
+              "--epoch_size", 2, "--log_every", 0, "--save_state_every", 11)  # 8 micro-batches, 4 updates an epoch
+    run_script("train.py", "--ckpt_path", tmp_path / "full", *common)
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    shutil.copy(tmp_path / "full" / "train_state.ckpt", cut)  # written after micro-batch 11: epoch 2, update 6 open
+    _, out, _ = run_script("train.py", "--ckpt_path", cut, "--resume", cut / "train_state.ckpt", *common)
+    assert sorted(f for f in os.listdir(cut) if f.startswith("checkpoint_")) == ["checkpoint_lenet-2_4.ckpt"]
+    assert re.search(r"^epoch 2/2: 3 updates, 192 samples in ", out, re.M), out
+    # Model_ACCU, as MindSpore's Model, counts updates from the first epoch of a resume at an epoch's end
+    run_script("train.py", "--ckpt_path", tmp_path / "epoch", "--trainer", "model_accu", "--resume",
+               tmp_path / "full" / "checkpoint_lenet-1_4.ckpt", *common)
+    assert sorted(f for f in os.listdir(tmp_path / "epoch") if f.startswith("checkpoint_")) == \
+        ["checkpoint_lenet-2_4.ckpt"]
+    full, *resumed = (ms.load_checkpoint(str(d / "checkpoint_lenet-2_4.ckpt"))
+                      for d in (tmp_path / "full", cut, tmp_path / "epoch"))
+    for got in resumed:
+        assert int(got["step_num"].asnumpy()) == int(full["step_num"].asnumpy()) == 8
+    for param in LeNet5().get_parameters():
+        np.testing.assert_allclose(resumed[0][param.name].asnumpy(), full[param.name].asnumpy(), rtol=1e-6,
+                                   atol=1e-7, err_msg=param.name)
+    _, out, _ = run_script("train.py", "--ckpt_path", tmp_path / "full", *common[:-2], "--save_state_every", 0)
+    assert "holds another run's checkpoints; this run's are checkpoint_lenet_1-<epoch>_<update>.ckpt" in out
+    assert sorted(f for f in os.listdir(tmp_path / "full") if f.startswith("checkpoint_")) == [
+        "checkpoint_lenet-1_4.ckpt", "checkpoint_lenet-2_4.ckpt", "checkpoint_lenet_1-1_4.ckpt",
+        "checkpoint_lenet_1-2_4.ckpt"]
 
 
 @pytest.mark.slow
@@ -346,8 +380,8 @@ def test_train_py_follows_a_schedule_and_records_the_noise_scale(tmp_path):
     assert [int(r["accumulation_steps"]) for r in rows] == [1, 1, 2, 2] + [3] * 6
     assert all(r["noise_scale"] == "nan" for r in rows[:2]) and any(r["noise_scale"] != "nan" for r in rows[2:])
     assert sorted(f for f in os.listdir(tmp_path) if f.startswith("checkpoint_lenet")) == \
-        ["checkpoint_lenet-1_6.ckpt", "checkpoint_lenet-2_10.ckpt"]
-    _, out, _ = run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "checkpoint_lenet-2_10.ckpt")
+        ["checkpoint_lenet-1_6.ckpt", "checkpoint_lenet-2_4.ckpt"]  # 6 updates, then 4
+    _, out, _ = run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "checkpoint_lenet-2_4.ckpt")
     assert ACCURACY.search(out), out
     run_script("plot_telemetry.py", "--csv", tmp_path / "t.csv", "--out", tmp_path / "plot.png")
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
