@@ -9,7 +9,8 @@ holding different numbers of real tokens on each rank, with the cell choosing it
 with clip_norm=CLIP_NORM; 'noise' is 'plain' measuring the noise scale, its outputs each window's (grad_sq,
 noise_trace). 'mean_false' sets gradients_mean=False and trains 'plain', then an Accumulator in a jit step on a
 second copy of the network (saved as 'accumulator:<name>'); 'uneven_flush' trains only such an Accumulator, rank 0
-on one micro-batch more than rank 1, and flushes on both.
+on one micro-batch more than rank 1, and flushes on both; 'uneven_epochs' gives Model_ACCU one micro-batch more on
+rank 0 and saves the refusal's message as 'refusal'.
 """
 import os
 import sys
@@ -66,6 +67,7 @@ def train_tokens(cell, batches):
 def main():
     out, mode, cell_kind, windows, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
     overflow = tuple(int(v) for v in sys.argv[6:9]) if len(sys.argv) > 6 else None
+    refusal = ""
     ms.set_device("CPU")
     set_mode(mode)
     if mode == "graph":
@@ -79,7 +81,7 @@ def main():
     else:
         net, loss, opt = build("momentum")
         loss_net = nn.WithLossCell(net, loss)
-    if cell_kind in ("plain", "tokens", "clip", "model_accu", "noise", "mean_false", "uneven_flush"):
+    if cell_kind in ("plain", "tokens", "clip", "model_accu", "noise", "mean_false", "uneven_flush", "uneven_epochs"):
         cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=steps,
                                            clip_norm=CLIP_NORM if cell_kind == "clip" else None,
                                            noise_scale=cell_kind == "noise")
@@ -93,6 +95,14 @@ def main():
     elif cell_kind == "tokens":
         outputs = train_tokens(cell, rank_token_batches(rank, world, windows, steps))
     elif cell_kind == "uneven_flush":
+        outputs = []
+    elif cell_kind == "uneven_epochs":
+        extra = 1 if rank == 0 else 0
+        data = numpy_dataset(rank_batches(rank, world, windows + 1, steps)[:windows * steps + extra])
+        try:
+            ms_accum.Model_ACCU(cell).train(1, data, dataset_sink_mode=False)
+        except ValueError as error:
+            refusal = str(error)
         outputs = []
     elif cell_kind == "noise":
         outputs = train_noise(cell, rank_batches(rank, world, windows, steps), windows, steps)
@@ -109,6 +119,7 @@ def main():
         arrays.update({f"accumulator:{name}": value for name, value in trained.items()})
     arrays.update({f"opt:{p.name}": p.asnumpy() for p in opt.get_parameters()})
     arrays["outputs"] = np.array(outputs, np.float64)
+    arrays["refusal"] = np.array(refusal)
     arrays["global_step"] = opt.global_step.asnumpy()
     arrays["accu_grads_zero"] = np.array(all(not g.asnumpy().any() for g in cell.accu_grads))
     np.savez(os.path.join(out, f"rank_{rank}.npz"), **arrays)

@@ -173,6 +173,16 @@ def test_a_flush_with_the_open_window_on_one_device_only_applies_it_on_both(tmp_
         assert_params_close(got, expected, rtol=1e-5, context=f"rank {rank}")
 
 
+def test_model_accu_refuses_devices_with_unequal_epochs_before_training(tmp_path):
+    """Rank 0's dataset holds one micro-batch more: its last window's reduction waited alone until MindSpore's
+    collective timed out. Every rank now refuses before training, naming the sizes and the fix."""
+    ranks = run_workers(tmp_path, "graph", "uneven_epochs", 2, 2)
+    for rank, arrays in enumerate(ranks):
+        assert "every device's dataset must hold as many micro-batches, but they hold [5, 4] (by rank)" in \
+            str(arrays["refusal"]) and "num_shards=<devices>" in str(arrays["refusal"]), f"rank {rank}"
+        assert arrays["global_step"][0] == 0, f"rank {rank} trained"
+
+
 def test_the_reduced_window_gradient_is_clipped_once(tmp_path):
     """Clipping sees the window's gradient averaged over both ranks, as one process on the union would."""
     ranks = run_workers(tmp_path, "graph", "clip", 2, 3)

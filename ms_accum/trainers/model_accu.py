@@ -30,7 +30,7 @@ from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
-from .state import StateWriter, dataset_starting_at, resume_training_state
+from .state import StateWriter, dataset_starting_at, gather_ints, resume_training_state
 from .telemetry import window_record
 
 check_model_internals(Model)
@@ -240,7 +240,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 columns are more or fewer than the loss network takes, `partial_window` is unknown, `resume_from`
                 is combined with `initial_epoch`, `global_batch_size` is not a multiple of devices x
                 micro-batch, or would change the N of a cell that has trained, or the cell's N is a schedule or a
-                policy, or the optimizer's learning-rate list is shorter than the run's updates.
+                policy, the optimizer's learning-rate list is shorter than the run's updates, or in data parallel
+                the devices' datasets hold different numbers of micro-batches.
         """
         epoch = check_positive_int("Model_ACCU.train", "epoch", epoch)
         self._partial_window = check_choice("Model_ACCU.train", "partial_window", partial_window,
@@ -258,6 +259,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._resume_from = resume_from
         self._batch_size = train_dataset.get_batch_size()
         self._sharded = self._check_sharding(train_dataset)
+        self._check_same_epoch_length(train_dataset)
         mode = train_network(self).accumulation
         try:
             return super().train(epoch, train_dataset, callbacks, dataset_sink_mode, sink_size, initial_epoch)
@@ -305,6 +307,18 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                           f"every sample and a window holds the same samples {world} times. To share them out, "
                           f"{SHARDING_HINT}.", UserWarning, stacklevel=3)
         return shards == world
+
+    def _check_same_epoch_length(self, train_dataset):
+        """In data parallel every device must run as many micro-batches an epoch: one with more would wait alone at
+        a window's gradient reduction until MindSpore's collective timeout. The devices compare their dataset sizes
+        first (one AllGather)."""
+        world = _rank_and_world(train_network(self))[1]
+        sizes = [row[0] for row in gather_ints([train_dataset.get_dataset_size()], world)]
+        if len(set(sizes)) > 1:
+            raise ValueError(f"For 'Model_ACCU.train', every device's dataset must hold as many micro-batches, but "
+                             f"they hold {sizes} (by rank): a device with more would wait alone at a window's "
+                             f"gradient reduction until MindSpore's collective timeout. To share the data out evenly, "
+                             f"{SHARDING_HINT}; or cut every device's data to {min(sizes)} batches.")
 
     def _check_sink_mode(self, train_dataset, sink_size, resume_from):
         """What dataset sink mode cannot carry, refused before training on every device (a script tried on CPU,

@@ -202,15 +202,21 @@ def common_position(positions_per_rank, arg_name="resume_from"):
     return max(common)
 
 
-def gather_positions(positions, world):
-    """Every rank's available positions (up to 2 each), gathered across the `world` processes."""
+def gather_ints(values, world):
+    """Every process's `values` (as many ints on each), by rank, gathered across the `world` processes (one
+    AllGather)."""
     if world == 1:
-        return [positions]
+        return [list(values)]
     import numpy as np  # pylint: disable=import-outside-toplevel
     from mindspore import Tensor, ops  # pylint: disable=import-outside-toplevel
-    padded = (list(positions) + [-1, -1])[:2]
-    gathered = ops.AllGather()(Tensor(np.array(padded, np.int32))).asnumpy().reshape(world, 2)
-    return [[int(p) for p in row if p >= 0] for row in gathered]
+    gathered = ops.AllGather()(Tensor(np.array(values, np.int32))).asnumpy().reshape(world, len(values))
+    return [[int(v) for v in row] for row in gathered]
+
+
+def gather_positions(positions, world):
+    """Every rank's available positions (up to 2 each), gathered across the `world` processes."""
+    gathered = gather_ints((list(positions) + [-1, -1])[:2], world)
+    return [[p for p in row if p >= 0] for row in gathered]
 
 
 def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, layout=None, drop_window=None):
