@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/data_pipeline.py                       # data/fashion-mnist, else the sample
     .venv/bin/python benchmarks/data_pipeline.py --workers 1,2 --repeats 3
 
-For each map-worker count (create_dataset's num_parallel_workers, train.py's --num_parallel_workers), in fresh
+For each map-worker count (create_dataset's num_parallel_workers; train.py keeps its default), in fresh
 processes taking turns:
 
 - pipeline alone: samples/s of iterating train.py's pipeline (MnistDataset, resize to 32x32, rescale, normalise,

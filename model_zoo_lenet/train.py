@@ -172,11 +172,20 @@ class EpochSummary(Callback):
               f"{elapsed:.1f} s ({samples / elapsed:.0f} samples/s), about {left:.0f} s left", flush=True)
 
 
-def checkpoint_prefix(directory, resumed):
-    """'checkpoint_lenet', or for a new run into a directory holding another run's checkpoints the first free
-    'checkpoint_lenet_<k>' (as MindSpore's ModelCheckpoint would name it): a resumed run continues its own names."""
+def checkpoint_prefix(directory, resume, exact):
+    """The name prefix of this run's epoch checkpoints in `directory`: a run resumed from its exact state continues
+    the names of the newest checkpoint there written before that state (a later one is another run's), a run
+    resumed from an epoch checkpoint there continues that checkpoint's; any other run takes 'checkpoint_lenet', or
+    the first free 'checkpoint_lenet_<k>' when another run's checkpoints are there (as MindSpore's ModelCheckpoint
+    names them), and says so."""
+    written = glob.glob(os.path.join(directory, "checkpoint_lenet*-*.ckpt"))
+    own = [path for path in written if exact and os.path.getmtime(path) <= os.path.getmtime(resume)]
+    if own:
+        return os.path.basename(max(own, key=os.path.getmtime)).rsplit("-", 1)[0]
+    if resume is not None and not exact and os.path.abspath(os.path.dirname(resume)) == os.path.abspath(directory):
+        return os.path.basename(resume).rsplit("-", 1)[0]
     prefix, k = "checkpoint_lenet", 0
-    while not resumed and glob.glob(os.path.join(directory, f"{prefix}-*.ckpt")):
+    while glob.glob(os.path.join(directory, f"{prefix}-*.ckpt")):
         k += 1
         prefix = f"checkpoint_lenet_{k}"
     if k:
@@ -440,18 +449,18 @@ def main(argv=None):
           f"{world}): {steps} micro-batches of {args.batch_size} per epoch, {describe(policy, plan, args, world)}, "
           f"epochs {initial_epoch + 1}.."
           f"{args.epoch_size}", flush=True)
+    prefix = checkpoint_prefix(directory, resume, exact)
     if trainer_kind == "functional":
         last = train_functional(net, loss, optimizer, dataset, args.epoch_size, policy or plan, directory,
                                 args.clip_norm, initial_epoch, args.log_every, noise_scale=args.noise_scale,
                                 average=not args.raw_sum, partial_window=args.partial_window,
-                                initial_updates=before[initial_epoch], nonfinite=args.nonfinite)
+                                initial_updates=before[initial_epoch], nonfinite=args.nonfinite, prefix=prefix)
         print(f"last checkpoint: {last}", flush=True)
         return 0
     state_path = os.path.join(directory, STATE_FILE)
     save_state_every = 0 if args.dataset_sink_mode else (100 if args.save_state_every is None else
                                                          args.save_state_every)
-    checkpoints = EpochCheckpoint(state_cell, directory, checkpoint_prefix(directory, resume is not None),
-                                  args.keep_checkpoint_max, before if policy is None else None, exact,
+    checkpoints = EpochCheckpoint(state_cell, directory, prefix, args.keep_checkpoint_max, before if policy is None else None, exact,
                                   {GLOBAL_BATCH: run_global_batch} if run_global_batch else None)
     telemetry = ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)
     callbacks = [checkpoints, EpochSummary(telemetry), telemetry]

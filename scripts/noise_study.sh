@@ -21,7 +21,7 @@ for RUN in fixed_2 fixed_8 fixed_32 adaptive_2_32; do
     echo "== $RUN"
     $PY model_zoo_lenet/train.py "${COMMON[@]}" "${FLAGS[@]}" --ckpt_path "$OUT/$RUN" \
         --telemetry_csv "$OUT/$RUN/telemetry.csv"
-    CKPT=$(ls -t "$OUT/$RUN"/checkpoint_lenet-*.ckpt | head -n 1)
+    CKPT=$(ls -t "$OUT/$RUN"/checkpoint_lenet*-*.ckpt | head -n 1)  # this run's newest, whatever its prefix
     $PY model_zoo_lenet/eval.py --data_path "$DATA" --ckpt_path "$CKPT" | tee "$OUT/$RUN/eval.txt"
     $PY model_zoo_lenet/plot_telemetry.py --csv "$OUT/$RUN/telemetry.csv" --out "$OUT/$RUN/telemetry.png"
 done

@@ -230,9 +230,16 @@ def test_a_resumed_run_writes_epoch_checkpoints_only_and_counts_what_it_ran(tmp_
                                    atol=1e-7, err_msg=param.name)
     _, out, _ = run_script("train.py", "--ckpt_path", tmp_path / "full", *common[:-2], "--save_state_every", 0)
     assert "holds another run's checkpoints; this run's are checkpoint_lenet_1-<epoch>_<update>.ckpt" in out
-    assert sorted(f for f in os.listdir(tmp_path / "full") if f.startswith("checkpoint_")) == [
-        "checkpoint_lenet-1_4.ckpt", "checkpoint_lenet-2_4.ckpt", "checkpoint_lenet_1-1_4.ckpt",
-        "checkpoint_lenet_1-2_4.ckpt"]
+    names = ["checkpoint_lenet-1_4.ckpt", "checkpoint_lenet-2_4.ckpt", "checkpoint_lenet_1-1_4.ckpt",
+             "checkpoint_lenet_1-2_4.ckpt"]
+    assert sorted(f for f in os.listdir(tmp_path / "full") if f.startswith("checkpoint_")) == names
+    # the first run's state, resumed there, continues the first run's names: the second run's files are untouched
+    second = {name: (tmp_path / "full" / name).read_bytes() for name in names[2:]}
+    _, out, _ = run_script("train.py", "--ckpt_path", tmp_path / "full", "--resume",
+                           tmp_path / "full" / "train_state.ckpt", *common)
+    assert "last checkpoint: " + str(tmp_path / "full" / "checkpoint_lenet-2_4.ckpt") in out, out
+    assert sorted(f for f in os.listdir(tmp_path / "full") if f.startswith("checkpoint_")) == names
+    assert all((tmp_path / "full" / name).read_bytes() == data for name, data in second.items())
 
 
 @pytest.mark.slow
