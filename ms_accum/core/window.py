@@ -102,7 +102,6 @@ class WindowState:
             raise ValueError(f"For '{owner}', '{name}' must match the other cells built on this grad_sum "
                              f"({_describe(bound)}), but got {got}. {hint}")
 
-
     def check_cleared(self, owner):
         """Raise if :class:`TrainOptim` applied the buffers and :class:`TrainClear` has not cleared them since:
         adding to them, or applying them again, would apply the old window's gradients a second time. Set by the

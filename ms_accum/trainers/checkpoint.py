@@ -12,8 +12,6 @@ import mindspore as ms
 from ..core.checks import check_ckpt_path
 
 BUFFER_PREFIXES = ("accu_grads.", "grad_sum.", "accu_window.")
-
-
 BUFFER_WRITERS = {"grad_sum.": "GradientAccumulation (the driver) or the three single-device cells",
                   "accu_grads.": "TrainAccuStepsCell (Model_ACCU) or Accumulator"}
 
