@@ -180,10 +180,11 @@ def checkpoint_prefix(directory, resume, exact):
     names them), and says so."""
     written = glob.glob(os.path.join(directory, "checkpoint_lenet*-*.ckpt"))
     own = [path for path in written if exact and os.path.getmtime(path) <= os.path.getmtime(resume)]
-    if own:
-        return os.path.basename(max(own, key=os.path.getmtime)).rsplit("-", 1)[0]
+    continued = max(own, key=os.path.getmtime) if own else None
     if resume is not None and not exact and os.path.abspath(os.path.dirname(resume)) == os.path.abspath(directory):
-        return os.path.basename(resume).rsplit("-", 1)[0]
+        continued = resume
+    if continued is not None:
+        return os.path.basename(continued).rsplit("-", 1)[0]
     prefix, k = "checkpoint_lenet", 0
     while glob.glob(os.path.join(directory, f"{prefix}-*.ckpt")):
         k += 1
@@ -460,7 +461,8 @@ def main(argv=None):
     state_path = os.path.join(directory, STATE_FILE)
     save_state_every = 0 if args.dataset_sink_mode else (100 if args.save_state_every is None else
                                                          args.save_state_every)
-    checkpoints = EpochCheckpoint(state_cell, directory, prefix, args.keep_checkpoint_max, before if policy is None else None, exact,
+    checkpoints = EpochCheckpoint(state_cell, directory, prefix, args.keep_checkpoint_max,
+                                  before if policy is None else None, exact,
                                   {GLOBAL_BATCH: run_global_batch} if run_global_batch else None)
     telemetry = ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)
     callbacks = [checkpoints, EpochSummary(telemetry), telemetry]
