@@ -39,6 +39,7 @@ import ms_accum
 from src.cli import run_cli, set_device
 from src.cpu_speed import set_cpu_threads, set_mode, tuned
 from src.dataset import create_dataset
+from src.epoch_files import EpochFiles
 from src.functional_train import train_functional
 from src.lenet import LeNet5
 from src.lr_schedule import warmup_cosine
@@ -196,22 +197,23 @@ def checkpoint_prefix(directory, resume, exact):
 
 
 class EpochCheckpoint(Callback):
-    """Network and optimizer state at every epoch's end, and only there, as <prefix>-<epoch>_<n>.ckpt, keeping the
-    newest `keep`, with epoch_num, step_num (updates done in the run) and `extra`. `before[e]` is the run's plan
-    of updates before epoch e + 1, and n the update's number in its epoch; with `before` None (an adaptive N
+    """Network and optimizer state at every epoch's end, and only there, through `files` (an EpochFiles:
+    <prefix>-<epoch>_<n>.ckpt, the newest kept), with step_num the updates done in the run. `before[e]` is the
+    run's plan of updates before epoch e + 1, and n the update's number in its epoch; with `before` None (an adaptive N
     decides the updates as it goes) n and step_num are the trainer's count. The trainers count updates from the
     run's start after an exact resume, but Model_ACCU, as MindSpore's Model, from its first epoch after a resume at
     an epoch (`exact` False): the plan says where that epoch began. (MindSpore's ModelCheckpoint, every so many
     updates, fired at the first update of a resumed run, whose count began above zero, and wrote a mid-epoch state
     named like an epoch's end.)"""
 
-    def __init__(self, cell, directory, prefix, keep, before=None, exact=False, extra=None):
+    def __init__(self, cell, files, before=None, exact=False):
         super().__init__()
-        self.cell, self.directory, self.prefix, self.keep = cell, directory, prefix, keep
-        self.before, self.exact, self.extra = before, exact, extra or {}
+        self.cell, self.files, self.before, self.exact = cell, files, before, exact
         self.offset = None  # updates of the run the trainer's count leaves out
-        self.written = []
-        self.latest_ckpt_file_name = None
+
+    @property
+    def latest_ckpt_file_name(self):
+        return self.files.latest
 
     def on_train_epoch_begin(self, run_context):
         if self.offset is None:
@@ -223,13 +225,7 @@ class EpochCheckpoint(Callback):
         cb = run_context.original_args()
         epoch, update = int(cb.cur_epoch_num), int(cb.cur_step_num) + (self.offset or 0)
         number = update if self.before is None else update - self.before[epoch - 1]
-        path = os.path.join(self.directory, f"{self.prefix}-{epoch}_{number}.ckpt")
-        ms_accum.save_checkpoint_atomic(self.cell, path, append_dict={"epoch_num": epoch, "step_num": update,
-                                                                      **self.extra})
-        self.written.append(path)
-        self.latest_ckpt_file_name = path
-        while len(self.written) > self.keep:
-            os.remove(self.written.pop(0))
+        self.files.write(self.cell, epoch, number, update)
 
 
 def set_global_batch(args, world):
@@ -450,20 +446,19 @@ def main(argv=None):
           f"{world}): {steps} micro-batches of {args.batch_size} per epoch, {describe(policy, plan, args, world)}, "
           f"epochs {initial_epoch + 1}.."
           f"{args.epoch_size}", flush=True)
-    prefix = checkpoint_prefix(directory, resume, exact)
+    files = EpochFiles(directory, checkpoint_prefix(directory, resume, exact), args.keep_checkpoint_max,
+                       {GLOBAL_BATCH: run_global_batch} if run_global_batch else None)
     if trainer_kind == "functional":
-        last = train_functional(net, loss, optimizer, dataset, args.epoch_size, policy or plan, directory,
+        last = train_functional(net, loss, optimizer, dataset, args.epoch_size, policy or plan, files,
                                 args.clip_norm, initial_epoch, args.log_every, noise_scale=args.noise_scale,
                                 average=not args.raw_sum, partial_window=args.partial_window,
-                                initial_updates=before[initial_epoch], nonfinite=args.nonfinite, prefix=prefix)
+                                initial_updates=before[initial_epoch], nonfinite=args.nonfinite)
         print(f"last checkpoint: {last}", flush=True)
         return 0
     state_path = os.path.join(directory, STATE_FILE)
     save_state_every = 0 if args.dataset_sink_mode else (100 if args.save_state_every is None else
                                                          args.save_state_every)
-    checkpoints = EpochCheckpoint(state_cell, directory, prefix, args.keep_checkpoint_max,
-                                  before if policy is None else None, exact,
-                                  {GLOBAL_BATCH: run_global_batch} if run_global_batch else None)
+    checkpoints = EpochCheckpoint(state_cell, files, before if policy is None else None, exact)
     telemetry = ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)
     callbacks = [checkpoints, EpochSummary(telemetry), telemetry]
     if trainer_kind == "driver":

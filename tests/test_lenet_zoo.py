@@ -120,7 +120,8 @@ def test_trained_lenet_is_far_above_chance_through_eval_py(trained):
 @pytest.mark.slow
 def test_functional_trainer_and_clipping_train_lenet_like_the_driver(tmp_path):
     """--trainer functional (value_and_grad and ms_accum.Accumulator) and the driver, both clipping every window,
-    end one epoch with the same parameters; the functional checkpoint evaluates and resumes."""
+    end one epoch with the same parameters; the functional checkpoint evaluates and resumes, keeping the newest
+    --keep_checkpoint_max of its own."""
     common = ("--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 32, "--accumulation_steps", 4,
               "--lr", 0.1, "--clip_norm", 0.5, "--log_every", 1)
     _, out, _ = run_script("train.py", "--trainer", "functional", "--ckpt_path", tmp_path / "f", "--epoch_size", 1,
@@ -136,10 +137,13 @@ def test_functional_trainer_and_clipping_train_lenet_like_the_driver(tmp_path):
     assert int(functional["global_step"].asnumpy()[0]) == 5 and int(functional["epoch_num"].asnumpy()) == 1
     _, out, _ = run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "f" / "checkpoint_lenet-1_5.ckpt")
     assert ACCURACY.search(out), out
-    run_script("train.py", "--trainer", "functional", "--ckpt_path", tmp_path / "f", "--epoch_size", 2,
-               "--resume", tmp_path / "f" / "checkpoint_lenet-1_5.ckpt", *common)
-    resumed = ms.load_checkpoint(str(tmp_path / "f" / "checkpoint_lenet-2_5.ckpt"))
-    assert int(resumed["global_step"].asnumpy()[0]) == 10
+    run_script("train.py", "--trainer", "functional", "--ckpt_path", tmp_path / "f", "--epoch_size", 3,
+               "--resume", tmp_path / "f" / "checkpoint_lenet-1_5.ckpt", "--keep_checkpoint_max", 1, *common)
+    # --keep_checkpoint_max keeps the newest of this run's checkpoints, as on the other trainers; the file it
+    # resumed from is another run's and stays.
+    assert sorted(os.listdir(tmp_path / "f")) == ["checkpoint_lenet-1_5.ckpt", "checkpoint_lenet-3_5.ckpt"]
+    resumed = ms.load_checkpoint(str(tmp_path / "f" / "checkpoint_lenet-3_5.ckpt"))
+    assert int(resumed["global_step"].asnumpy()[0]) == 15 and int(resumed["epoch_num"].asnumpy()) == 3
 
 
 @pytest.mark.slow

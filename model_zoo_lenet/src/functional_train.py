@@ -6,7 +6,6 @@ every epoch (flush, drop, or carry the window on). Checkpoints have train.py's f
 epoch_num, step_num), so eval.py and --resume read them.
 """
 import math
-import os
 import time
 
 import mindspore as ms
@@ -17,12 +16,12 @@ from ms_accum.core.noise_scale import noise_scale_of
 from ms_accum.trainers.state import dataset_starting_at
 
 
-def train_functional(net, loss_fn, optimizer, dataset, epochs, steps, directory, clip_norm=None, initial_epoch=0,
+def train_functional(net, loss_fn, optimizer, dataset, epochs, steps, files, clip_norm=None, initial_epoch=0,
                      log_every=100, noise_scale=False, average=True, partial_window="flush", initial_updates=0,
-                     nonfinite="skip", prefix="checkpoint_lenet"):
+                     nonfinite="skip"):
     """Train for epochs initial_epoch+1..epochs with `steps` (N: an int, a schedule or an AdaptiveAccumulation),
-    `initial_updates` windows already done (a schedule continues from there); write
-    <prefix>-<epoch>_<updates in the epoch>.ckpt after each epoch. Returns the path of the last checkpoint."""
+    `initial_updates` windows already done (a schedule continues from there); write each epoch's checkpoint
+    through `files` (an EpochFiles). Returns the path of the last checkpoint."""
     loss_net = nn.WithLossCell(net, loss_fn)
     grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
     accumulator = ms_accum.Accumulator(optimizer, steps, clip_norm=clip_norm, noise_scale=noise_scale,
@@ -55,8 +54,7 @@ def train_functional(net, loss_fn, optimizer, dataset, epochs, steps, directory,
         elif partial_window == "drop":
             accumulator.drop()
         before, done = done, int(accumulator.accu_windows.asnumpy())
-        last = os.path.join(directory, f"{prefix}-{epoch}_{done - before}.ckpt")
-        ms_accum.save_checkpoint_atomic(state, last, append_dict={"epoch_num": epoch, "step_num": done})
+        last = files.write(state, epoch, done - before, done)
         elapsed = time.time() - start
         skipped = int(float(accumulator.accu_skipped_windows.asnumpy()))
         print(f"epoch {epoch}/{epochs}: {done - before} updates, {samples} samples in {elapsed:.1f} s "
