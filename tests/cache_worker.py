@@ -2,7 +2,9 @@
 MS_COMPILER_CACHE_ENABLE=1 and MS_COMPILER_CACHE_PATH set): two windows of unequal micro-batches, then the
 parameters saved to OUT (.npz).
 
-    python tests/cache_worker.py {three-cells,driver,model-accu,zero-items} OUT
+    python tests/cache_worker.py {three-cells,driver,driver-clip,model-accu,zero-items} OUT
+
+driver-clip is the driver clipping every window's gradient to norm 0.05.
 """
 import os
 import sys
@@ -59,8 +61,9 @@ def main(path, out):
         raise AssertionError("the window's end did not stop at a micro-batch with no items")
     else:
         net, loss, opt = build("momentum")
-        if path == "driver":
-            ms_accum.GradientAccumulation(net, loss, opt).train_process(
+        if path in ("driver", "driver-clip"):
+            clip_norm = 0.05 if path == "driver-clip" else None
+            ms_accum.GradientAccumulation(net, loss, opt, clip_norm=clip_norm).train_process(
                 1, numpy_dataset(batches), STEPS, ckpt_path=None, log_every=0)
         else:
             cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=STEPS)

@@ -12,7 +12,8 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import assert_params_close, micro_batches, reference_train
+from helpers import assert_params_close, functional_reference, micro_batches, reference_train
+from ms_accum.core import compile_cache
 from conftest import ROOT
 
 WORKER = os.path.join(ROOT, "tests", "cache_worker.py")
@@ -49,3 +50,65 @@ def test_with_the_cache_a_window_without_items_still_stops_before_the_update(tmp
         assert "STOPPED: assert failed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
         assert "For 'Assert' condition is false." in done.stdout + done.stderr
         assert "UNCHANGED" in done.stdout, f"{run} run: the optimizer stepped on a window without items"
+
+
+@pytest.mark.slow
+def test_a_run_asking_other_settings_than_the_cached_graphs_is_refused_before_it_trains(tmp_path):
+    """MindSpore loads stored graphs by their order whenever the script and its local modules hash as before, and a
+    setting frozen into a graph is not part of that hash: the driver clipping to 0.05 after a run without clipping
+    trained unclipped, in silence. It is refused, naming the setting and both values; in a directory of its own
+    the clipped run compiles and trains as the clipped large batch."""
+    batches = micro_batches(SIZES, seed=5)
+    run_worker("driver", tmp_path / "plain.npz", tmp_path / "cache")
+    env = dict(os.environ, MS_COMPILER_CACHE_ENABLE="1", MS_COMPILER_CACHE_PATH=str(tmp_path / "cache"))
+    done = subprocess.run([sys.executable, WORKER, "driver-clip", str(tmp_path / "refused.npz")],
+                          capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert done.returncode != 0 and not os.path.exists(tmp_path / "refused.npz"), done.stdout[-2000:]
+    assert "holds graphs compiled with clip_norm=None, but this run asks for clip_norm=0.05" in done.stderr, \
+        done.stderr[-3000:]
+    clipped, _ = run_worker("driver-clip", tmp_path / "clipped.npz", tmp_path / "own-cache")
+    want, _ = functional_reference("momentum", [batches[:STEPS], batches[STEPS:]], clip_norm=0.05)
+    assert_params_close(dict(enumerate(clipped)), dict(enumerate(want.values())), context="clipped, own cache")
+
+
+class TestRecordedSettings:
+    """compile_cache.check_cached_settings in one process, the cache's directory laid out as MindSpore lays it out
+    (rank_0/graph_cache/compile_cache_<k>.mindir); `fresh` stands for a new process."""
+
+    @staticmethod
+    def fresh(monkeypatch, root):
+        monkeypatch.setenv("MS_COMPILER_CACHE_ENABLE", "1")
+        monkeypatch.setenv("MS_COMPILER_CACHE_PATH", str(root))
+        monkeypatch.setattr(compile_cache, "_RECORDS", {})
+
+    @staticmethod
+    def store_graphs(root):
+        os.makedirs(root / "rank_0" / "graph_cache", exist_ok=True)
+        (root / "rank_0" / "graph_cache" / "compile_cache_0.mindir").write_bytes(b"graph")
+
+    @staticmethod
+    def check(cell, clip_norm):
+        return compile_cache.check_cached_settings(cell, None, {"cell": cell, "clip_norm": clip_norm})
+
+    def test_settings_differing_from_the_stored_graphs_are_refused_slot_by_slot(self, monkeypatch, tmp_path):
+        self.fresh(monkeypatch, tmp_path)
+        assert self.check("TrainOptim", "None") == 0 and self.check("TrainClear", "None") == 1
+        self.store_graphs(tmp_path)
+        self.fresh(monkeypatch, tmp_path)
+        assert self.check("TrainOptim", "None") == 0
+        with pytest.raises(ValueError, match=r"For 'TrainClear', MindSpore's compile cache in .* holds graphs "
+                                             r"compiled with clip_norm=None, but this run asks for clip_norm=0\.5"):
+            self.check("TrainClear", "0.5")
+        self.fresh(monkeypatch, tmp_path)  # the refused run recorded nothing over the stored graphs' settings
+        self.check("TrainOptim", "None")
+        with pytest.raises(ValueError, match="cell=TrainClear, but this run asks for cell=TrainOptim"):
+            self.check("TrainOptim", "None")
+
+    def test_a_record_without_stored_graphs_is_replaced_and_the_cache_off_checks_nothing(self, monkeypatch,
+                                                                                         tmp_path):
+        self.fresh(monkeypatch, tmp_path)
+        self.check("TrainOptim", "None")
+        self.fresh(monkeypatch, tmp_path)  # the first run stopped before MindSpore stored a graph
+        assert self.check("TrainOptim", "0.5") == 0
+        monkeypatch.setenv("MS_COMPILER_CACHE_ENABLE", "0")
+        assert self.check("TrainOptim", "7") is None

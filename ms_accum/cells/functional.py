@@ -133,6 +133,7 @@ class Accumulator(WindowEngine, nn.Cell):
         self.last_overflow = Parameter(Tensor(False, mstype.bool_), name=f"{WINDOW_PREFIX}.last_overflow",
                                        requires_grad=False)
         self.unweighted = Parameter(Tensor(0, mstype.int32), name=f"{WINDOW_PREFIX}.unweighted", requires_grad=False)
+        self._check_compile_cache()  # now: the user's jit step compiles construct without calling the cell
 
     @property
     def inner_grads(self):

@@ -90,6 +90,7 @@ class CompiledCall:
     _eager_phases = frozenset()  # phases that run eagerly: their graph, holding the network, did not compile
     _eager = False
     _branched = False
+    _called = False  # whether the cell was called before
     _on_cpu = None  # whether the device is the CPU, read once: MindSpore fixes the device at the first graph
 
     def _holds_network(self):
@@ -97,7 +98,19 @@ class CompiledCall:
         compiled). Default: no; the cells whose graph runs the network say so."""
         return False
 
+    def _on_first_call(self):
+        """Before the cell's first call is compiled or run: every ms_accum window engine in its graph (itself, or
+        the cells it calls, as the driver's window end calls TrainOptim) checks its settings against those of the
+        graphs MindSpore's compile cache would load (compile_cache.py)."""
+        for _, cell in self.cells_and_names():
+            check = getattr(cell, "_check_compile_cache", None)
+            if check is not None:
+                check()
+
     def __call__(self, *args, **kwargs):
+        if not self._called:
+            self._on_first_call()
+            self._called = True
         pynative = get_mode() == context.PYNATIVE_MODE  # get_context("mode") took 26 us of each call
         phase = self.phase
         if not pynative or os.getenv("MS_JIT") == "0" or phase in self._eager_phases:

@@ -30,7 +30,8 @@ from .checks import check_choice
 from .compiled import CompiledCall, through_a_branch
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
-from .runtime_checks import assert_in_graph, compile_cache_on
+from .compile_cache import check_cached_settings, compile_cache_on
+from .runtime_checks import assert_in_graph
 from .schedule import STEPS_NAME, AccumulationSchedule, check_steps
 
 WINDOW_PREFIX = "accu_window"
@@ -122,6 +123,26 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         reducer_mean = self.reducer_flag and getattr(self.grad_reducer, "mean", True)
         self.device_degree = float(self.degree) if reducer_mean else 1.0
         self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
+        self._cache_slot = None  # the cell's entry among the compile cache's recorded settings (compile_cache.py)
+
+    # ------------------------------------------------------------------ the compile cache
+    def _compile_settings(self):
+        """What the cell's graphs freeze when they compile, as strings: compared with the settings of graphs
+        MindSpore's compile cache would load instead of compiling (compile_cache.py)."""
+        schedule = getattr(self, "accumulation_schedule", None)
+        settings = dict(cell=type(self).__name__, clip_norm=self.clip_norm, average=self.average,
+                        nonfinite=self.nonfinite,
+                        noise_scale=("first", "every")[self.noise_every] if self.measure_noise else None,
+                        loss_scale=self.scale_kind, sens=getattr(self, "sens", None),
+                        divide_in_place=self.divide_in_place, device_degree=self.device_degree,
+                        steps=None if schedule is None else (tuple(schedule.firsts), tuple(schedule.counts)),
+                        adaptive=self._device_policy,
+                        buffers=tuple(tuple(buffer.shape) for buffer in self.accu_grads))
+        return {key: str(value) for key, value in settings.items()}
+
+    def _check_compile_cache(self):
+        """With the compile cache on, refuse settings other than those of the graphs it would load."""
+        self._cache_slot = check_cached_settings(self.owner_name, self._cache_slot, self._compile_settings())
 
     # ------------------------------------------------------------------ choosing N
     def _init_steps(self, steps, steps_name=STEPS_NAME):
@@ -162,6 +183,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self._stage_counts = Tensor(schedule.counts, mstype.int32)
         self._device_policy = policy.device_policy if policy is not None else None
         self.accu_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
+        if self._cache_slot is not None:  # N changed after the cell was first called
+            self._check_compile_cache()
 
     accumulation_steps = gradient_accumulation_steps  # the seed's name for N
 

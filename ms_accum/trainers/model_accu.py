@@ -324,6 +324,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         """What dataset sink mode cannot carry, refused before training on every device (a script tried on CPU,
         where MindSpore trains without sink, must not fail for the first time on a GPU or Ascend)."""
         _check_fixed_steps("Model_ACCU.train", train_network(self))
+        train_network(self)._on_first_call()  # sink mode compiles the cell without calling it
         n = self.gradient_accumulation_steps
         dataset_size = train_dataset.get_dataset_size()
         sink = dataset_size if sink_size == -1 else sink_size
