@@ -277,6 +277,16 @@ class TestBadInput:
             clear()
         np.testing.assert_array_equal(net.w.asnumpy(), [1.0, 2.0])
 
+    def test_numpy_inputs_are_refused_naming_the_input(self, exec_mode):
+        """A new user's numpy batch reached MindSpore's 'For primitive[Shape], the input argument must be Tensor'."""
+        net, _, grad_sum, (forward_backward, _, _) = _cells()
+        with pytest.raises(TypeError, match=r"For 'TrainForwardBackward', input 0 must be a mindspore.Tensor, but "
+                                            r"got a numpy.ndarray of shape \(4, 2\). Wrap it: mindspore.Tensor\(x\)."):
+            forward_backward(np.ones((4, 2), np.float32))
+        np.testing.assert_array_equal(grad_sum[0].asnumpy(), [0.0, 0.0])
+        forward_backward(Tensor(np.ones((4, 2), np.float32)))  # wrapped, it runs: the mean row 1 times 4 items
+        np.testing.assert_allclose(grad_sum[0].asnumpy(), [4.0, 4.0])
+
     def test_zeros_must_not_be_grad_sum(self):
         _, _, grad_sum, _ = _cells()
         with pytest.raises(ValueError, match="For 'TrainClear', 'zeros' must be separate from 'grad_sum'"):

@@ -29,6 +29,8 @@ import os
 import re
 import sys
 
+import numpy as np
+
 from mindspore import context, jit
 
 from ..compat import get_mode
@@ -111,6 +113,10 @@ class CompiledCall:
         if not self._called:
             self._on_first_call()
             self._called = True
+        for index, arg in enumerate(args):
+            if isinstance(arg, np.ndarray):  # MindSpore's own error named its Shape primitive, not the input
+                raise TypeError(f"For '{type(self).__name__}', input {index} must be a mindspore.Tensor, but got a "
+                                f"numpy.ndarray of shape {arg.shape}. Wrap it: mindspore.Tensor(x).")
         pynative = get_mode() == context.PYNATIVE_MODE  # get_context("mode") took 26 us of each call
         phase = self.phase
         if not pynative or os.getenv("MS_JIT") == "0" or phase in self._eager_phases:
