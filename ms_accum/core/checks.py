@@ -84,24 +84,39 @@ def check_dataset_columns(owner, dataset, network, arg_name="train_dataset", hin
 
 
 def check_optimizer(owner, optimizer):
-    """Return `optimizer` if it is a Cell holding its `parameters` as a ParameterTuple (any mindspore.nn optimizer)."""
+    """Return `optimizer` if it is a Cell holding its `parameters` as a ParameterTuple (any mindspore.nn optimizer),
+    none of them frozen (``requires_grad=False``): a compiled gradient, ms_accum's in PYNATIVE_MODE too, is taken
+    for every parameter the optimizer holds, so a frozen one would train (eager PYNATIVE training leaves it)."""
     if not isinstance(optimizer, Cell) or not isinstance(getattr(optimizer, "parameters", None), ParameterTuple):
         raise TypeError(f"For '{owner}', 'optimizer' must be a mindspore.nn optimizer (a Cell with 'parameters'), "
                         f"for example nn.Momentum(net.trainable_params(), 0.01, 0.9), but got "
                         f"{type(optimizer).__name__}.")
+    frozen = [p.name for p in optimizer.parameters if not p.requires_grad]
+    if frozen:
+        raise ValueError(f"For '{owner}', the optimizer's parameters must be trainable, but {len(frozen)} of them "
+                         f"have requires_grad=False ({frozen[:3]}{' ...' if len(frozen) > 3 else ''}): their "
+                         f"gradient is computed and applied all the same in a compiled graph, so they would train. "
+                         f"Build the optimizer on the trainable ones, for example "
+                         f"nn.Momentum(net.trainable_params(), 0.01, 0.9).")
     return optimizer
 
 
 def check_optimizer_trains(owner, optimizer, network, arg_name="network"):
     """Raise if none of the optimizer's parameters is a parameter of `network`: every gradient would be zero and
-    nothing would train (an optimizer built on another network, say)."""
+    nothing would train (an optimizer built on another network, say); warn if some are not."""
     own = {id(p) for p in network.get_parameters()}
+    names = [p.name for p in optimizer.parameters]
     if not any(id(p) in own for p in optimizer.parameters):
-        names = [p.name for p in optimizer.parameters]
         raise ValueError(f"For '{owner}', the optimizer's parameters must be parameters of '{arg_name}', but none of "
                          f"its {len(names)} ({names[:3]}{' ...' if len(names) > 3 else ''}) is: every gradient "
                          f"would be zero and nothing would train. Build the optimizer on the network you train, "
                          f"for example nn.Momentum(net.trainable_params(), 0.01, 0.9).")
+    foreign = [p.name for p in optimizer.parameters if id(p) not in own]
+    if foreign:
+        warnings.warn(f"For '{owner}', {len(foreign)} of the optimizer's {len(names)} parameters are not parameters "
+                      f"of '{arg_name}' ({foreign[:3]}{' ...' if len(foreign) > 3 else ''}): their gradient is always "
+                      f"zero, so they move by weight decay and momentum alone. Build the optimizer on the network "
+                      f"you train, for example nn.Momentum(net.trainable_params(), 0.01, 0.9).", stacklevel=3)
     return optimizer
 
 

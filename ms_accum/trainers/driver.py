@@ -184,8 +184,10 @@ class GradientAccumulation:
         self.optimizer = optimizer
         self.loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
         self.grad_sum = float32_buffers(optimizer.parameters, "grad_sum")
-        self.forward_backward = TrainForwardBackward(self.loss_network, optimizer, self.grad_sum, sens, average,
-                                                     scale_sense, noise_scale)
+        with warnings.catch_warnings():  # the optimizer's foreign parameters were warned of above, in our name
+            warnings.filterwarnings("ignore", message=".* of the optimizer's .* are not parameters of 'network'")
+            self.forward_backward = TrainForwardBackward(self.loss_network, optimizer, self.grad_sum, sens, average,
+                                                         scale_sense, noise_scale)
         # "raise" is decided here, on the host, where the window's micro-batches are known: the cell skips
         self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense, noise_scale,
                                 "skip" if nonfinite == "raise" else nonfinite)
