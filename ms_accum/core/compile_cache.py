@@ -9,9 +9,9 @@ clipping and said nothing (MindSpore 2.10.0; a plain Cell with a Python constant
 
 So every ms_accum cell compiled with the cache on records its settings beside MindSpore's graphs
 (``rank_<r>/ms_accum_settings.json``, one entry per cell in the order they are first called, or built for
-:class:`Accumulator`, which the user's jit step calls) and, when
-MindSpore's stored graphs are there, compares them with the settings this run asks for: a difference is refused
-before anything is compiled or loaded, naming the setting, both values and the remedy.
+:class:`Accumulator`, which the user's jit step calls) and, when MindSpore's stored graphs are there, compares
+them with the settings this run asks for: a difference is refused before anything is compiled or loaded, naming
+the setting, both values and the remedy.
 """
 import json
 import os
@@ -74,7 +74,8 @@ def check_cached_settings(owner, slot, settings):
     """With the compile cache on, compare `settings` (a dict of str to str: what a cell's graphs freeze when
     compiled, its class among them) with those the stored graphs of the same slot (the cell's order among the cells
     checked in this process) were compiled with, and record them; `owner` names the cell in messages. Returns the
-    slot (a new one when `slot` is None), or None when the cache is off. Raises ValueError where MindSpore would load graphs compiled otherwise."""
+    slot (a new one when `slot` is None), or None when the cache is off. Raises ValueError where MindSpore would
+    load graphs compiled otherwise."""
     if not compile_cache_on():
         return None
     directory = cache_directory()
