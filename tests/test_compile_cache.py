@@ -76,10 +76,11 @@ class TestRecordedSettings:
     (rank_0/graph_cache/compile_cache_<k>.mindir); `fresh` stands for a new process."""
 
     @staticmethod
-    def fresh(monkeypatch, root):
+    def fresh(monkeypatch, root, sources="script v1"):
         monkeypatch.setenv("MS_COMPILER_CACHE_ENABLE", "1")
         monkeypatch.setenv("MS_COMPILER_CACHE_PATH", str(root))
         monkeypatch.setattr(compile_cache, "_RECORDS", {})
+        monkeypatch.setattr(compile_cache, "sources_hash", lambda: sources)
 
     @staticmethod
     def store_graphs(root):
@@ -90,25 +91,43 @@ class TestRecordedSettings:
     def check(cell, clip_norm):
         return compile_cache.check_cached_settings(cell, None, {"cell": cell, "clip_norm": clip_norm})
 
-    def test_settings_differing_from_the_stored_graphs_are_refused_slot_by_slot(self, monkeypatch, tmp_path):
+    def test_settings_differing_from_the_stored_graphs_are_refused_cell_by_cell(self, monkeypatch, tmp_path):
         self.fresh(monkeypatch, tmp_path)
-        assert self.check("TrainOptim", "None") == 0 and self.check("TrainClear", "None") == 1
+        assert self.check("TrainOptim", "None") == "TrainOptim#0" and self.check("TrainClear", "None") == "TrainClear#0"
         self.store_graphs(tmp_path)
         self.fresh(monkeypatch, tmp_path)
-        assert self.check("TrainOptim", "None") == 0
-        with pytest.raises(ValueError, match=r"For 'TrainClear', MindSpore's compile cache in .* holds graphs "
-                                             r"compiled with clip_norm=None, but this run asks for clip_norm=0\.5"):
-            self.check("TrainClear", "0.5")
+        # another order (a resumed run clearing its window first) finds each cell's own record
+        assert self.check("TrainClear", "None") == "TrainClear#0"
+        with pytest.raises(ValueError, match=r"For 'TrainOptim', MindSpore's compile cache in '.*rank_0' holds "
+                                             r"graphs compiled with clip_norm=None, but this run asks for "
+                                             r"clip_norm=0\.5: the script and its local modules are unchanged, so "
+                                             r"MindSpore would load those graphs .* Point MS_COMPILER_CACHE_PATH to "
+                                             r"another directory for these settings, or delete '.*graph_cache'"):
+            self.check("TrainOptim", "0.5")
+        assert self.check("TrainOptim", "None") == "TrainOptim#0"  # the refused call took no slot
         self.fresh(monkeypatch, tmp_path)  # the refused run recorded nothing over the stored graphs' settings
-        self.check("TrainOptim", "None")
-        with pytest.raises(ValueError, match="cell=TrainClear, but this run asks for cell=TrainOptim"):
-            self.check("TrainOptim", "None")
+        with pytest.raises(ValueError, match="clip_norm=None, but this run asks for clip_norm=0.5"):
+            self.check("TrainOptim", "0.5")
 
-    def test_a_record_without_stored_graphs_is_replaced_and_the_cache_off_checks_nothing(self, monkeypatch,
-                                                                                         tmp_path):
+    def test_records_are_read_only_where_mindspore_will_load_the_graphs(self, monkeypatch, tmp_path):
         self.fresh(monkeypatch, tmp_path)
         self.check("TrainOptim", "None")
         self.fresh(monkeypatch, tmp_path)  # the first run stopped before MindSpore stored a graph
-        assert self.check("TrainOptim", "0.5") == 0
+        assert self.check("TrainOptim", "0.5") == "TrainOptim#0"
+        self.store_graphs(tmp_path)
+        self.fresh(monkeypatch, tmp_path, sources="script v2")  # an edited script: MindSpore compiles anew
+        assert self.check("TrainOptim", "7") == "TrainOptim#0"
+        self.fresh(monkeypatch, tmp_path, sources="script v2")
+        with pytest.raises(ValueError, match="clip_norm=7, but this run asks for clip_norm=0.5"):
+            self.check("TrainOptim", "0.5")
         monkeypatch.setenv("MS_COMPILER_CACHE_ENABLE", "0")
-        assert self.check("TrainOptim", "7") is None
+        assert self.check("TrainOptim", "0.5") is None
+
+    def test_the_sources_hash_follows_the_files_mindspore_hashes(self, monkeypatch, tmp_path):
+        script = tmp_path / "train.py"
+        script.write_text("x = 1\n")
+        monkeypatch.setattr(compile_cache, "compile_cache_dep_files", lambda: [str(script)])
+        first = compile_cache.sources_hash()
+        assert compile_cache.sources_hash() == first
+        script.write_text("x = 2\n")
+        assert compile_cache.sources_hash() != first

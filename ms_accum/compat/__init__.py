@@ -64,6 +64,11 @@ cell_graph_executor = _first("graph executor", "mindspore.graph.api:_cell_graph_
 pynative_executor = _first("PYNATIVE executor", "mindspore.graph.api:_pynative_executor",
                            "mindspore.common.api:_pynative_executor")
 
+# The files whose hash decides whether MindSpore's compile cache reloads its stored graphs (the entry script and its
+# local modules), listed as MindSpore lists them: moved with the graph executors in 2.9.
+compile_cache_dep_files = _first("compile cache's dependency list", "mindspore.graph.api:_get_compile_cache_dep_files",
+                                 "mindspore.common.api:_get_compile_cache_dep_files")
+
 # The execution mode as MindSpore's own Cell.__call__ reads it (mindspore.context in every supported release):
 # about 1 us a call, where the public get_context("mode") takes about 26 us, on every ms_accum cell call.
 get_mode = _first("execution mode reader", "mindspore.context:_get_mode")

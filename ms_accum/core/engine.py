@@ -16,7 +16,7 @@ counters and its choices, decided once when the cell is built:
 
 The engine knows nothing of datasets, Model or training loops.
 """
-from mindspore import Parameter, ParameterTuple, Tensor, jit, mutable, ops
+from mindspore import Parameter, ParameterTuple, Tensor, context, jit, mutable, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
 from mindspore.communication.management import GlobalComm
@@ -24,13 +24,13 @@ from mindspore.context import ParallelMode
 from mindspore.nn import DistributedGradReducer, Identity
 
 from . import window
-from ..compat import get_device_num, get_gradients_mean, get_parallel_mode
+from ..compat import get_device_num, get_gradients_mean, get_mode, get_parallel_mode
 from .adaptive import AdaptiveAccumulation, next_steps_on_device
 from .checks import check_choice
+from .compile_cache import check_cached_settings, compile_cache_on
 from .compiled import CompiledCall, through_a_branch
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
-from .compile_cache import check_cached_settings, compile_cache_on
 from .runtime_checks import assert_in_graph
 from .schedule import STEPS_NAME, AccumulationSchedule, check_steps
 
@@ -130,8 +130,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         """What the cell's graphs freeze when they compile, as strings: compared with the settings of graphs
         MindSpore's compile cache would load instead of compiling (compile_cache.py)."""
         schedule = getattr(self, "accumulation_schedule", None)
-        settings = dict(cell=type(self).__name__, clip_norm=self.clip_norm, average=self.average,
-                        nonfinite=self.nonfinite,
+        settings = dict(cell=type(self).__name__, mode=get_mode(), device=context.get_context("device_target"),
+                        clip_norm=self.clip_norm, average=self.average, nonfinite=self.nonfinite,
                         noise_scale=("first", "every")[self.noise_every] if self.measure_noise else None,
                         loss_scale=self.scale_kind, sens=getattr(self, "sens", None),
                         divide_in_place=self.divide_in_place, device_degree=self.device_degree,

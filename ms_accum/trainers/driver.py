@@ -146,9 +146,10 @@ class GradientAccumulation:
         TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
             a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is neither a Tensor nor a
             loss-scale cell.
-        ValueError: If none of the optimizer's parameters is a parameter of `network`, `sens` is zero or not
-            finite, `clip_norm` is not a finite number > 0, `noise_scale` is a str other than ``"first"`` or is
-            set with ``average=False``, or `nonfinite` is not ``"skip"`` with `scale_sense`.
+        ValueError: If none of the optimizer's parameters is a parameter of the loss network (some not: a warning),
+            one has ``requires_grad=False``, `sens` is zero or not finite, `clip_norm` is not a finite number > 0,
+            `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or `nonfinite` is not
+            ``"skip"`` with `scale_sense`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -173,7 +174,9 @@ class GradientAccumulation:
         check_cell(owner, "network", network)
         if loss_fn is not None:
             check_cell(owner, "loss_fn", loss_fn)
-        check_optimizer_trains(owner, check_optimizer(owner, optimizer), network)
+        loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
+        # against the loss network: a loss with Parameters of its own trains them too
+        check_optimizer_trains(owner, check_optimizer(owner, optimizer), loss_network)
         check_bool(owner, "average", average)
         check_clip_norm(owner, clip_norm)
         check_noise_scale(owner, noise_scale, average)
@@ -182,7 +185,7 @@ class GradientAccumulation:
         self.nonfinite = check_nonfinite(owner, nonfinite, scale_sense is not None)
         self.network = network
         self.optimizer = optimizer
-        self.loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
+        self.loss_network = loss_network
         self.grad_sum = float32_buffers(optimizer.parameters, "grad_sum")
         with warnings.catch_warnings():  # the optimizer's foreign parameters were warned of above, in our name
             warnings.filterwarnings("ignore", message=".* of the optimizer's .* are not parameters of 'network'")
@@ -286,7 +289,8 @@ class GradientAccumulation:
                 the micro-batches in an epoch with `partial_window` other than ``"carry"``, N is an
                 :class:`AdaptiveAccumulation` without ``noise_scale=True``, `global_batch_size` is not a multiple
                 of the dataset's batch size, the dataset's columns are more or fewer than the loss network takes,
-                or the optimizer's learning-rate list is shorter than the run's updates.
+                the optimizer's learning-rate list is shorter than the run's updates, or, before the first step,
+                with MindSpore's compile cache on, if its stored graphs were compiled with other settings.
         """
         owner = "GradientAccumulation.train_process"
         epoch = check_positive_int(owner, "epoch", epoch)
@@ -330,6 +334,8 @@ class GradientAccumulation:
                      initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates,
                      max_nonfinite_windows, layout, None if policy is not None else before)
         self.window_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
+        for cell in (self.forward_backward, self.window_end):  # the compile cache's settings, before any step
+            cell._on_first_call()  # pylint: disable=protected-access
         if resume_from is not None:
             plan.start_micro, plan.start_updates = resume_training_state(self.exact_state, resume_from,
                                                                          epoch * steps_per_epoch, layout=layout,
