@@ -129,7 +129,8 @@ def parse_args(argv):
                         help="write one row per update (loss, micro-batches, samples, grad norm, lr, loss scale, "
                              "skipped windows); plot it with plot_telemetry.py")
     parser.add_argument("--keep_checkpoint_max", type=positive_int, default=10,
-                        help="keep the newest K epoch checkpoints of this run (default: 10)")
+                        help="keep the newest K epoch checkpoints of this run, those before a resume included "
+                             "(default: 10)")
     parser.add_argument("--trainer", choices=["driver", "model_accu", "functional"], default=None,
                         help="default: driver on one device, model_accu in parallel modes")
     parser.add_argument("--parallel_mode", choices=list(PARALLEL_MODES), default="stand_alone",

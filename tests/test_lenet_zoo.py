@@ -12,6 +12,7 @@ from mindspore import nn, ops
 
 from helpers import ACCURACY, SAMPLE, run_script
 from src.dataset import create_dataset
+from src.epoch_files import EpochFiles
 from src.idx import DataError
 from src.lenet import LeNet5
 
@@ -120,8 +121,8 @@ def test_trained_lenet_is_far_above_chance_through_eval_py(trained):
 @pytest.mark.slow
 def test_functional_trainer_and_clipping_train_lenet_like_the_driver(tmp_path):
     """--trainer functional (value_and_grad and ms_accum.Accumulator) and the driver, both clipping every window,
-    end one epoch with the same parameters; the functional checkpoint evaluates and resumes, keeping the newest
-    --keep_checkpoint_max of its own."""
+    end one epoch with the same parameters; the functional checkpoint evaluates and resumes, keeping the run's
+    newest --keep_checkpoint_max."""
     common = ("--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 32, "--accumulation_steps", 4,
               "--lr", 0.1, "--clip_norm", 0.5, "--log_every", 1)
     _, out, _ = run_script("train.py", "--trainer", "functional", "--ckpt_path", tmp_path / "f", "--epoch_size", 1,
@@ -139,11 +140,32 @@ def test_functional_trainer_and_clipping_train_lenet_like_the_driver(tmp_path):
     assert ACCURACY.search(out), out
     run_script("train.py", "--trainer", "functional", "--ckpt_path", tmp_path / "f", "--epoch_size", 3,
                "--resume", tmp_path / "f" / "checkpoint_lenet-1_5.ckpt", "--keep_checkpoint_max", 1, *common)
-    # --keep_checkpoint_max keeps the newest of this run's checkpoints, as on the other trainers; the file it
-    # resumed from is another run's and stays.
-    assert sorted(os.listdir(tmp_path / "f")) == ["checkpoint_lenet-1_5.ckpt", "checkpoint_lenet-3_5.ckpt"]
+    # --keep_checkpoint_max keeps the run's newest, as on the other trainers: the resumed run continues the names
+    # of the checkpoint it resumed from, and counts it with its own, as MindSpore's ModelCheckpoint would
+    assert sorted(os.listdir(tmp_path / "f")) == ["checkpoint_lenet-3_5.ckpt"]
     resumed = ms.load_checkpoint(str(tmp_path / "f" / "checkpoint_lenet-3_5.ckpt"))
     assert int(resumed["global_step"].asnumpy()[0]) == 15 and int(resumed["epoch_num"].asnumpy()) == 3
+
+
+def test_epoch_files_keep_the_newest_of_their_prefix_in_epoch_order(tmp_path):
+    """Epoch 10 is newer than epoch 9 (not by name); the prefix's files from before a resume count, another
+    prefix's are not touched; an epoch written again replaces its entry; a file removed by hand is no error."""
+    for name in ("checkpoint_lenet-9_4.ckpt", "checkpoint_lenet-10_4.ckpt", "checkpoint_lenet-2_4.ckpt",
+                 "checkpoint_lenet_1-1_4.ckpt", "checkpoint_lenet-notes.txt"):
+        (tmp_path / name).write_bytes(b"")
+    files = EpochFiles(str(tmp_path), "checkpoint_lenet", 2)
+    assert [os.path.basename(p) for p in files.written] == ["checkpoint_lenet-2_4.ckpt", "checkpoint_lenet-9_4.ckpt",
+                                                           "checkpoint_lenet-10_4.ckpt"]
+    net = nn.Dense(2, 2)
+    files.write(net, 10, 4, 40)  # the same epoch again: the newest two are 9 and 10
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_lenet-10_4.ckpt", "checkpoint_lenet-9_4.ckpt",
+                                            "checkpoint_lenet-notes.txt", "checkpoint_lenet_1-1_4.ckpt"]
+    os.remove(tmp_path / "checkpoint_lenet-10_4.ckpt")
+    files.write(net, 11, 4, 44)
+    assert files.write(net, 12, 4, 48) == str(tmp_path / "checkpoint_lenet-12_4.ckpt") == files.latest
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_lenet-11_4.ckpt", "checkpoint_lenet-12_4.ckpt",
+                                            "checkpoint_lenet-notes.txt", "checkpoint_lenet_1-1_4.ckpt"]
+    assert int(ms.load_checkpoint(files.latest)["step_num"].asnumpy()) == 48
 
 
 @pytest.mark.slow

@@ -5,17 +5,25 @@ functional loop (src/functional_train.py) both write through EpochFiles, so --ke
 on each.
 """
 import os
+import re
 
 import ms_accum
 
 
 class EpochFiles:
     """Write `state` at an epoch's end as <directory>/<prefix>-<epoch>_<number>.ckpt with epoch_num, step_num and
-    `extra`, and remove this run's oldest files beyond the newest `keep` (files of earlier runs stay)."""
+    `extra`, and remove the oldest files of the prefix beyond the newest `keep`: those this run wrote and those
+    it continues (written under the same prefix before a resume), as MindSpore's ModelCheckpoint prunes its
+    prefix's files; another run's prefix is not touched."""
 
     def __init__(self, directory, prefix, keep, extra=None):
         self.directory, self.prefix, self.keep, self.extra = directory, prefix, keep, extra or {}
-        self.written = []
+        name = re.compile(rf"{re.escape(prefix)}-(\d+)_(\d+)\.ckpt")
+        found = [(int(m.group(1)), int(m.group(2)), m.group(0)) for m in map(name.fullmatch, self._listing()) if m]
+        self.written = [os.path.join(directory, file) for _, _, file in sorted(found)]
+
+    def _listing(self):
+        return os.listdir(self.directory) if os.path.isdir(self.directory) else []
 
     @property
     def latest(self):
@@ -28,7 +36,11 @@ class EpochFiles:
         path = os.path.join(self.directory, f"{self.prefix}-{epoch}_{number}.ckpt")
         ms_accum.save_checkpoint_atomic(state, path, append_dict={"epoch_num": epoch, "step_num": step_num,
                                                                   **self.extra})
+        if path in self.written:  # a resumed run writing an epoch again
+            self.written.remove(path)
         self.written.append(path)
         while len(self.written) > self.keep:
-            os.remove(self.written.pop(0))
+            oldest = self.written.pop(0)
+            if os.path.exists(oldest):  # a file removed by hand is gone already
+                os.remove(oldest)
         return path
