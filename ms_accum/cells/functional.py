@@ -76,11 +76,12 @@ class Accumulator(WindowEngine, nn.Cell):
         TypeError: If `optimizer` is not an optimizer, N is missing, given twice or not an integer, `clip_norm` is
             not a number, `loss_scaler` is none of the loss-scale forms, or `noise_scale` is neither a bool nor a
             str.
-        ValueError: If N is < 1 (or a malformed schedule, or a policy without `noise_scale`) or `clip_norm` is not
-            a finite number > 0; when called, if `grads` does not hold one gradient per optimizer parameter, each
-            of its shape; when a window ends, if a micro-batch of it had `num_items` <= 0, or some of its
-            micro-batches had `num_items` and others not (the optimizer is not stepped); `nonfinite` is not
-            ``"skip"`` with a `loss_scaler`.
+        ValueError: If N is < 1 (or a malformed schedule, or a policy without `noise_scale`), `clip_norm` is not a
+            finite number > 0, one of the optimizer's parameters has ``requires_grad=False``, or, with MindSpore's
+            compile cache on, if its stored graphs were compiled with other settings; when called, if `grads` does
+            not hold one gradient per optimizer parameter, each of its shape; when a window ends, if a micro-batch of
+            it had `num_items` <= 0, or some of its micro-batches had `num_items` and others not (the optimizer is
+            not stepped); `nonfinite` is not ``"skip"`` with a `loss_scaler`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``

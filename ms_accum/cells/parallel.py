@@ -196,9 +196,9 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, N is given twice or is not an
             integer, or `noise_scale` is neither a bool nor a str.
-        ValueError: If none of the optimizer's parameters is a parameter of `network`, N is
-            < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or not finite; when called, as listed
-            for :class:`TrainForwardBackward` and :class:`TrainOptim`.
+        ValueError: If none of the optimizer's parameters is a parameter of `network` (some not: a warning), one
+            has ``requires_grad=False``, N is < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or
+            not finite; when called, as listed for :class:`TrainForwardBackward` and :class:`TrainOptim`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``

@@ -70,13 +70,15 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `grad_sum` is not a
             ParameterTuple, `average` is not a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is
             neither a Tensor nor a loss-scale cell.
-        ValueError: If none of the optimizer's parameters is a parameter of `network`, `grad_sum` does not match
-            the optimizer's parameters or holds the network's or optimizer's own Parameters, `sens` is zero or not
-            finite, `average`, `scale_sense` or `noise_scale` differs from another cell built on the same
-            `grad_sum`, `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or
-            `scale_sense` is a Tensor of shape other than () or (1,); at the first call, if the loss is not a
-            scalar or (without `num_items`) the inputs' leading dimensions disagree; when called, if
-            :class:`TrainOptim` applied the buffers and :class:`TrainClear` has not cleared them since.
+        ValueError: If none of the optimizer's parameters is a parameter of `network` (some not: a warning), one has
+            ``requires_grad=False``, `grad_sum` does not match the optimizer's parameters or holds the network's or
+            optimizer's own Parameters, `sens` is zero or not finite, `average`, `scale_sense` or `noise_scale`
+            differs from another cell built on the same `grad_sum`, `noise_scale` is a str other than ``"first"`` or
+            is set with ``average=False``, or `scale_sense` is a Tensor of shape other than () or (1,); at the first
+            call, if the loss is not a scalar or (without `num_items`) the inputs' leading dimensions disagree, or
+            with MindSpore's compile cache on, if its stored graphs were compiled with other settings; when called,
+            if :class:`TrainOptim` applied the buffers and :class:`TrainClear` has not cleared them since.
+        TypeError: When called with a numpy array as an input (wrap it in a Tensor).
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -171,12 +173,14 @@ class TrainOptim(WindowEngine, nn.Cell):
     Raises:
         TypeError: If `optimizer` is not an optimizer, `grad_sum` is not a ParameterTuple, `average` is not a
             bool, or `noise_scale` is neither a bool nor a str.
-        ValueError: If `grad_sum` does not match the optimizer's parameters or holds its own Parameters,
-            `clip_norm` is not a finite number > 0, `average`, `scale_sense` or `noise_scale` differs from the
-            :class:`TrainForwardBackward` on the same `grad_sum`, or `noise_scale` is a str other than
-            ``"first"`` or is set with ``average=False``, or `nonfinite` is not ``"skip"`` with `scale_sense`;
-            when called, if a micro-batch of the window reported ``num_items`` <= 0 (the optimizer is not stepped),
-            or if the buffers were applied and :class:`TrainClear` has not cleared them since.
+        ValueError: If `grad_sum` does not match the optimizer's parameters or holds its own Parameters, one of the
+            optimizer's parameters has ``requires_grad=False``, `clip_norm` is not a finite number > 0, `average`,
+            `scale_sense` or `noise_scale` differs from the :class:`TrainForwardBackward` on the same `grad_sum`, or
+            `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or `nonfinite` is not
+            ``"skip"`` with `scale_sense`; when called, if a micro-batch of the window reported ``num_items`` <= 0
+            (the optimizer is not stepped), or if the buffers were applied and :class:`TrainClear` has not cleared
+            them since; at the first call, with MindSpore's compile cache on, if its stored graphs were compiled with
+            other settings.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``

@@ -145,7 +145,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         TypeError: If `network` is not an accumulation cell, `loss_fn` or `optimizer` is given, or
             N is given twice or is not an int, a schedule or a policy.
         ValueError: If N is < 1; at train time, if a schedule or policy meets dataset sink mode,
-            if N exceeds the micro-batches of an epoch, or in sink mode does not divide `sink_size`.
+            if N exceeds the micro-batches of an epoch, in sink mode does not divide `sink_size`, or,
+            with MindSpore's compile cache on, if its stored graphs were compiled with other settings.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
