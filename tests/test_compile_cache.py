@@ -12,7 +12,10 @@ import sys
 import numpy as np
 import pytest
 
-from helpers import assert_params_close, functional_reference, micro_batches, reference_train
+from mindspore import nn
+
+import ms_accum
+from helpers import assert_params_close, build, functional_reference, micro_batches, reference_train
 from ms_accum.core import compile_cache
 from conftest import ROOT
 
@@ -131,3 +134,14 @@ class TestRecordedSettings:
         assert compile_cache.sources_hash() == first
         script.write_text("x = 2\n")
         assert compile_cache.sources_hash() != first
+
+
+def test_the_recorded_settings_read_as_the_user_passed_them():
+    """A new user's refusal read 'steps=((0,), (2,))' and 'noise_scale=None ... every' for N=2 and True."""
+    net, loss, opt = build("momentum")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=4,
+                                       noise_scale=True)
+    settings = cell._compile_settings()  # pylint: disable=protected-access
+    assert settings["gradient_accumulation_steps"] == "4" and settings["noise_scale"] == "True"
+    cell.gradient_accumulation_steps = {0: 2, 3: 4}
+    assert cell._compile_settings()["gradient_accumulation_steps"] == "AccumulationSchedule({0: 2, 3: 4})"

@@ -132,11 +132,10 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         schedule = getattr(self, "accumulation_schedule", None)
         settings = dict(cell=type(self).__name__, mode=get_mode(), device=context.get_context("device_target"),
                         clip_norm=self.clip_norm, average=self.average, nonfinite=self.nonfinite,
-                        noise_scale=("first", "every")[self.noise_every] if self.measure_noise else None,
+                        noise_scale=(self.noise_every or "first") if self.measure_noise else False,
                         loss_scale=self.scale_kind, sens=getattr(self, "sens", None),
                         divide_in_place=self.divide_in_place, device_degree=self.device_degree,
-                        steps=None if schedule is None else (tuple(schedule.firsts), tuple(schedule.counts)),
-                        adaptive=self._device_policy,
+                        gradient_accumulation_steps=None if schedule is None else self.gradient_accumulation_steps,
                         buffers=tuple(tuple(buffer.shape) for buffer in self.accu_grads))
         return {key: str(value) for key, value in settings.items()}
 
