@@ -1,4 +1,6 @@
 """Accumulator: gradient accumulation for the functional training loop of MindSpore 2.x (value_and_grad)."""
+import warnings
+
 from mindspore import Parameter, RowTensor, Tensor, mutable, nn, ops
 from mindspore import dtype as mstype
 
@@ -135,6 +137,13 @@ class Accumulator(WindowEngine, nn.Cell):
                                        requires_grad=False)
         self.unweighted = Parameter(Tensor(0, mstype.int32), name=f"{WINDOW_PREFIX}.unweighted", requires_grad=False)
         self._check_compile_cache()  # now: the user's jit step compiles construct without calling the cell
+        if self.cache_safe:
+            warnings.warn("For 'Accumulator', MindSpore's compile cache is on, but it reloads a cached jit function "
+                          "wrongly: on MindSpore 2.10 a second run of a jit step holding Accumulator trained nothing "
+                          "(the same step without ms_accum too), and the tutorial's own step trained to other "
+                          "parameters. Turn the cache off for a functional loop (unset MS_COMPILER_CACHE_ENABLE), or "
+                          "train with GradientAccumulation or TrainAccuStepsCell, which it reloads correctly.",
+                          UserWarning, stacklevel=2)
 
     @property
     def inner_grads(self):
