@@ -259,6 +259,11 @@ def test_command_passes_and_fails_with_exit_codes():
     assert differs.returncode == 1 and "\nFAIL:" in differs.stdout, differs.stdout + differs.stderr
     bad = run_check("--network", "helpers:NoSuchNet", "--input-shape", "1,6,6", "--num-classes", "4")
     assert bad.returncode == 2 and "'--network' 'helpers:NoSuchNet' could not be loaded" in bad.stderr
+    # a new user's 50 classes for a 4-way head ended in MindSpore's label error, exit code 1 ("not equivalent")
+    wide = run_check("--network", "helpers:SmallConvNet", "--input-shape", "1,6,6", "--num-classes", "50")
+    assert wide.returncode == 2 and ("'--num-classes' must be at most the network's 4 outputs (the labels are drawn "
+                                     "from 0..num_classes-1 for its cross-entropy), but got 50. Pass --num-classes 4 "
+                                     "or fewer.") in wide.stderr, wide.stdout + wide.stderr
 
 
 @pytest.mark.parametrize("args, message", [

@@ -177,9 +177,10 @@ BUILDERS = {  # every front end built over (net, loss, optimizer)
     "TrainOptim": lambda net, loss, opt: ms_accum.TrainOptim(opt, opt.parameters.clone(prefix="grad_sum",
                                                                                        init="zeros")),
     "GradientAccumulation": lambda net, loss, opt: ms_accum.GradientAccumulation(net, loss, opt),
-    "TrainAccuStepsCell": lambda net, loss, opt: ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, 2),
+    "TrainAccuStepsCell": lambda net, loss, opt: ms_accum.TrainAccuStepsCell(
+        nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=2),
     "TrainAccuStepsWithLossScaleCell": lambda net, loss, opt: ms_accum.TrainAccuStepsWithLossScaleCell(
-        nn.WithLossCell(net, loss), opt, Tensor(1.0, ms.float32), 2),
+        nn.WithLossCell(net, loss), opt, Tensor(1.0, ms.float32), gradient_accumulation_steps=2),
     "Accumulator": lambda net, loss, opt: ms_accum.Accumulator(opt, 2),
 }
 
@@ -193,7 +194,7 @@ def test_an_optimizer_holding_a_frozen_parameter_is_refused_on_every_path(front)
     frozen.requires_grad = False
     opt = nn.Momentum(net.get_parameters(), 0.1, 0.9)
     with pytest.raises(ValueError, match=rf"For '{front}', the optimizer's parameters must be trainable, but 1 of "
-                                         rf"them have requires_grad=False \(\['{frozen.name}'\]\): .* Build the "
+                                         rf"them has requires_grad=False \(\['{frozen.name}'\]\): .* Build the "
                                          rf"optimizer on the trainable ones"):
         BUILDERS[front](net, loss, opt)
 

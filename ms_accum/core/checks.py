@@ -94,10 +94,11 @@ def check_optimizer(owner, optimizer):
     frozen = [p.name for p in optimizer.parameters if not p.requires_grad]
     if frozen:
         raise ValueError(f"For '{owner}', the optimizer's parameters must be trainable, but {len(frozen)} of them "
-                         f"have requires_grad=False ({frozen[:3]}{' ...' if len(frozen) > 3 else ''}): their "
-                         f"gradient is computed and applied all the same in a compiled graph, so they would train. "
-                         f"Build the optimizer on the trainable ones, for example "
-                         f"nn.Momentum(net.trainable_params(), 0.01, 0.9).")
+                         f"{'has' if len(frozen) == 1 else 'have'} requires_grad=False ({frozen[:3]}"
+                         f"{' ...' if len(frozen) > 3 else ''}): a compiled graph computes and applies their gradient "
+                         f"all the same, so they would train. Build the optimizer on the trainable ones, for example "
+                         f"nn.Momentum(net.trainable_params(), 0.01, 0.9) (loss_net.trainable_params() when the loss "
+                         f"has Parameters of its own).")
     return optimizer
 
 

@@ -70,6 +70,11 @@ def main(argv=None):
         rng = np.random.default_rng(args.seed)
         images = rng.normal(size=(args.batch_size,) + shape).astype(np.float32)
         labels = rng.integers(0, args.num_classes, size=args.batch_size).astype(np.int32)
+        outputs = factory()(ms.Tensor(images[:1])).shape[-1]
+        if args.num_classes > outputs:
+            raise ValueError(f"'--num-classes' must be at most the network's {outputs} outputs (the labels are "
+                             f"drawn from 0..num_classes-1 for its cross-entropy), but got {args.num_classes}. Pass "
+                             f"--num-classes {outputs} or fewer.")
         optimizers = {"sgd": lambda p: nn.SGD(p, args.lr), "momentum": lambda p: nn.Momentum(p, args.lr, 0.9),
                       "adam": lambda p: nn.Adam(p, args.lr),
                       "adamw": lambda p: nn.AdamWeightDecay(p, args.lr, weight_decay=0.01)}
