@@ -229,7 +229,10 @@ def test_a_half_precision_network_is_named_with_the_tolerance_its_rounding_needs
     assert not report.passed and report.low_precision_layers == ["head"], str(report)
     assert str(report).splitlines()[-1].startswith("The network computes in half precision in 1 cell ('head'): ")
     assert "Pass rtol=2e-3" in str(report).splitlines()[-1]
-    whole = ms_accum.EquivalenceReport(1e-5, rows=[ParameterCheck("w", 1e-3, 1e-3, 0, 4)], low_precision_layers=[""])
+    whole_net = SmallConvNet().to_float(ms.float16)  # every cell flagged, the network itself named ''
+    assert ms_accum.tools.equivalence.low_precision_cells(whole_net)[:2] == ["", "conv"]
+    whole = ms_accum.EquivalenceReport(1e-5, rows=[ParameterCheck("w", 1e-3, 1e-3, 0, 4)],
+                                       low_precision_layers=ms_accum.tools.equivalence.low_precision_cells(whole_net))
     assert str(whole).splitlines()[-1].startswith("The network computes in half precision as a whole: ")
     assert ms_accum.check_equivalence(HalfHead, LOSS, OPTIMIZERS["sgd"], (x, y), 4, rtol=1e-3).passed
     amp = ms_accum.check_equivalence(lambda: ms.amp.auto_mixed_precision(SmallConvNet(), "O2"), LOSS,

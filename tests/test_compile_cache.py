@@ -5,6 +5,7 @@ A `raise` in a graph (the window's checks) is a PyExecute node, which the cache 
 PyExecute CNode in MindIR" at the first window's end); with the cache on, the checks are MindSpore's Assert
 (ms_accum/core/runtime_checks.py). Each run is a fresh process (tests/cache_worker.py).
 """
+import json
 import os
 import subprocess
 import sys
@@ -107,8 +108,11 @@ class TestRecordedSettings:
                                              r"MindSpore would load those graphs .* Point MS_COMPILER_CACHE_PATH to "
                                              r"another directory for these settings, or delete '.*graph_cache'"):
             self.check("TrainOptim", "0.5")
+        with open(tmp_path / "rank_0" / compile_cache.SETTINGS_FILE, encoding="utf-8") as handle:
+            assert json.load(handle)["cells"]["TrainOptim#0"]["clip_norm"] == "None"  # the refusal wrote nothing
         assert self.check("TrainOptim", "None") == "TrainOptim#0"  # the refused call took no slot
-        self.fresh(monkeypatch, tmp_path)  # the refused run recorded nothing over the stored graphs' settings
+        monkeypatch.setenv("MS_DEV_FORCE_USE_COMPILE_CACHE", "1")  # MindSpore loads whatever the sources
+        self.fresh(monkeypatch, tmp_path, sources="script v2")
         with pytest.raises(ValueError, match="clip_norm=None, but this run asks for clip_norm=0.5"):
             self.check("TrainOptim", "0.5")
 
@@ -132,7 +136,12 @@ class TestRecordedSettings:
         monkeypatch.setattr(compile_cache, "compile_cache_dep_files", lambda: [str(script)])
         first = compile_cache.sources_hash()
         assert compile_cache.sources_hash() == first
-        script.write_text("x = 2\n")
+        moved = tmp_path / "moved" / "train.py"
+        moved.parent.mkdir()
+        moved.write_text("x = 1\n")
+        monkeypatch.setattr(compile_cache, "compile_cache_dep_files", lambda: [str(moved)])
+        assert compile_cache.sources_hash() == first  # the same contents elsewhere: compared, the safe side
+        moved.write_text("x = 2\n")
         assert compile_cache.sources_hash() != first
 
 
@@ -145,3 +154,8 @@ def test_the_recorded_settings_read_as_the_user_passed_them():
     assert settings["gradient_accumulation_steps"] == "4" and settings["noise_scale"] == "True"
     cell.gradient_accumulation_steps = {0: 2, 3: 4}
     assert cell._compile_settings()["gradient_accumulation_steps"] == "AccumulationSchedule({0: 2, 3: 4})"
+    recorded = set()
+    for initial in (2, 4):  # a policy's first N is a Parameter's value, not frozen: the same record
+        cell.gradient_accumulation_steps = ms_accum.AdaptiveAccumulation(2, 8, initial_steps=initial)
+        recorded.add(cell._compile_settings()["gradient_accumulation_steps"])
+    assert recorded == {"AdaptiveAccumulation(min_steps=2, max_steps=8, interval=10, max_factor=2.0)"}

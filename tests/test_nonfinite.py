@@ -274,6 +274,7 @@ def test_a_cell_with_nonfinite_raise_applies_clean_windows_and_refuses_the_bad_o
 
 
 @pytest.mark.parametrize("path", sorted(OWNERS))
+@pytest.mark.filterwarnings("ignore:For 'Accumulator', MindSpore's compile cache is on")  # test_functional's
 def test_with_the_compile_cache_nonfinite_raise_stops_before_the_update(path, monkeypatch, exec_mode):
     """With MindSpore's compile cache on, the finiteness check is MindSpore's Assert (a raise cannot be cached)."""
     monkeypatch.setattr(ms_accum.core.engine, "compile_cache_on", lambda: True)

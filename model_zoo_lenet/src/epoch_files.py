@@ -27,7 +27,8 @@ class EpochFiles:
 
     @property
     def latest(self):
-        """The path written last, or None."""
+        """The newest checkpoint of the prefix (this run's last, or before its first write the newest of those
+        written before its resume), or None."""
         return self.written[-1] if self.written else None
 
     def write(self, state, epoch, number, step_num):

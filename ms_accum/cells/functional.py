@@ -141,9 +141,9 @@ class Accumulator(WindowEngine, nn.Cell):
             warnings.warn("For 'Accumulator', MindSpore's compile cache is on, but it reloads a cached jit function "
                           "wrongly: on MindSpore 2.10 a second run of a jit step holding Accumulator trained nothing "
                           "(the same step without ms_accum too), and the tutorial's own step trained to other "
-                          "parameters. Turn the cache off for a functional loop (unset MS_COMPILER_CACHE_ENABLE), or "
-                          "train with GradientAccumulation or TrainAccuStepsCell, which it reloads correctly.",
-                          UserWarning, stacklevel=2)
+                          "parameters. If you call it inside an ms.jit function, turn the cache off (unset "
+                          "MS_COMPILER_CACHE_ENABLE), or train with GradientAccumulation or TrainAccuStepsCell, whose "
+                          "cached graphs trained alike.", UserWarning, stacklevel=2)
 
     @property
     def inner_grads(self):

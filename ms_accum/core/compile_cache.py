@@ -57,14 +57,14 @@ def _rank_directory(root):
 
 
 def sources_hash():
-    """A hash of what decides whether MindSpore reloads stored graphs: the MindSpore release and the files its
-    compile cache hashes (the entry script and the local modules it imports), by content."""
-    digest = hashlib.sha256(mindspore.__version__.encode())
+    """A hash of what decides whether MindSpore reloads stored graphs: the MindSpore release and the contents of the
+    files its compile cache hashes (the entry script and the local modules it imports), in any order and wherever
+    they lie (a project moved keeps its hash: refusing where MindSpore might compile anew is the safe side)."""
+    contents = []
     for path in compile_cache_dep_files():
-        digest.update(path.encode())
         with open(path, "rb") as handle:
-            digest.update(handle.read())
-    return digest.hexdigest()
+            contents.append(hashlib.sha256(handle.read()).hexdigest())
+    return hashlib.sha256(" ".join([mindspore.__version__] + sorted(contents)).encode()).hexdigest()
 
 
 def _graphs_stored(directory):
@@ -83,7 +83,8 @@ class _Record:
         if _graphs_stored(directory) and os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as handle:
                 saved = json.load(handle)
-            if saved.get("sources") == sources:
+            # MS_DEV_FORCE_USE_COMPILE_CACHE: MindSpore loads the graphs without checking the sources
+            if saved.get("sources") == sources or os.environ.get("MS_DEV_FORCE_USE_COMPILE_CACHE"):
                 self.stored = saved["cells"]
         self.this_run = {}
 

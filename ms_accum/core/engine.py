@@ -130,12 +130,17 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         """What the cell's graphs freeze when they compile, as strings: compared with the settings of graphs
         MindSpore's compile cache would load instead of compiling (compile_cache.py)."""
         schedule = getattr(self, "accumulation_schedule", None)
+        steps = None if schedule is None else self.gradient_accumulation_steps
+        if getattr(self, "adaptive_policy", None) is not None:  # its initial N is a Parameter's value, not frozen
+            min_steps, max_steps, interval, max_factor = self._device_policy
+            steps = (f"AdaptiveAccumulation(min_steps={min_steps}, max_steps={max_steps}, interval={interval}, "
+                     f"max_factor={max_factor})")
         settings = dict(cell=type(self).__name__, mode=get_mode(), device=context.get_context("device_target"),
                         clip_norm=self.clip_norm, average=self.average, nonfinite=self.nonfinite,
                         noise_scale=(self.noise_every or "first") if self.measure_noise else False,
                         loss_scale=self.scale_kind, sens=getattr(self, "sens", None),
                         divide_in_place=self.divide_in_place, device_degree=self.device_degree,
-                        gradient_accumulation_steps=None if schedule is None else self.gradient_accumulation_steps,
+                        gradient_accumulation_steps=steps,
                         buffers=tuple(tuple(buffer.shape) for buffer in self.accu_grads))
         return {key: str(value) for key, value in settings.items()}
 

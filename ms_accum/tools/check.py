@@ -70,7 +70,8 @@ def main(argv=None):
         rng = np.random.default_rng(args.seed)
         images = rng.normal(size=(args.batch_size,) + shape).astype(np.float32)
         labels = rng.integers(0, args.num_classes, size=args.batch_size).astype(np.int32)
-        outputs = factory()(ms.Tensor(images[:1])).shape[-1]
+        logits = factory()(ms.Tensor(images[:1]))
+        outputs = logits.shape[-1] if isinstance(logits, ms.Tensor) and logits.ndim else args.num_classes
         if args.num_classes > outputs:
             raise ValueError(f"'--num-classes' must be at most the network's {outputs} outputs (the labels are "
                              f"drawn from 0..num_classes-1 for its cross-entropy), but got {args.num_classes}. Pass "

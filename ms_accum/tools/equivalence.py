@@ -54,7 +54,7 @@ class EquivalenceReport:
             failing verdict names as a likely cause and a passing one as luck of these micro-batches. Default:
             empty.
         low_precision_layers (list[str]): The network's cells computing in float16 or bfloat16 (``to_float``,
-            ``mindspore.amp.auto_mixed_precision``; ``['']``: the network as a whole), which a failing verdict
+            ``mindspore.amp.auto_mixed_precision``; ``''`` among them: the network as a whole), which a failing verdict
             names as a likely cause, with the tolerance their rounding needs. Default: empty.
 
     Supported Platforms:
@@ -131,7 +131,7 @@ class EquivalenceReport:
                          f"can equal the large batch there (docs/models.md). Check a copy without BatchNorm, or with "
                          f"use_batch_statistics=False, to test the accumulation.")
         if self.low_precision_layers and not self.passed:
-            where = "as a whole" if self.low_precision_layers == [""] else \
+            where = "as a whole" if "" in self.low_precision_layers else \
                 f"in {_layers(self.low_precision_layers, 'cell')}"
             lines.append(f"The network computes in half precision {where}: its gradients are rounded to about 3 "
                          f"decimal digits, differently in the large batch and in each micro-batch, so differences "
