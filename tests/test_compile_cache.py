@@ -130,6 +130,21 @@ class TestRecordedSettings:
         monkeypatch.setenv("MS_COMPILER_CACHE_ENABLE", "0")
         assert self.check("TrainOptim", "0.5") is None
 
+    def test_a_cell_refused_at_its_first_call_is_checked_again_at_the_next(self, monkeypatch, tmp_path):
+        """The check runs once per cell once it passes (the driver runs it before its first micro-batch, then
+        calls the cells); a refusal must not mark the cell checked, or a retry in the same process would load the
+        old graphs."""
+        self.fresh(monkeypatch, tmp_path)
+        _, _, opt = build("momentum")
+        ms_accum.TrainOptim(opt, opt.parameters.clone(prefix="grad_sum", init="zeros"))._on_first_call()
+        self.store_graphs(tmp_path)
+        self.fresh(monkeypatch, tmp_path)
+        _, _, opt = build("momentum")
+        clipped = ms_accum.TrainOptim(opt, opt.parameters.clone(prefix="grad_sum", init="zeros"), clip_norm=0.5)
+        for _ in range(2):
+            with pytest.raises(ValueError, match="clip_norm=None, but this run asks for clip_norm=0.5"):
+                clipped._on_first_call()  # pylint: disable=protected-access
+
     def test_the_sources_hash_follows_the_files_mindspore_hashes(self, monkeypatch, tmp_path):
         script = tmp_path / "train.py"
         script.write_text("x = 1\n")

@@ -92,7 +92,7 @@ class CompiledCall:
     _eager_phases = frozenset()  # phases that run eagerly: their graph, holding the network, did not compile
     _eager = False
     _branched = False
-    _called = False  # whether the cell was called before
+    _called = False  # whether the first call's checks (_on_first_call) passed
     _on_cpu = None  # whether the device is the CPU, read once: MindSpore fixes the device at the first graph
 
     def _holds_network(self):
@@ -101,18 +101,21 @@ class CompiledCall:
         return False
 
     def _on_first_call(self):
-        """Before the cell's first call is compiled or run: every ms_accum window engine in its graph (itself, or
-        the cells it calls, as the driver's window end calls TrainOptim) checks its settings against those of the
-        graphs MindSpore's compile cache would load (compile_cache.py)."""
+        """Before the cell's first call is compiled or run (and before a trainer runs it, which may call this
+        first): every ms_accum window engine in its graph (itself, or the cells it calls, as the driver's window
+        end calls TrainOptim) checks its settings against those of the graphs MindSpore's compile cache would load
+        (compile_cache.py). Once passed, not again; a refusal leaves it to the next call."""
+        if self._called:
+            return
         for _, cell in self.cells_and_names():
             check = getattr(cell, "_check_compile_cache", None)
             if check is not None:
                 check()
+        self._called = True
 
     def __call__(self, *args, **kwargs):
         if not self._called:
             self._on_first_call()
-            self._called = True
         for index, arg in enumerate(args):
             if isinstance(arg, np.ndarray):  # MindSpore's own error named its Shape primitive, not the input
                 raise TypeError(f"For '{type(self).__name__}', input {index} must be a mindspore.Tensor, but got a "
