@@ -6,6 +6,7 @@
     .venv/bin/python benchmarks/memory.py --model tiny                      # 64 KiB of parameters: the graphs' own
     .venv/bin/python benchmarks/memory.py --model text                      # an embedding table first: 49 MiB
     .venv/bin/python benchmarks/memory.py --mode pynative
+    .venv/bin/python benchmarks/memory.py --model mlp --widths 4096,8192 --optimizer momentum   # marginal copies
 
 Each configuration runs in its own fresh process: it builds the network (MindCV's, seeded, the transformer
 block model, the wide MLP of benchmarks/data_parallel.py, whose memory is nearly all parameters, gradients and
@@ -28,6 +29,10 @@ trainable parameters: accumulation's buffers are one copy, whenever they become 
 - model-accu: ``Model_ACCU.train`` over ``TrainAccuStepsCell``, dataset, no sink;
 - plain-b-data: ``Model.train`` over ``nn.TrainOneStepCell``, batch b, dataset (the driver's and Model_ACCU's
   plain counterpart: a dataset pipeline holds memory of its own).
+
+``--optimizer momentum`` trains with MindSpore's ``nn.Momentum`` (no weight decay) and its plain cross-entropy
+instead of MindCV's momentum with weight decay and label smoothing; ``--width`` sets the MLP's hidden width, and
+``--widths W1,W2`` runs every configuration at both and adds the marginal copies between them.
 """
 import argparse
 import json
@@ -106,14 +111,18 @@ def build(args):
     if args.model == "block":
         net = block_model(args.classes)
     elif args.model == "mlp":
-        net = nn.SequentialCell(nn.Dense(1024, 2048), nn.ReLU(), nn.Dense(2048, 2048), nn.ReLU(),
-                                nn.Dense(2048, args.classes))
+        width = args.width
+        net = nn.SequentialCell(nn.Dense(1024, width), nn.ReLU(), nn.Dense(width, width), nn.ReLU(),
+                                nn.Dense(width, args.classes))
     elif args.model == "tiny":  # parameters of 64 KiB: what a graph holds beyond its tensors shows
         net = nn.SequentialCell(nn.Dense(1024, 16), nn.ReLU(), nn.Dense(16, args.classes))
     elif args.model == "text":  # an embedding table of 50,000 x 256 (48.8 MiB) first, as in most text models
         net = text_model(args.classes)
     else:
         net = mindcv.create_model(args.model, num_classes=args.classes)
+    if args.optimizer == "momentum":  # MindSpore's own, no weight decay, and its plain cross-entropy
+        loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        return net, loss, nn.Momentum(net.trainable_params(), learning_rate=0.01, momentum=0.9)
     loss = mindcv.create_loss(name="CE", label_smoothing=0.1)
     optimizer = mindcv.create_optimizer(net.trainable_params(), opt="momentum", lr=0.01, momentum=0.9,
                                         weight_decay=1e-4)
@@ -216,6 +225,9 @@ def add_model_arguments(parser, configs, windows):
     parser.add_argument("--steps", type=int, default=8, help="N")
     parser.add_argument("--windows", type=int, default=windows)
     parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--width", type=int, default=2048, help="the MLP's hidden width (--model mlp)")
+    parser.add_argument("--optimizer", choices=["mindcv", "momentum"], default="mindcv",
+                        help="MindCV's momentum with weight decay and label smoothing, or nn.Momentum without")
     parser.add_argument("--configs", default=",".join(configs))
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
 
@@ -228,7 +240,7 @@ def measure_each(script, args, child_main, extra=(), strict=False):
     if args.child:
         child_main(args.child, args)
         return None
-    names = ("model", "image_size", "micro_batch", "steps", "windows", "classes") + tuple(extra)
+    names = ("model", "image_size", "micro_batch", "steps", "windows", "classes", "width", "optimizer") + tuple(extra)
     results = {}
     for config in args.configs.split(","):
         argv = [sys.executable, os.path.abspath(script), "--child", config] + [
@@ -249,13 +261,46 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_model_arguments(parser, CONFIGS, windows=3)
     parser.add_argument("--mode", choices=["graph", "pynative"], default="graph")
+    parser.add_argument("--widths", default=None,
+                        help="with --model mlp: two hidden widths, 'W1,W2'; each configuration runs at both, and the "
+                             "table adds its marginal copies, the slope of its peak above plain-b between them")
     args = parser.parse_args()
+    if args.widths and not args.child:
+        marginal(args)
+        return
     results = measure_each(__file__, args, child, ("mode",))
     if results is None:
         return
     for config, result in results.items():
         print(f"{config}: peak +{result['peak']:.0f} MiB, held +{result['held']:.0f} MiB", flush=True)
     table(args, results)
+
+
+def marginal(args):
+    """Every configuration at two MLP widths; the table gives each one's copies above plain-b at both, and their
+    slope: what the configuration holds per parameter copy, the fixed costs (runtime, graphs, pipeline) left out."""
+    widths = [int(w) for w in args.widths.split(",")]
+    if args.model != "mlp" or len(widths) != 2 or widths[0] == widths[1]:
+        raise SystemExit("memory.py: --widths takes two different widths 'W1,W2', with --model mlp")
+    configs = args.configs.split(",")
+    if "plain-b" not in configs:
+        args.configs = ",".join(["plain-b"] + configs)
+    runs = []
+    for width in widths:
+        args.width = width
+        runs.append(measure_each(__file__, args, child, ("mode",)))
+        table(args, runs[-1])
+    print(f"\nmlp 1024-W-W-{args.classes}, micro-batch {args.micro_batch}, N = {args.steps}, {args.mode} mode, "
+          f"{args.optimizer} optimizer; copies above plain-b at each width, and the marginal copies between them\n")
+    print(f"| configuration | W {widths[0]} | W {widths[1]} | marginal copies |")
+    print("|---|---|---|---|")
+    for config in args.configs.split(","):
+        if config == "plain-b" or any(config not in run or "plain-b" not in run for run in runs):
+            continue
+        above = [run[config]["peak"] - run["plain-b"]["peak"] for run in runs]
+        copies = [run[config]["copy"] for run in runs]
+        print(f"| {config} | {above[0] / copies[0]:+.2f} | {above[1] / copies[1]:+.2f} | "
+              f"{(above[1] - above[0]) / (copies[1] - copies[0]):+.2f} |")
 
 
 def table(args, results):

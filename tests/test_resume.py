@@ -264,10 +264,13 @@ def test_model_accu_checks_loss_monitor_once_the_resumed_position_is_known(tmp_p
                                     partial_window="carry")
 
 
-def test_a_state_file_of_ms_accum_0_1_0_resumes_and_a_newer_format_is_refused(uninterrupted_model, tmp_path,
-                                                                              monkeypatch):
-    """0.1.0 wrote no format number and its cells had no '<prefix>.steps': such a file (this one, stripped of
-    both) still resumes exactly; a file of a newer format is refused, naming the versions."""
+@pytest.mark.parametrize("old_format", [1, 3])
+def test_a_state_file_of_an_older_format_resumes_and_a_newer_format_is_refused(uninterrupted_model, tmp_path,
+                                                                               monkeypatch, old_format):
+    """0.1.0 wrote no format number and its cells had no '<prefix>.steps', formats 1 to 3 no '<prefix>.items_unit':
+    such a file (this one, stripped and its buffers converted as the older release wrote them) still resumes
+    exactly; a file of a newer format is refused, naming the versions. (Inside a window:
+    test_a_format_3_state_written_inside_a_window_resumes_exactly.)"""
     expected, _ = uninterrupted_model
     state = str(tmp_path / "state.ckpt")
     model, _, _ = make_model(seed=1, state_path=state, save_state_every=1)
@@ -276,21 +279,71 @@ def test_a_state_file_of_ms_accum_0_1_0_resumes_and_a_newer_format_is_refused(un
         model.train(EPOCHS, data(), dataset_sink_mode=False)
     monkeypatch.undo()
     saved = ms.load_checkpoint(state)
-    assert int(saved["ms_accum_state_format"].asnumpy()) == 3 and "accu_window.steps" in saved
+    assert int(saved["ms_accum_state_format"].asnumpy()) == 4 and "accu_window.steps" in saved
     assert int(saved["ms_accum_layout_steps"].asnumpy()) == model.gradient_accumulation_steps  # its layout
-    old = [{"name": name, "data": value} for name, value in saved.items()
-           if name not in ("ms_accum_state_format", "accu_window.steps", "accu_window.skipped_windows",
-                           "accu_window.nonfinite_streak", "accu_window.skip_history") + LAYOUT_KEYS]
+    first = float(saved["accu_window.items_unit"].asnumpy())
+    dropped = ("accu_window.items_unit",)
+    if old_format == 1:
+        dropped += ("ms_accum_state_format", "accu_window.steps", "accu_window.skipped_windows",
+                    "accu_window.nonfinite_streak", "accu_window.skip_history") + LAYOUT_KEYS
+    old = [{"name": name, "data": ms.Tensor(value.asnumpy() * first) if name.startswith("accu_grads.") else value}
+           for name, value in saved.items() if name not in dropped]
+    if old_format == 3:
+        old = [entry if entry["name"] != "ms_accum_state_format" else
+               {"name": "ms_accum_state_format", "data": ms.Tensor(3, ms.int32)} for entry in old]
     for path in (state, state.replace(".ckpt", ".prev.ckpt")):
         ms.save_checkpoint(old, path)
     resumed, net, _ = make_model(seed=99)
     resumed.train(EPOCHS, data(), dataset_sink_mode=False, resume_from=state)
     for name, want in expected.items():
         np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=name)
-    ms.save_checkpoint(old + [{"name": "ms_accum_state_format", "data": ms.Tensor(4, ms.int32)}], state)
-    with pytest.raises(ms_accum.CheckpointError, match=r"is a state file of format 4, written by a newer ms_accum "
-                                                       r"than this one \(which reads formats 1 to 3\)"):
+    newer = [entry for entry in old if entry["name"] != "ms_accum_state_format"]
+    ms.save_checkpoint(newer + [{"name": "ms_accum_state_format", "data": ms.Tensor(5, ms.int32)}], state)
+    with pytest.raises(ms_accum.CheckpointError, match=r"is a state file of format 5, written by a newer ms_accum "
+                                                       r"than this one \(which reads formats 1 to 4\)"):
         make_model(seed=99)[0].train(EPOCHS, data(), dataset_sink_mode=False, resume_from=state)
+
+
+def _own_loop_state_after_4(path, sizes, tmp_path):
+    """A user's own loop on `path` over micro-batches of `sizes` (windows of 3): (the micro-batches as Tensors, the
+    parameters the uninterrupted run ends with, a state file written after 4 of them)."""
+    from helpers import micro_batches  # pylint: disable=import-outside-toplevel
+    batches = [(ms.Tensor(x), ms.Tensor(y)) for x, y in micro_batches(sizes)]
+    net, run, _, _ = own_loop(path, seed=0)
+    for index, (x, y) in enumerate(batches):
+        run(index, x, y)
+    expected = params_of(net)
+    _, run, saved, _ = own_loop(path, seed=0)
+    for index, (x, y) in enumerate(batches[:4]):
+        run(index, x, y)
+    state = ms_accum.save_training_state(saved, str(tmp_path / "state.ckpt"), micro_steps_done=4, updates_done=2)
+    return batches, expected, state
+
+
+@pytest.mark.parametrize("path", ["cells", "parallel"])
+def test_a_format_3_state_written_inside_a_window_resumes_exactly(path, tmp_path):
+    """Up to format 3 (ms_accum 0.3.0) the buffers held each micro-batch's gradient weighted by its items; format 4
+    holds them divided by the window's first micro-batch's items ('<prefix>.items_unit'). A format-3 state written after
+    4 of 9 micro-batches (a window of 3 holding one), its buffers as 0.3.0 wrote them, resumes where the
+    uninterrupted run ends: the rest of its window is added in 0.3.0's units."""
+    batches, expected, state = _own_loop_state_after_4(path, [4, 2, 5, 3, 4, 6, 2, 3, 5], tmp_path)
+    written = ms.load_checkpoint(state)
+    first_name = next(name for name in written if name.endswith(".items_unit"))
+    first = float(written[first_name].asnumpy())
+    assert first == 3.0, first  # the window's first micro-batch, of 3 samples: the conversion tests something
+    old = [{"name": name, "data": ms.Tensor(3, ms.int32) if name == "ms_accum_state_format" else
+            ms.Tensor(value.asnumpy() * first) if value.ndim > 0 and name.split(".")[0] in ("grad_sum", "accu_grads")
+            else value} for name, value in written.items() if name != first_name]
+    ms.save_checkpoint(old, state)
+    net, run, fresh, _ = own_loop(path, seed=7)
+    for param in fresh.get_parameters():  # as after a window begun with 5 samples: the load must reset it
+        if param.name.endswith(".items_unit"):
+            param.set_data(ms.Tensor(5.0, ms.float32))
+    done, _ = ms_accum.load_training_state(fresh, state, total_micro_steps=9)
+    for index, (x, y) in enumerate(batches[done:], start=done):
+        run(index, x, y)
+    for name, want in expected.items():
+        np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=f"{path}: {name}")
 
 
 @pytest.mark.parametrize("path", ["cells", "parallel", "accumulator"])
@@ -298,16 +351,7 @@ def test_a_users_own_loop_resumes_mid_window_with_save_training_state(path, tmp_
     """The cell a user's loop trains holds the network, the optimizer and the open window: saved after 4 of 9
     micro-batches (a window of 3 half full) into a state file and loaded into freshly built objects, the rest
     of the run ends where the uninterrupted run ends."""
-    from helpers import micro_batches  # pylint: disable=import-outside-toplevel
-    batches = [(ms.Tensor(x), ms.Tensor(y)) for x, y in micro_batches([4] * 9)]
-    net, run, _, _ = own_loop(path, seed=0)
-    for index, (x, y) in enumerate(batches):
-        run(index, x, y)
-    expected = params_of(net)
-    net, run, saved, _ = own_loop(path, seed=0)
-    for index, (x, y) in enumerate(batches[:4]):
-        run(index, x, y)
-    state = ms_accum.save_training_state(saved, str(tmp_path / "state.ckpt"), micro_steps_done=4, updates_done=2)
+    batches, expected, state = _own_loop_state_after_4(path, [4] * 9, tmp_path)
     net, run, fresh, _ = own_loop(path, seed=7)
     done, _ = ms_accum.load_training_state(fresh, state, total_micro_steps=9)
     for index, (x, y) in enumerate(batches[done:], start=done):

@@ -126,11 +126,10 @@ class Accumulator(WindowEngine, nn.Cell):
                           check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
                           noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
                           loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
-                          nonfinite=nonfinite)
+                          nonfinite=nonfinite, divide_in_place=False)
+        # (buffers divided in place failed to run in GRAPH_MODE, with a loss scale or the raw sum: "Input size 0 add
+        # Parameter count 0 not equal to graph input size 1", MindSpore 2.10)
         self._init_steps(*steps)
-        # The buffers divided in place failed to run in GRAPH_MODE here, with a loss scale or the raw sum
-        # ("Input size 0 add Parameter count 0 not equal to graph input size 1", MindSpore 2.10): divide a copy.
-        self.divide_in_place = False
         self.loss_scaler = loss_scaler
         self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)
         self.last_overflow = Parameter(Tensor(False, mstype.bool_), name=f"{WINDOW_PREFIX}.last_overflow",

@@ -235,5 +235,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
         if not self._accumulate_now:  # the window's end (no inputs): see end_window
             return self._end_window(self.optimizer)[0]
         loss, items = micro_batch_forward(self.network, inputs, self._eager)
-        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, self.sens, self._eager))
-        return self._add_micro_batch(loss, items, grads)
+        ratio = self._item_ratio(items)
+        seed = self.sens if ratio is None else ratio * self.sens
+        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, seed, self._eager))
+        return self._add_micro_batch(loss, items, grads, seed_ratio=ratio)

@@ -136,8 +136,10 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         loss, items = micro_batch_forward(self.network, inputs, self._eager)
         scaling_sens = self.accu_scale
         status, scaling_sens = self.start_overflow_check(loss, scaling_sens)
-        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, scaling_sens, self._eager))
-        loss = self._add_micro_batch(loss, items, grads)
+        ratio = self._item_ratio(items)
+        seed = scaling_sens if ratio is None else ratio * scaling_sens
+        grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, seed, self._eager))
+        loss = self._add_micro_batch(loss, items, grads, seed_ratio=ratio)
         flag = self._micro_batch_overflow(status, grads)
         loss = ops.depend(loss, ops.assign(self.accu_overflow, ops.maximum(self.accu_overflow, flag)))
         return loss, self.accu_overflow > 0.0, scaling_sens

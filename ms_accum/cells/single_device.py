@@ -24,8 +24,10 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
     Runs the loss network forward and backward on one micro-batch and adds the gradients into `grad_sum`.
 
     No parameter changes: the optimizer step is :class:`TrainOptim`'s job. With ``average=True`` (default) each
-    micro-batch's gradient is multiplied by what it weighs as it is added, and the window's item count,
-    micro-batch count and loss sum are updated, so that :class:`TrainOptim` can apply the weighted mean.
+    micro-batch's gradient is weighted by what it weighs relative to the window's first micro-batch (through the
+    backward's seed, so that no product of a parameter's size is held beside the gradients): `grad_sum` holds
+    sum(items_i * grad_i) / items_1. The window's item count, micro-batch count and loss sum are updated, so that
+    :class:`TrainOptim` can apply the weighted mean.
 
     What a micro-batch weighs: if the loss network returns one scalar, the mean loss over its micro-batch
     (MindSpore's default reduction), its samples, which is the leading dimension of its inputs (they must agree:
@@ -123,9 +125,12 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
     def construct(self, *inputs):
         loss, items = micro_batch_forward(self.network, inputs, self._eager)
         seed = self.accu_scale * self.sens if self.scale_kind is not None else self.sens
+        ratio = self._item_ratio(items)
+        if ratio is not None:
+            seed = ratio * seed
         grads = self.grad(self.network, self.weights)(*inputs, loss_sens(loss, items, seed, self._eager))
         grads = self.grad_reducer(grads)
-        return self._add_micro_batch(loss, items, grads)
+        return self._add_micro_batch(loss, items, grads, seed_ratio=ratio)
 
 
 class TrainOptim(WindowEngine, nn.Cell):
@@ -141,8 +146,10 @@ class TrainOptim(WindowEngine, nn.Cell):
     learning-rate schedule) advances once per applied window. The window's items, the gradient's global norm
     before clipping and whether it was clipped are kept in the ``accu_last_items``, ``accu_last_grad_norm`` and
     ``accu_last_clipped`` parameters; with `noise_scale`, the window's unbiased estimates of |G|^2 and tr(Sigma) and
-    their smoothed values in ``noise_records`` (NaN for a window of one micro-batch). The buffers are not
-    cleared: call :class:`TrainClear` next.
+    their smoothed values in ``noise_records`` (NaN for a window of one micro-batch). The buffers are divided (and
+    clipped) in place and handed to the optimizer as they are, so that no copy of them is held beside the
+    parameters: after the call `grad_sum` holds the gradient the optimizer received (unscaled, under a loss
+    scale). They are not cleared: call :class:`TrainClear` next.
 
     Args:
         optimizer (Cell): The optimizer shared with :class:`TrainForwardBackward`.

@@ -88,16 +88,18 @@ class WindowEngine(CompiledCall, NoiseMeasure):
 
     def _init_engine(self, owner, buffers, state, clip_norm=None, average=True, noise=None, loss_scale=None,
                      count_windows=True, items_source="returned by the loss network", rebuild="new cells",
-                     nonfinite="skip"):
+                     nonfinite="skip", divide_in_place=True):
         """Bind the engine. `state`: the window's :class:`window.WindowState`; `noise`: a NoiseState or None;
         `loss_scale`: (kind, updater, scale Parameter) from ``loss_scale.py``, or None; `nonfinite`: what a window
         whose gradient is not finite does without a loss scale, ``"skip"``, ``"raise"`` or ``"apply"`` (no check,
-        as MindSpore's TrainOneStepCell)."""
+        as MindSpore's TrainOneStepCell); `divide_in_place`: the window's end divides (and clips) the buffers in
+        place and hands them to the optimizer, instead of a divided copy beside them."""
         self.owner_name, self.items_source, self.rebuild_hint = owner, items_source, rebuild
         # MindSpore's compile cache cannot store a raise in a graph: check with Assert instead (runtime_checks.py)
         self.cache_safe = compile_cache_on()
         self.accu_grads = buffers
         self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
+        self.accu_items_unit = state.items_unit
         self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped = state.last
         self.accu_skipped_windows, self.accu_nonfinite_streak, self.accu_skip_history = state.skips
         self.nonfinite = check_nonfinite(owner, nonfinite, loss_scale is not None)
@@ -106,9 +108,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self.accu_steps = Parameter(Tensor(1, mstype.int32), name=f"{state.prefix}.steps",
                                     requires_grad=False) if count_windows else None
         self.clip_norm, self.average = clip_norm, average
-        # The window's end divides the buffers in place (no divided copy beside them) when the window is reset
-        # right after; TrainOptim, whose caller clears the buffers, leaves them as they were unless told.
-        self.divide_in_place = count_windows
+        self.divide_in_place = divide_in_place
         self.window_map = ops.HyperMap()
         self._init_noise(noise)
         self.scale_kind, self.loss_scale_manager, self.accu_scale = loss_scale or (None, None, None)
@@ -221,27 +221,43 @@ class WindowEngine(CompiledCall, NoiseMeasure):
     def _window_counters(self):
         return (self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items)
 
-    def _add_micro_batch(self, loss, items, grads, weight=None):
-        """accu_grads += weight * grads (weight: the items by default, 1 when the cell sums instead of averaging);
+    def _item_ratio(self, items):
+        """In a front end's graph, before its own backward: what the micro-batch's gradient seed is multiplied by,
+        so that its gradient arrives weighted and is added as it is (``buffer += grad * weight`` held a product of a
+        parameter's size beside the gradients): its items over the buffers' unit (``accu_items_unit``), which the
+        window's first micro-batch sets to its items and the window's end divides back. Near 1, so that a float16
+        backward runs at about the scale it would without accumulation. None with ``average=False``."""
+        if not self.average:
+            return None
+        unit = ops.select(self.accu_micro_steps == 0, items, self.accu_items_unit)
+        return ops.depend(items / unit, ops.assign(self.accu_items_unit, unit))
+
+    def _add_micro_batch(self, loss, items, grads, weight=None, seed_ratio=None):
+        """accu_grads += weight * grads (weight: the items by default, 1 when the cell sums instead of averaging;
+        gradients whose seed was multiplied by `seed_ratio`, from :meth:`_item_ratio`, are added as they are);
         counters take in the micro-batch.
 
         Where the cell's step runs eagerly (PYNATIVE_MODE, its network not compiled: see ``compiled.py``), this
         still runs as one compiled graph, with the gradients handed over as a mutable tuple (as constants,
-        MindSpore would compile a new graph per call): a few small operators per parameter, launched one by one,
-        cost about 3 ms per LeNet micro-batch otherwise.
+        MindSpore would compile a new graph per call).
         """
-        if weight is None:
+        if seed_ratio is not None:
+            weight = None
+        elif weight is None:
             weight = items if self.average else ops.ones_like(items)
         if self._eager:
-            return self._add_compiled(loss, items, mutable(grads), weight)
-        out = self._add(loss, items, grads, weight)
+            return self._add_compiled(loss, items, mutable(grads), weight, seed_ratio)
+        out = self._add(loss, items, grads, weight, seed_ratio)
         if self._branched and loss is not None:
             out = through_a_branch(out)
         return out
 
-    def _add(self, loss, items, grads, weight):
+    def _add(self, loss, items, grads, weight, seed_ratio=None):
+        noise_weights = None
+        if self.measure_noise:  # items * |g|^2 of the micro-batch's mean gradient g (grads: g * seed_ratio)
+            noise_weights = (items, items) if seed_ratio is None else (items / (seed_ratio * seed_ratio), items)
         return window.add_micro_batch(self.window_map, self.accu_grads, grads, weight, loss, items,
-                                      self._window_counters(), self._noise_sums(), self.noise_every)
+                                      self._window_counters(), self._noise_sums(), self.noise_every, noise_weights)
 
     _add_compiled = jit(_add)
 
@@ -332,8 +348,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             total = ops.depend(total, checked)
         if self.reducer_flag:
             total = self._sum_over_devices(total)
-        if self.average:
-            divisor = ops.maximum(total / self.device_degree, 1e-12)
+        if self.average:  # the buffers hold sum(items * gradient) / accu_items_unit
+            divisor = ops.maximum(total / self.device_degree, 1e-12) / self.accu_items_unit
         else:  # the raw sum: handed on as it is where it may be (in place), else copied (see finish_gradients)
             divisor = None if self.divide_in_place else ops.ones_like(total)
         unscale = 1.0

@@ -96,24 +96,24 @@ def _micro_squared_rows(grad):
                      f"table (sparse=False), or noise_scale=False.")
 
 
-def add_micro_sq(hyper_map, sums, grads, weight, first, every):
+def add_micro_sq(hyper_map, sums, grads, weights, first, every):
     """
-    Measure a micro-batch into `sums` (a NoiseState's micro_sq, measured_items, measured): weight * |grads|^2, its
-    weight and a count, restarted at a window's first micro-batch (`first`; no reset is needed when a window is
+    Measure a micro-batch into `sums` (a NoiseState's micro_sq, measured_items, measured): with `weights` (w_sq, w),
+    w_sq * |grads|^2 (w * |g|^2 for its mean gradient g), its weight w and a count, restarted at a window's first micro-batch (`first`; no reset is needed when a window is
     applied or dropped). With `every` False only the first micro-batch is measured, the pass over its gradient
     skipped at run time for the others. Returns a Tensor to depend on.
     """
     micro_sq, measured_items, measured = sums
-    weight = ops.cast(weight, mstype.float32)
+    sq_weight, weight = (ops.cast(w, mstype.float32) for w in weights)
     if every:
-        squared = weight * grad_ops.sum_over(hyper_map, micro_squared_sum, grads, sparse=True)
+        squared = sq_weight * grad_ops.sum_over(hyper_map, micro_squared_sum, grads, sparse=True)
         done = ops.assign(micro_sq, ops.select(first, squared, micro_sq + squared))
         done = ops.depend(done, ops.assign(measured_items, ops.select(first, weight, measured_items + weight)))
         return ops.depend(done, ops.assign(measured, ops.select(first, ops.ones_like(measured), measured + 1.0)))
     done = weight
     if first:
-        done = ops.depend(done, ops.assign(micro_sq, weight * grad_ops.sum_over(hyper_map, micro_squared_sum,
-                                                                                 grads, sparse=True)))
+        done = ops.depend(done, ops.assign(micro_sq, sq_weight * grad_ops.sum_over(hyper_map, micro_squared_sum,
+                                                                                    grads, sparse=True)))
         done = ops.depend(done, ops.assign(measured_items, weight))
         done = ops.depend(done, ops.assign(measured, ops.ones_like(measured)))
     return done

@@ -40,6 +40,9 @@ class WindowState:
         micro_steps (Parameter): int32, micro-batches added since the last reset.
         loss_sum (Parameter): float32, sum over those micro-batches of loss * items (unscaled).
         min_items (Parameter): float32, the smallest item count a micro-batch of the window reported.
+        items_unit (Parameter): float32, the items one unit of the buffers stands for: they hold the sum over the
+            window's micro-batches of items * gradient, divided by it (set at the window's first micro-batch by
+            ``WindowEngine._item_ratio``; 1.0 where the front end weighs by the items themselves).
         last_items (Parameter): float32, items of the last window applied (over all devices).
         last_grad_norm (Parameter): float32, global L2 norm of the last window's gradient, before clipping.
         last_clipped (Parameter): float32, 1.0 if the last window's gradient was clipped, else 0.0.
@@ -56,6 +59,7 @@ class WindowState:
         self.micro_steps = _scalar(f"{prefix}.micro_steps", 0, mstype.int32)
         self.loss_sum = _scalar(f"{prefix}.loss_sum", 0.0)
         self.min_items = _scalar(f"{prefix}.min_items", _NO_ITEMS)
+        self.items_unit = _scalar(f"{prefix}.items_unit", 1.0)
         self.last_items = _scalar(f"{prefix}.last_items", 0.0)
         self.last_grad_norm = _scalar(f"{prefix}.last_grad_norm", 0.0)
         self.last_clipped = _scalar(f"{prefix}.last_clipped", 0.0)
@@ -132,16 +136,21 @@ def window_state(grad_sum):
     return state
 
 
-def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, noise_sums=None, every=True):
-    """buffers += weight * grads (in the buffers' dtype); the counters take in the micro-batch's `items` and
-    `loss` (None: no loss to record); with the noise scale measured, `noise_sums` (a NoiseState's micro_sq,
-    measured_items, measured) take in the micro-batch when it is measured (`every`: all of them; else the window's
-    first). Returns `loss` (or `items`) once every update is done."""
+def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, noise_sums=None, every=True,
+                    noise_weights=None):
+    """buffers += weight * grads (in the buffers' dtype; `weight` None: the gradients as they are); the counters
+    take in the micro-batch's `items` and `loss` (None: no loss to record); with the noise scale measured,
+    `noise_sums` (a NoiseState's micro_sq, measured_items, measured) take in the micro-batch when it is measured
+    (`every`: all of them; else the window's first), weighted by `noise_weights` (what its squared gradient norm
+    and its measured items are multiplied by). Returns `loss` (or `items`) once every update is done."""
     item_count, micro_steps, loss_sum, min_items = counters
-    added = hyper_map(ops.partial(grad_ops.accumulate_weighted, weight), buffers, grads)
+    if weight is None:
+        added = hyper_map(grad_ops.accumulate, buffers, grads)
+    else:
+        added = hyper_map(ops.partial(grad_ops.accumulate_weighted, weight), buffers, grads)
     out = ops.depend(items if loss is None else loss, added)
     if noise_sums is not None:
-        out = ops.depend(out, noise_scale.add_micro_sq(hyper_map, noise_sums, grads, weight, micro_steps == 0,
+        out = ops.depend(out, noise_scale.add_micro_sq(hyper_map, noise_sums, grads, noise_weights, micro_steps == 0,
                                                        every))
     out = ops.depend(out, ops.assign_add(item_count, items))
     out = ops.depend(out, ops.assign_add(micro_steps, ops.scalar_to_tensor(1, mstype.int32)))
@@ -180,33 +189,43 @@ def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, item
     or None for no clipping) as ``ops.clip_by_global_norm`` does. Records the window in `last` (a WindowState's
     ``last``): its `items`, the gradient's global norm before clipping, and whether it was clipped.
 
-    With `in_place` the buffers are divided in place and handed on as they are (on one device, without clipping,
-    the optimizer reads them), for a window reset right after: a divided copy held one more copy of the parameters
-    for the optimizer step, and inside the network's graph (Accumulator in a jit step) beside its activations.
-    Where nothing is reduced (`across_devices` False) each buffer's squares are summed as it is divided, from the
-    same read: MindSpore copies every read of a buffer read twice in a graph (``grad_ops.scale_in_place_squared``).
+    With `in_place` the buffers are scaled in place and handed on as they are, for a window reset right after. On
+    one device (`across_devices` False) every buffer is read once for the norm (``grad_ops.squared_sum``, no
+    temporary of its size), then multiplied in place once by the division and the clipping together: the window's
+    end then holds nothing of a buffer's size beside the buffers, as the tutorial's optimizer step on its buffers
+    (a divided copy, or a read after the write, which MindSpore copies, each held one more copy of the
+    parameters). The norm is taken from the undivided sums, so a window whose squared sums overflow float32 (buffer
+    elements near 1.8e19) counts as not finite.
 
     Returns (grads, a Tensor to depend on once the records are written).
     """
     last_items, last_grad_norm, last_clipped = last
-    norm = None
-    if divisor is None:  # nothing to divide (MindSpore 2.7.0 fails at run time on an in-place multiply by 1);
-        grads = reducer(buffers)  # only with `in_place`: the optimizer reading a Parameter fails in Accumulator
-    elif in_place and not across_devices:
-        squares = hyper_map(ops.partial(grad_ops.scale_in_place_squared, 1.0 / divisor), buffers)
-        grads = ops.depend(buffers, squares)
-        norm = ops.sqrt(grad_ops.add_up(squares))
-    elif in_place:
-        divided = hyper_map(ops.partial(grad_ops.scale_in_place, 1.0 / divisor), buffers)
-        grads = reducer(ops.depend(buffers, divided))
+    if in_place and not across_devices:
+        inverse = 1.0 if divisor is None else 1.0 / divisor
+        norm = grad_ops.global_norm(hyper_map, buffers) * inverse
+        factor = None if divisor is None else inverse
+        clipped = ops.zeros_like(norm)
+        if clip_norm is not None:
+            clip = clip_norm / ops.maximum(norm, clip_norm)
+            factor = clip if factor is None else factor * clip
+            clipped = ops.cast(norm > clip_norm, mstype.float32)
+        grads = buffers  # the raw sum, unclipped: nothing to multiply
+        if factor is not None:
+            grads = ops.depend(buffers, hyper_map(ops.partial(grad_ops.scale_in_place, factor), buffers))
+        grads = reducer(grads)
     else:
-        grads = reducer(hyper_map(ops.partial(grad_ops.scale, 1.0 / divisor), buffers))
-    if norm is None:
+        if divisor is None:  # nothing to divide (MindSpore 2.7.0 fails at run time on an in-place multiply by 1)
+            grads = reducer(buffers)
+        elif in_place:
+            grads = reducer(ops.depend(buffers, hyper_map(ops.partial(grad_ops.scale_in_place, 1.0 / divisor),
+                                                          buffers)))
+        else:
+            grads = reducer(hyper_map(ops.partial(grad_ops.scale, 1.0 / divisor), buffers))
         norm = grad_ops.global_norm(hyper_map, grads)
-    clipped = ops.zeros_like(norm)
-    if clip_norm is not None:
-        grads = hyper_map(ops.partial(grad_ops.scale, clip_norm / ops.maximum(norm, clip_norm)), grads)
-        clipped = ops.cast(norm > clip_norm, mstype.float32)
+        clipped = ops.zeros_like(norm)
+        if clip_norm is not None:
+            grads = hyper_map(ops.partial(grad_ops.scale, clip_norm / ops.maximum(norm, clip_norm)), grads)
+            clipped = ops.cast(norm > clip_norm, mstype.float32)
     recorded = ops.depend(ops.assign(last_items, items), ops.assign(last_grad_norm, norm))
     return grads, ops.depend(recorded, ops.assign(last_clipped, clipped))
 

@@ -348,6 +348,12 @@ def _batch_arrays(owner, inputs):
     return arrays
 
 
+def _relative_items(cell):
+    """What the window's buffers are divided by for its mean gradient: its items relative to those of its first
+    micro-batch, to which the buffers hold the gradients (``WindowEngine._item_ratio``)."""
+    return float(cell.accu_items.asnumpy()) / float(cell.accu_items_unit.asnumpy())
+
+
 def _accumulate(copy, micro, cell, average):
     """(the window's applied gradient, one float64 array per parameter; the accumulated copy's parameters after
     its update)."""
@@ -357,7 +363,7 @@ def _accumulate(copy, micro, cell, average):
         forward_backward = TrainForwardBackward(loss_net, optimizer, grad_sum, average=average)
         for batch in micro:
             forward_backward(*batch)
-        divisor = float(forward_backward.accu_items.asnumpy()) if average else 1.0
+        divisor = _relative_items(forward_backward) if average else 1.0
         applied = [g.asnumpy().astype(np.float64) / divisor for g in grad_sum]
         TrainOptim(optimizer, grad_sum, average=average)()
         TrainClear(grad_sum)()
@@ -366,7 +372,7 @@ def _accumulate(copy, micro, cell, average):
     probe = TrainAccuStepsCell(loss_net, optimizer, gradient_accumulation_steps=len(micro)).set_accumulation(True)
     for batch in micro:
         probe(*batch)
-    items = float(probe.accu_items.asnumpy())
+    items = _relative_items(probe)
     applied = [g.asnumpy().astype(np.float64) / items for g in probe.accu_grads]
     _, loss_net, optimizer = copy()
     steps_cell = TrainAccuStepsCell(loss_net, optimizer, gradient_accumulation_steps=len(micro))

@@ -11,7 +11,8 @@ import os
 import warnings
 from contextlib import contextmanager
 
-from mindspore import nn
+from mindspore import Tensor, nn
+from mindspore import dtype as mstype
 
 from ..core.checks import check_ckpt_path, check_int_at_least, check_positive_int
 from ..core.engine import WindowEngine
@@ -24,9 +25,10 @@ UPDATES_DONE = "ms_accum_updates_done"
 RANK = "ms_accum_rank"
 WORLD = "ms_accum_world"
 FORMAT = "ms_accum_state_format"
-STATE_FORMAT = 3  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the Parameters below; 3: 0.3.0,
-#                    which may add the run's layout (elastic.LAYOUT_KEYS, read only when present)
+STATE_FORMAT = 4  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the Parameters below; 3: 0.3.0,
+#                    which may add the run's layout (elastic.LAYOUT_KEYS, read only when present); 4: '.items_unit'
 ADDED_IN_FORMAT_2 = (".steps", ".skipped_windows", ".nonfinite_streak", ".skip_history")
+ADDED_IN_FORMAT_4 = (".items_unit",)
 
 
 def _added_since_format_1(name):
@@ -34,6 +36,15 @@ def _added_since_format_1(name):
     which no 0.1.0 cell had (its initial value is right for every N 0.1.0 could take), and the counts of skipped
     windows (0.1.0 counted none: they start from 0)."""
     return name.endswith(ADDED_IN_FORMAT_2)
+
+
+def _added_since(saved_format, name):
+    """Whether a state file of `saved_format` may lack the Parameter `name`: those of :func:`_added_since_format_1`,
+    and before format 4 the items of the open window's first micro-batch, to which the buffers of ms_accum 0.4.0
+    hold their gradients relative (older states hold them weighted by the items themselves: relative to 1.0)."""
+    if saved_format < 2 and _added_since_format_1(name):
+        return True
+    return saved_format < 4 and name.endswith(ADDED_IN_FORMAT_4)
 
 
 def previous_generation(state_path):
@@ -304,8 +315,12 @@ def resume_training_state(cell, state_path, total_micro_steps, rank=0, world=1, 
                               f"run trains with {training}, whose state holds other buffers: resume it with the "
                               f"path that wrote it, or resume from an epoch checkpoint (network and optimizer), "
                               f"which every path loads.")
+    saved_format = int(params[FORMAT].asnumpy()) if FORMAT in params else 1
     load_into(cell, params, path, arg_name=arg_name, what="a training state of this model",
-              optional=_added_since_format_1 if FORMAT not in params else None)
+              optional=lambda name: _added_since(saved_format, name))
+    for param in cell.get_parameters():
+        if param.name.endswith(ADDED_IN_FORMAT_4) and param.name not in params:
+            param.set_data(Tensor(1.0, mstype.float32))  # the buffers it wrote hold item-weighted sums
     if saved_world != world:
         position, updates, rerun = elastic_position(saved, layout, position, updates, open_window, path,
                                                     arg_name)
