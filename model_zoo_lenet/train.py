@@ -44,6 +44,8 @@ from src.functional_train import train_functional
 from src.lenet import LeNet5
 from src.lr_schedule import warmup_cosine
 from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
+from src.plan import SpeedAfterFirstWindow, batch_size_argument, check_planning_flags, measuring_run
+from src.plan import plan as plan_micro_batch
 from ms_accum.tools.argtypes import positive_float, positive_int
 from ms_accum.trainers.checkpoint import load_into
 from ms_accum.core.schedule import AccumulationSchedule, schedule_argument
@@ -74,7 +76,17 @@ def parse_args(argv):
     parser.add_argument("--data_path", default="data/fashion-mnist", help="directory with train/ and test/")
     parser.add_argument("--ckpt_path", default="runs/lenet", help="directory for checkpoints")
     parser.add_argument("--epoch_size", type=positive_int, default=10)
-    parser.add_argument("--batch_size", type=positive_int, default=32, help="micro-batch size")
+    parser.add_argument("--batch_size", type=batch_size_argument, default=32,
+                        help="micro-batch size, or 'auto': the largest that fits --max_memory with --global_batch_size "
+                             "exactly, measured in fresh processes before training (default: %(default)s)")
+    parser.add_argument("--max_memory", default=None, metavar="SIZE",
+                        help="the memory budget of '--batch_size auto', such as 3GiB or 512MiB (on CPU the peak "
+                             "resident memory of the training process)")
+    parser.add_argument("--on_out_of_memory", choices=["raise", "halve"], default=None,
+                        help="'halve': a window that runs out of device memory is rerun from its start with half the "
+                             "micro-batch and twice N (--trainer driver; default: halve with --batch_size auto, "
+                             "else raise)")
+    parser.add_argument("--measure_micro_batch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--gradient_accumulation_steps", "--accumulation_steps", dest="accumulation_steps",
                         type=positive_int, default=None,
                         help="N, micro-batches per optimizer step on each device (default: 4)")
@@ -370,7 +382,9 @@ def resume_from(cell, ckpt_path, args, run_global_batch):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    check_planning_flags(args)
     trainer_kind = args.trainer or ("driver" if args.parallel_mode == "stand_alone" else "model_accu")
     if trainer_kind in ("driver", "functional") and (args.parallel_mode != "stand_alone" or args.dataset_sink_mode):
         raise ValueError(f"'--trainer {trainer_kind}' runs on one device without sink mode; use '--trainer "
@@ -386,6 +400,14 @@ def main(argv=None):
         print(f"CPU settings: ONEDNN_MAX_CPU_ISA={os.environ.get('ONEDNN_MAX_CPU_ISA', 'unset')}, kernel threads: "
               f"{threads}{blocking}")
     rank, world = init_parallel(args.parallel_mode)
+    if args.batch_size == "auto":
+        args.batch_size = plan_micro_batch(os.path.abspath(__file__), argv, args, world).micro_batch
+        args.on_out_of_memory = args.on_out_of_memory or "halve"
+    if args.measure_micro_batch:
+        measuring_run(args, world)
+    if args.on_out_of_memory == "halve" and trainer_kind != "driver":
+        raise ValueError(f"'--on_out_of_memory halve' reruns a window with half the micro-batch in the driver, but "
+                         f"this run trains with '--trainer {trainer_kind}': pass --trainer driver, or drop it.")
     set_global_batch(args, world)
     policy, plan = accumulation_plan(args, trainer_kind)
     ms.set_seed(args.seed)
@@ -462,17 +484,24 @@ def main(argv=None):
     checkpoints = EpochCheckpoint(state_cell, files, before if policy is None else None, exact)
     telemetry = ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)
     callbacks = [checkpoints, EpochSummary(telemetry), telemetry]
+    if args.measure_micro_batch:
+        speed = SpeedAfterFirstWindow(args.batch_size * n * world)
+        callbacks = [speed]
     if trainer_kind == "driver":
         trainer.train_process(args.epoch_size, dataset, policy or plan, callbacks=callbacks,
                               partial_window=args.partial_window, ckpt_path=None, log_every=0,
                               initial_epoch=initial_epoch, resume_from=resume if exact else None,
                               state_path=state_path, save_state_every=save_state_every,
-                              max_nonfinite_windows=args.max_nonfinite_windows)
+                              max_nonfinite_windows=args.max_nonfinite_windows,
+                              on_out_of_memory=args.on_out_of_memory or "raise")
     else:
         model = ms_accum.Model_ACCU(state_cell, state_path=state_path, save_state_every=save_state_every)
         model.train(args.epoch_size, dataset, callbacks=callbacks, dataset_sink_mode=args.dataset_sink_mode,
                     sink_size=sink_size, initial_epoch=initial_epoch, resume_from=resume if exact else None,
                     partial_window=args.partial_window, max_nonfinite_windows=args.max_nonfinite_windows)
+    if args.measure_micro_batch:
+        speed.report()
+        return 0
     print(f"last checkpoint: {checkpoints.latest_ckpt_file_name}", flush=True)
     if world > 1:
         release_parallel()

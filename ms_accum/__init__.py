@@ -6,6 +6,7 @@ buffers; :class:`GradientAccumulation` drives them over a dataset, with a fixed 
 Parallel: :class:`TrainAccuStepsCell` and :class:`TrainAccuStepsWithLossScaleCell` accumulate and communicate
 once per window; :class:`Model_ACCU` trains them, alternating two graphs in dataset sink mode.
 Functional (value_and_grad loops): :class:`Accumulator`.
+The micro-batch for a memory budget and a global batch: :func:`plan_micro_batch`.
 """
 from .core.adaptive import AdaptiveAccumulation
 from .cells.parallel_loss_scale import TrainAccuStepsWithLossScaleCell
@@ -22,6 +23,9 @@ from .cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 from .core.global_batch import steps_for_global_batch
 from .core.schedule import AccumulationSchedule
 from .trainers.elastic import RunLayout
+from .trainers.out_of_memory import is_device_out_of_memory
+from .trainers.planner import (FreshProcessMeasure, InProcessMeasure, Measurement, MemoryModel, MicroBatchPlan,
+                               parse_memory, plan_micro_batch, report_measurement)
 from .trainers.state import load_training_state, save_training_state
 from .trainers.telemetry import WindowRecord, WindowTelemetry
 
@@ -59,4 +63,13 @@ __all__ = [
     "save_training_state",
     "load_training_state",
     "RunLayout",
+    "plan_micro_batch",
+    "MicroBatchPlan",
+    "Measurement",
+    "MemoryModel",
+    "FreshProcessMeasure",
+    "InProcessMeasure",
+    "report_measurement",
+    "parse_memory",
+    "is_device_out_of_memory",
 ]

@@ -1,4 +1,5 @@
 """model_zoo_lenet: the data pipeline, train.py and eval.py as a user runs them, and their one-line errors."""
+import glob
 import os
 import re
 import shutil
@@ -435,3 +436,33 @@ def test_train_py_adapts_n_to_the_measured_noise_scale(tmp_path):
         want = policy.next_steps(steps[index], index, float(row["noise_scale"]),
                                  float(row["items"]) / int(row["micro_batches"]))
         assert steps[index + 1] == want, f"after window {index}: N {steps[index + 1]}, the policy says {want}"
+
+
+@pytest.mark.slow
+def test_train_py_plans_the_micro_batch_for_a_memory_budget(tmp_path):
+    """--batch_size auto measures train.py itself in fresh processes: a budget below what one sample needs is
+    refused naming the measured peak, before anything is trained; a generous one takes the largest micro-batch that
+    divides the global batch, prints the table and the plan's line, and trains with it (b x N = G)."""
+    common = ("--data_path", SAMPLE, "--epoch_size", "1", "--global_batch_size", "64", "--batch_size", "auto",
+              "--num_samples", "256")
+    code, out, err = run_script("train.py", *common, "--max_memory", "64MiB", "--ckpt_path", tmp_path / "small",
+                                check=False)
+    assert code == 2, (out, err)
+    assert re.search(r"'max_memory' must hold the smallest micro-batch \(1\), which peaked at \d+ MiB, but got 64 "
+                     r"MiB", err), err
+    assert not glob.glob(str(tmp_path / "small" / "*.ckpt")), "a refused plan trained"
+    _, out, _ = run_script("train.py", *common, "--max_memory", "8GiB", "--ckpt_path", tmp_path / "large")
+    assert "| b | N | predicted peak | measured peak | samples/s | fits |" in out
+    assert re.search(r"^plan: micro-batch 64 x N 1 x 1 device\(s\) = global batch 64; peak measured \d+ MiB of "
+                     r"8.00 GiB", out, re.M), out
+    assert "4 micro-batches of 64 per epoch, 1 per update (effective batch 64)" in out, out
+    assert glob.glob(str(tmp_path / "large" / "checkpoint_lenet-1_4.ckpt"))
+    for flags, message in ((("--batch_size", "auto", "--global_batch_size", "64"),
+                            "'--batch_size auto' plans the micro-batch for a global batch and a memory budget, but "
+                            "'--max_memory' was not given"),
+                           (("--batch_size", "16", "--max_memory", "1GiB"),
+                            "'--max_memory' is the budget '--batch_size auto' plans for"),
+                           (("--batch_size", "auto", "--global_batch_size", "64", "--max_memory", "lots"),
+                            "'--max_memory' must be a size such as '3GiB'")):
+        code, _, err = run_script("train.py", "--data_path", SAMPLE, *flags, check=False)
+        assert code == 2 and message in err, err

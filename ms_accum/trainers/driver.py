@@ -23,6 +23,8 @@ from .elastic import RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
 from ..core.engine import check_nonfinite
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
+from .out_of_memory import OOM_POLICIES, MicroBatchHalving
+from .planner import steps_from_plan
 from .state import StateWriter, dataset_starting_at, resume_training_state
 from .telemetry import window_record
 
@@ -82,22 +84,27 @@ class _ExactState(nn.Cell):
         self.window_steps = Parameter(Tensor(0, mstype.int32), name="ms_accum_window_steps", requires_grad=False)
 
 
-class _WindowEnd(CompiledCall, nn.Cell):
-    """The window's end in one graph: TrainOptim's step (or skip) and TrainClear's reset, without the network. Every
-    micro-batch runs TrainForwardBackward's graph, so the network's forward and backward are compiled once and
-    their activations held once: a graph that held the forward-backward and the window's end together (a branch
-    taken at run time, as MindCV's TrainStep does) held 5.0 float32 copies of the parameters above plain training
-    on MindCV's ResNet18 (192 x 192, micro-batch 8, benchmarks/memory.py). MindSpore orders the cells' reads and
-    writes of the shared buffers as written. One compiled graph in PYNATIVE_MODE too. Outputs: TrainOptim's."""
+class _WindowEnd:
+    """The window's end: TrainOptim's step (or skip), then TrainClear's reset, each its own small graph without the
+    network. Every micro-batch runs TrainForwardBackward's graph, so the network's forward and backward are compiled
+    once and their activations held once (a graph holding the forward-backward and the window's end together held
+    several copies of the parameters more: docs/performance_history.md). The reset in a graph of its own: in the
+    step's graph, after the buffers' in-place division and the optimizer's read, MindSpore copied every buffer.
+    The driver calls the cells past their host-side checks (it knows the window is whole and cleared). Outputs:
+    TrainOptim's."""
 
     def __init__(self, optim, clear):
-        super().__init__(auto_prefix=False)
         self.optim = optim
         self.clear = clear
 
-    def construct(self):
-        outputs = self.optim()
-        return ops.depend(outputs, self.clear())
+    def cells(self):
+        """The cells it runs, for their first-call checks."""
+        return (self.optim, self.clear)
+
+    def __call__(self):
+        outputs = CompiledCall.__call__(self.optim)
+        CompiledCall.__call__(self.clear)
+        return outputs
 
 
 class GradientAccumulation:
@@ -194,7 +201,6 @@ class GradientAccumulation:
         # "raise" is decided here, on the host, where the window's micro-batches are known: the cell skips
         self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense, noise_scale,
                                 "skip" if nonfinite == "raise" else nonfinite)
-        self.optim.divide_in_place = True  # the driver clears the buffers right after every step
         self.clear = TrainClear(self.grad_sum)
         # An error a window raises while it runs (a loss that is not a scalar, a micro-batch with no items) names
         # what the user built, and how to go on with it.
@@ -211,7 +217,8 @@ class GradientAccumulation:
                       partial_window="flush", ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0,
                       state_path=None, save_state_every=0, resume_from=None,
                       max_nonfinite_windows=DEFAULT_MAX_NONFINITE_WINDOWS,
-                      *, global_batch_size=None, accumulation_steps=None, mini_steps=None, accumulate_step=None):
+                      *, global_batch_size=None, plan=None, on_out_of_memory="raise", accumulation_steps=None,
+                      mini_steps=None, accumulate_step=None):
         r"""
         Train for `epoch` epochs, one optimizer step every `gradient_accumulation_steps` micro-batches.
 
@@ -272,6 +279,15 @@ class GradientAccumulation:
             global_batch_size (int, optional): Samples per update, G, in place of `gradient_accumulation_steps`:
                 N = G / the dataset's batch size (keyword only). State files record G, and a resume that would
                 change it is refused. Default: ``None``.
+            plan (MicroBatchPlan, optional): A plan from :func:`plan_micro_batch`, in place of
+                `gradient_accumulation_steps` and `global_batch_size`: N is its ``steps``, and the dataset must be
+                batched at its ``micro_batch`` (keyword only). Default: ``None``.
+            on_out_of_memory (str): ``"raise"`` (default), or ``"halve"``: a window whose micro-batch fails with
+                MindSpore's device out-of-memory error is discarded (nothing was applied) and run again from its
+                start with every micro-batch split in two along its leading dimension, twice as many of them, and
+                so on while the error comes back; the global batch and the update count stay the same, and the
+                split is kept for the rest of the run. BatchNorm's moving statistics see the rerun micro-batches
+                again. Not run on a GPU or Ascend device yet (tested on CPU through a seam) (keyword only).
             accumulation_steps, mini_steps, accumulate_step: Older names of `gradient_accumulation_steps`,
                 accepted in its place (keyword only).
 
@@ -299,9 +315,16 @@ class GradientAccumulation:
         check_dataset_columns(owner, train_dataset, self.loss_network, hint="" if not loss_fn_none else (
             " With loss_fn=None, 'network' is the loss network: its construct takes every column (the data, the "
             "labels and any mask or weights) and returns the loss, or (loss, num_items) (docs/weighting.md)."))
-        steps, steps_name = steps_or_global_batch(owner, gradient_accumulation_steps, dict(
-            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
-            global_batch_size, train_dataset.get_batch_size(), 1)
+        aliases = dict(accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step)
+        if plan is not None:
+            given = [name for name, value in [("gradient_accumulation_steps", gradient_accumulation_steps),
+                                              ("global_batch_size", global_batch_size), *aliases.items()]
+                     if value is not None]
+            steps, steps_name = steps_from_plan(owner, plan, given, train_dataset.get_batch_size(), 1), "plan.steps"
+        else:
+            steps, steps_name = steps_or_global_batch(owner, gradient_accumulation_steps, aliases, global_batch_size,
+                                                      train_dataset.get_batch_size(), 1)
+        check_choice(owner, "on_out_of_memory", on_out_of_memory, OOM_POLICIES)
         schedule, policy = self._schedule_of(owner, steps, steps_name)
         check_choice(owner, "partial_window", partial_window, PARTIAL_WINDOW_POLICIES)
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
@@ -332,9 +355,9 @@ class GradientAccumulation:
                            dataset_shards(train_dataset) == 1)
         plan = _Plan(epoch, steps_per_epoch, schedule, policy, partial_window, callbacks, log_every,
                      initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates,
-                     max_nonfinite_windows, layout, None if policy is not None else before)
+                     max_nonfinite_windows, layout, None if policy is not None else before, on_out_of_memory)
         self.window_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
-        for cell in (self.forward_backward, self.window_end):  # the compile cache's settings, before any step
+        for cell in (self.forward_backward, *self.window_end.cells()):  # the compile cache's settings, first
             cell._on_first_call()  # pylint: disable=protected-access
         if resume_from is not None:
             plan.start_micro, plan.start_updates = resume_training_state(self.exact_state, resume_from,
@@ -359,15 +382,9 @@ class GradientAccumulation:
         check_steps(owner, steps_name, steps)
         return AccumulationSchedule(steps, owner, steps_name), None
 
-    def _accumulate(self, data):
-        """Add one micro-batch to the open window."""
+    def _add_micro_batch(self, data):
+        """Add one micro-batch (a tuple of Tensors) to the open window."""
         return self.forward_backward(*data)
-
-    def _end_window(self, data):
-        """Add the window's last micro-batch `data`, step the optimizer once from the window and clear it; returns
-        TrainOptim's outputs (the window's mean loss, or (mean loss, overflow, loss scale))."""
-        self.forward_backward(*data)
-        return self.window_end()
 
 
 def updates_per_epoch(steps, gradient_accumulation_steps, partial_window):
@@ -414,6 +431,7 @@ class _Plan:
     max_nonfinite_windows: int
     layout: RunLayout
     updates_before: list  # windows completed before each epoch (schedule.run_plan), or None (adaptive N)
+    on_out_of_memory: str = "raise"
 
 
 class _Run(LoopFrontEnd):
@@ -425,6 +443,7 @@ class _Run(LoopFrontEnd):
         self.schedule, self.policy = plan.schedule, plan.policy
         self.adaptive_steps = int(owner.window_steps.asnumpy())  # the policy's N (restored by a resume)
         self.history = []  # each update's mean-loss tensor, read from the device only when printed or at the end
+        self.halving = None  # a MicroBatchHalving under on_out_of_memory="halve"
         self.updates_in_epoch = 0
         cb_params = InternalCallbackParam()
         cb_params.train_network = owner.train_state
@@ -448,6 +467,10 @@ class _Run(LoopFrontEnd):
         writer = StateWriter(owner.exact_state, plan.state_path, plan.save_state_every,
                              plan.epoch * plan.steps_per_epoch, plan.start_micro, layout=plan.layout)
         pending = int(owner.forward_backward.accu_micro_steps.asnumpy())  # a resumed window may be open
+        if plan.on_out_of_memory == "halve":
+            add = lambda data: owner._add_micro_batch(data)  # pylint: disable=protected-access,unnecessary-lambda
+            self.halving = MicroBatchHalving("GradientAccumulation.train_process", add, owner.window_end, owner.clear,
+                                             resumed_window=pending > 0)
         self.updates_in_epoch = self._updates_done_in_epoch(pending)
         with dataset_starting_at(train_dataset, plan.start_micro):
             iterator = train_dataset.create_tuple_iterator(num_epochs=plan.epoch)
@@ -472,13 +495,24 @@ class _Run(LoopFrontEnd):
         return self.adaptive_steps
 
     def accumulate(self, data):
-        self.owner._accumulate(data)  # pylint: disable=protected-access
+        if self.halving is not None:
+            self.halving.accumulate(data)
+        else:
+            self.owner._add_micro_batch(data)  # pylint: disable=protected-access
 
     def update(self, data):
-        return self.owner._end_window(data)  # pylint: disable=protected-access
+        """Add the window's last micro-batch, step the optimizer once from the window and clear it; returns
+        TrainOptim's outputs (the window's mean loss, or (mean loss, overflow, loss scale))."""
+        if self.halving is not None:
+            return self.halving.update(data)
+        self.owner._add_micro_batch(data)  # pylint: disable=protected-access
+        return self.owner.window_end()
 
     def drop(self):
-        self.owner.clear()
+        if self.halving is not None:
+            self.halving.drop()
+        else:
+            self.owner.clear()
 
     def window_record(self, cb_params, outputs, micro_batches, window_steps):
         optim = self.owner.optim

@@ -29,6 +29,7 @@ from ..core.schedule import STEPS_NAME, AccumulationSchedule, check_steps, max_u
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, RunLayout, dataset_shards
 from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
+from .planner import steps_from_plan
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
 from .state import StateWriter, dataset_starting_at, gather_ints, resume_training_state
 from .telemetry import window_record
@@ -206,7 +207,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
 
     def train(self, epoch, train_dataset, callbacks=None, dataset_sink_mode=False, sink_size=-1, initial_epoch=0,
               resume_from=None, partial_window="flush", max_nonfinite_windows=DEFAULT_MAX_NONFINITE_WINDOWS, *,
-              global_batch_size=None):
+              global_batch_size=None, plan=None):
         """
         :meth:`mindspore.train.Model.train`, plus exact resume and the partial-window policy without sink mode.
 
@@ -231,6 +232,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             global_batch_size (int, optional): Samples per update over all devices, G: sets the cell's N to
                 G / (devices x the dataset's batch size) before its first window, so that a run keeps its global
                 batch on any device count (keyword only). Default: ``None``, the cell's N.
+            plan (MicroBatchPlan, optional): A plan from :func:`plan_micro_batch`, in place of
+                `global_batch_size`: the cell's N becomes the plan's ``steps``, and the dataset must be batched at
+                its ``micro_batch`` on its devices (keyword only). Default: ``None``.
             Others: as in :meth:`mindspore.train.Model.train`.
 
         Raises:
@@ -240,7 +244,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             ValueError: As listed for the class, if `epoch` is not an int >= 1, `train_dataset` is empty or its
                 columns are more or fewer than the loss network takes, `partial_window` is unknown, `resume_from`
                 is combined with `initial_epoch`, `global_batch_size` is not a multiple of devices x
-                micro-batch, or would change the N of a cell that has trained, or the cell's N is a schedule or a
+                micro-batch (or `plan` does not fit the dataset or devices), or would change the N of a cell that
+                has trained, or the cell's N is a schedule or a
                 policy, the optimizer's learning-rate list is shorter than the run's updates, or in data parallel
                 the devices' datasets hold different numbers of micro-batches.
         """
@@ -252,6 +257,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         check_dataset("Model_ACCU.train", train_dataset)
         # the user's loss network, inside the cell's LossAndItems wrapper (whose construct takes *inputs)
         check_dataset_columns("Model_ACCU.train", train_dataset, train_network(self).network.network)
+        if plan is not None:
+            steps_from_plan("Model_ACCU.train", plan, ["global_batch_size"] if global_batch_size is not None else [],
+                            train_dataset.get_batch_size(), _rank_and_world(train_network(self))[1])
+            global_batch_size = plan.global_batch_size
         if global_batch_size is not None:
             self._set_global_batch(global_batch_size, train_dataset)
         if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead

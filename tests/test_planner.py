@@ -1,0 +1,255 @@
+"""plan_micro_batch: the memory model's fit, the plan's choice and its errors; a window rerun with half the
+micro-batch after a device out-of-memory error (through a seam: no device here runs out of memory)."""
+import json
+import sys
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+
+import ms_accum
+from ms_accum.trainers.planner import MemoryModel, micro_batch_candidates, parse_memory
+from helpers import build, micro_batches, numpy_dataset, params_of, reference_train, assert_params_close
+
+MIB = 2 ** 20
+
+
+def linear_measure(fixed_mib, per_sample_mib, noise_mib=0.0, seed=0, log=None):
+    """A measure of peak = fixed + per_sample * b (+ normal noise), recording the sizes asked for in `log`."""
+    rng = np.random.default_rng(seed)
+
+    def measure(b):
+        if log is not None:
+            log.append(b)
+        peak = (fixed_mib + per_sample_mib * b + rng.normal(0.0, noise_mib)) * MIB
+        return ms_accum.Measurement(b, int(peak), 1000.0 * b / (b + 8))
+    return measure
+
+
+def test_the_fit_recovers_a_line_and_its_noise_within_its_standard_error():
+    sizes = [1, 2, 4, 8, 16, 32]
+    exact = MemoryModel.fit([ms_accum.Measurement(b, int((300 + 7.5 * b) * MIB)) for b in sizes])
+    assert abs(exact.fixed / MIB - 300) < 1e-5 and abs(exact.per_sample / MIB - 7.5) < 1e-6
+    # with noise of sigma 4 MiB, the slope's standard error is sigma / sqrt(sum((b - mean)^2))
+    sigma = 4.0
+    spread = np.sqrt(sum((b - np.mean(sizes)) ** 2 for b in sizes))
+    measure = linear_measure(300, 7.5, noise_mib=sigma, seed=3)
+    noisy = MemoryModel.fit([measure(b) for b in sizes])
+    assert abs(noisy.per_sample / MIB - 7.5) <= 4 * sigma / spread, noisy
+
+
+@pytest.mark.parametrize("devices", [1, 2, 4])
+def test_the_plan_is_the_largest_exact_micro_batch_that_fits(devices):
+    """G = 96: every b with b x N x devices = 96; peaks of 200 MiB + 10 MiB a sample under a 500 MiB budget fit
+    b <= 30: the plan takes the largest divisor of 96 / devices up to 30."""
+    asked = []
+    plan = ms_accum.plan_micro_batch(linear_measure(200, 10, log=asked), 96, "500MiB", devices=devices,
+                                     verbose=False)
+    per_device = 96 // devices
+    want = max(b for b in range(1, 31) if per_device % b == 0)
+    assert (plan.micro_batch, plan.steps) == (want, per_device // want)
+    assert plan.micro_batch * plan.steps * devices == 96
+    assert asked == sorted(asked[:2]) + asked[2:] and asked[0] == 1 and len(asked) <= 4
+    assert plan.measured(plan.micro_batch) is not None, "the chosen size is measured, not only predicted"
+    assert plan.measured(plan.micro_batch).peak <= 500 * MIB
+    assert str(plan).startswith(f"plan: micro-batch {want} x N {per_device // want} x {devices} device(s) = "
+                                f"global batch 96; peak measured")
+    table = plan.table()
+    assert f"| {want} (chosen) | {per_device // want} |" in table
+    assert table.count("\n") == len(micro_batch_candidates(96, devices)) + 1
+
+
+def test_a_measured_peak_above_the_budget_moves_the_plan_down():
+    """Memory that grows faster than the first two sizes say (a second arena from 24 samples on): the predicted
+    fit is measured, found over, and the next size down is measured and taken."""
+    def measure(b):
+        return ms_accum.Measurement(b, int((200 + 10 * b + (400 if b >= 24 else 0)) * MIB))
+    plan = ms_accum.plan_micro_batch(measure, 96, "500MiB", verbose=False)
+    assert plan.micro_batch == 16 and plan.steps == 6
+    assert [m.micro_batch for m in plan.measurements] == [1, 12, 24, 16]
+
+
+def test_fastest_takes_the_best_speed_among_the_measured_sizes_that_fit():
+    speeds = {1: 100.0, 12: 900.0, 24: 700.0}
+
+    def measure(b):
+        return ms_accum.Measurement(b, int((200 + 10 * b) * MIB), speeds.get(b, 500.0))
+    assert ms_accum.plan_micro_batch(measure, 96, "500MiB", prefer="fastest", verbose=False).micro_batch == 12
+    assert ms_accum.plan_micro_batch(measure, 96, "500MiB", verbose=False).micro_batch == 24
+
+
+def test_the_plan_is_printed_as_a_table_and_one_line(capsys):
+    ms_accum.plan_micro_batch(linear_measure(200, 10), 32, "1GiB")
+    out = capsys.readouterr().out
+    assert "plan: micro-batch 1: peak 210 MiB" in out
+    assert "| b | N | predicted peak | measured peak | samples/s | fits |" in out
+    assert out.strip().splitlines()[-1].startswith("plan: micro-batch 32 x N 1 x 1 device(s) = global batch 32")
+
+
+def test_bad_input_is_refused_before_anything_is_measured_or_trained():
+    asked = []
+    measure = linear_measure(200, 10, log=asked)
+    with pytest.raises(ValueError, match=r"For 'plan_micro_batch', 'max_memory' must hold the smallest micro-batch "
+                                         r"\(1\), which peaked at 210 MiB, but got 100 MiB. Raise 'max_memory' to at "
+                                         r"least 210 MiB"):
+        ms_accum.plan_micro_batch(measure, 64, "100MiB", verbose=False)
+    assert asked == [1], "after the smallest size does not fit, nothing more is measured"
+    asked.clear()
+    with pytest.raises(ValueError, match=r"'global_batch_size' must be a multiple of the 4 devices, .* but got 30. "
+                                         r"The nearest valid values: 28 and 32."):
+        ms_accum.plan_micro_batch(measure, 30, "1GiB", devices=4, verbose=False)
+    with pytest.raises(ValueError, match=r"'global_batch_size' must be an int >= 1, but got 0"):
+        ms_accum.plan_micro_batch(measure, 0, "1GiB", verbose=False)
+    with pytest.raises(ValueError, match=r"'prefer' must be one of \['largest', 'fastest'\], but got 'small'"):
+        ms_accum.plan_micro_batch(measure, 32, "1GiB", prefer="small", verbose=False)
+    with pytest.raises(TypeError, match=r"'measure' must return a Measurement, but returned int for micro-batch 1"):
+        ms_accum.plan_micro_batch(lambda b: 5, 32, "1GiB", verbose=False)
+    assert not asked
+
+
+@pytest.mark.parametrize("text, size", [("3GiB", 3 * 2 ** 30), ("512MiB", 512 * MIB), ("2.5G", int(2.5 * 2 ** 30)),
+                                        ("1GB", 10 ** 9), (4096, 4096), (" 64 mib ", 64 * MIB)])
+def test_memory_sizes_are_read_as_written(text, size):
+    assert parse_memory(text) == size
+
+
+@pytest.mark.parametrize("value, error, message", [
+    ("3 gigs", ValueError, r"'max_memory' must be a size such as '3GiB', '512MiB' or '2.5G', but got '3 gigs'"),
+    ("0MiB", ValueError, r"'max_memory' must be > 0, but got '0MiB'"),
+    (3.5, TypeError, r"'max_memory' must be an int \(bytes\) or a str such as '3GiB', but got float"),
+])
+def test_bad_memory_sizes_are_refused(value, error, message):
+    with pytest.raises(error, match=rf"For 'plan_micro_batch', {message}"):
+        parse_memory(value)
+
+
+def test_a_fresh_process_measure_reads_the_json_line_and_reports_a_failure():
+    script = ("import json, sys; b = int(sys.argv[1]); print('compiling'); "
+              "print(json.dumps({'peak': (100 + b) * 2 ** 20, 'samples_per_second': 10.0 * b}))")
+    measure = ms_accum.FreshProcessMeasure([sys.executable, "-c", script, "{micro_batch}"])
+    found = measure(8)
+    assert (found.micro_batch, found.peak, found.samples_per_second) == (8, 108 * MIB, 80.0)
+    failing = ms_accum.FreshProcessMeasure([sys.executable, "-c", "import sys; sys.exit('no memory {micro_batch}')"])
+    with pytest.raises(RuntimeError, match=r"measuring micro-batch 4 failed \(exit code 1, no measurement printed\)"
+                                           r"(.|\n)*no memory 4"):
+        failing(4)
+    with pytest.raises(ValueError, match=r"'command' must hold '\{micro_batch\}'"):
+        ms_accum.FreshProcessMeasure([sys.executable, "-c", "pass"])
+    assert json.loads(json.dumps({"ok": 1}))
+
+
+# ---------------------------------------------------------------- a window rerun after a device out-of-memory error
+
+OOM_MESSAGE = ("Malloc device memory failed, free memory size is less than half of total memory size. "
+               "Device(id:0) Out of Memory")
+
+
+def _trainer_running_out_of_memory_above(limit, seen):
+    """The driver on the test network, its micro-batches above `limit` samples failing as MindSpore's device
+    memory pool fails (the seam: the driver adds each micro-batch through _add_micro_batch)."""
+    net, loss, opt = build("momentum")
+    trainer = ms_accum.GradientAccumulation(net, loss, opt)
+    add = trainer._add_micro_batch  # pylint: disable=protected-access
+
+    def add_or_fail(data):
+        seen.append(int(data[0].shape[0]))
+        if data[0].shape[0] > limit:
+            raise RuntimeError(OOM_MESSAGE)
+        return add(data)
+    trainer._add_micro_batch = add_or_fail  # pylint: disable=protected-access
+    return trainer, net, opt
+
+
+def test_a_window_out_of_memory_is_rerun_with_half_the_micro_batch_and_equals_the_large_batch(capsys, exec_mode):
+    """Micro-batches of 8, N = 2; the device holds 4 samples: the first window fails at its first micro-batch, is
+    discarded and run again from its start as 4 micro-batches of 4, and every later window so; the parameters
+    equal the large-batch steps on the same windows, and the optimizer stepped once per window."""
+    batches = micro_batches([8] * 6)
+    seen = []
+    trainer, net, opt = _trainer_running_out_of_memory_above(4, seen)
+    trainer.train_process(1, numpy_dataset(batches), 2, ckpt_path=None, log_every=0, on_out_of_memory="halve")
+    assert seen == [8] + [4] * 12, seen
+    assert int(opt.global_step.asnumpy()[0]) == 3, "a window was applied twice, or not at all"
+    expected = reference_train("momentum", [batches[0:2], batches[2:4], batches[4:6]])
+    assert_params_close(params_of(net), expected, context=f"halved after out of memory, {exec_mode}")
+    assert ("a window ran out of device memory with micro-batches of 8 sample(s): rerunning it from its start with 4 "
+            "and 2 times as many micro-batches (the global batch and the update count stay the same)"
+            in capsys.readouterr().out)
+
+
+def test_out_of_memory_mid_window_discards_what_the_window_had_added():
+    """The second micro-batch of each window is larger (12 against 4) and fails: the window's first, already
+    added, is added again once, not twice."""
+    batches = micro_batches([4, 12] * 2)
+    seen = []
+    trainer, net, opt = _trainer_running_out_of_memory_above(6, seen)
+    trainer.train_process(1, numpy_dataset(batches), 2, ckpt_path=None, log_every=0, on_out_of_memory="halve")
+    assert seen == [4, 12, 2, 2, 6, 6, 2, 2, 6, 6], seen
+    assert int(opt.global_step.asnumpy()[0]) == 2
+    expected = reference_train("momentum", [batches[0:2], batches[2:4]])
+    assert_params_close(params_of(net), expected, context="out of memory mid-window")
+
+
+def test_out_of_memory_is_raised_by_default_and_when_a_sample_alone_does_not_fit():
+    batches = micro_batches([2] * 4)
+    trainer, _, opt = _trainer_running_out_of_memory_above(0, [])
+    with pytest.raises(RuntimeError, match="Out of Memory"):
+        trainer.train_process(1, numpy_dataset(batches), 2, ckpt_path=None, log_every=0)
+    assert int(opt.global_step.asnumpy()[0]) == 0
+    trainer, _, opt = _trainer_running_out_of_memory_above(0, [])
+    with pytest.raises(RuntimeError, match=r"For 'GradientAccumulation.train_process', a window ran out of device "
+                                           r"memory with micro-batches of 1 sample\(s\), which cannot be halved"):
+        trainer.train_process(1, numpy_dataset(batches), 2, ckpt_path=None, log_every=0, on_out_of_memory="halve")
+    assert int(opt.global_step.asnumpy()[0]) == 0
+
+
+def test_other_errors_are_not_taken_for_out_of_memory():
+    net, loss, opt = build("momentum")
+    trainer = ms_accum.GradientAccumulation(net, loss, opt)
+
+    def fail(data):
+        raise RuntimeError("For 'Conv2D', the input must be 4-D")
+    trainer._add_micro_batch = fail  # pylint: disable=protected-access
+    with pytest.raises(RuntimeError, match="the input must be 4-D"):
+        trainer.train_process(1, numpy_dataset(micro_batches([2] * 2)), 2, ckpt_path=None, log_every=0,
+                              on_out_of_memory="halve")
+    with pytest.raises(ValueError, match=r"'on_out_of_memory' must be one of \['raise', 'halve'\], but got 'retry'"):
+        trainer.train_process(1, numpy_dataset(micro_batches([2] * 2)), 2, ckpt_path=None, on_out_of_memory="retry")
+
+
+# ---------------------------------------------------------------- the trainers take a plan
+
+def _plan(micro_batch, steps, devices=1):
+    model = MemoryModel(100.0 * MIB, MIB)
+    return ms_accum.MicroBatchPlan(micro_batch, steps, devices, micro_batch * steps * devices, 2 ** 30,
+                                   model.predict(micro_batch), model)
+
+
+def test_the_driver_and_model_accu_train_with_a_plan_and_refuse_a_dataset_batched_otherwise():
+    batches = micro_batches([4] * 4)
+    trainer, net, _ = build_driver()
+    trainer.train_process(1, numpy_dataset(batches), plan=_plan(4, 2), ckpt_path=None, log_every=0)
+    assert_params_close(params_of(net), reference_train("momentum", [batches[0:2], batches[2:4]]), context="plan")
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation.train_process', the dataset must be batched at "
+                                         r"the plan's micro-batch \(8\), but it is batched at 4. Batch it with "
+                                         r"plan.micro_batch"):
+        build_driver()[0].train_process(1, numpy_dataset(batches), plan=_plan(8, 2), ckpt_path=None)
+    with pytest.raises(TypeError, match=r"pass only one of 'gradient_accumulation_steps', 'global_batch_size' and "
+                                        r"'plan'"):
+        build_driver()[0].train_process(1, numpy_dataset(batches), 2, plan=_plan(4, 2), ckpt_path=None)
+    net, loss, opt = build("momentum")
+    cell = ms_accum.TrainAccuStepsCell(ms.nn.WithLossCell(net, loss), opt)
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), dataset_sink_mode=False, plan=_plan(4, 2))
+    assert_params_close(params_of(net), reference_train("momentum", [batches[0:2], batches[2:4]]),
+                        context="Model_ACCU, plan")
+    net, loss, opt = build("momentum")
+    model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(ms.nn.WithLossCell(net, loss), opt))
+    with pytest.raises(ValueError, match=r"For 'Model_ACCU.train', the dataset must be batched at the plan's "
+                                         r"micro-batch \(8\), but it is batched at 4"):
+        model.train(1, numpy_dataset(batches), dataset_sink_mode=False, plan=_plan(8, 2))
+
+
+def build_driver():
+    net, loss, opt = build("momentum")
+    return ms_accum.GradientAccumulation(net, loss, opt), net, opt
