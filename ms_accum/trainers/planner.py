@@ -380,7 +380,9 @@ def report_measurement(samples, seconds):
 class InProcessMeasure:
     r"""
     Measures micro-batch sizes in this process: ``run_at(b)`` trains a few steps at micro-batch b; the measure is
-    the peak memory after it (:func:`peak_memory`) and the samples per second of a second call. On CPU the peak
+    the peak memory after it (:func:`peak_memory`) and the samples per second of a second call (which counts
+    whatever ``run_at`` does: a ``run_at`` that builds and compiles its trainer each time reads a speed of
+    building, so keep the trainer of each size between its two calls for a speed of training). On CPU the peak
     resident memory never falls, so sizes must be measured in increasing order (:func:`plan_micro_batch` does,
     but for the sizes it measures again lower once one is over the budget: those read at least the larger
     size's peak, which errs towards the smaller micro-batch).
