@@ -184,8 +184,8 @@ def test_clear_needs_no_copy_of_the_parameters_and_accepts_the_tutorial_zeros():
     clear = ms_accum.TrainClear(grad_sum, zeros)
     assert {p.name for p in clear.get_parameters()} == {  # the buffers and the window's scalars; no "zeros" copy
         "grad_sum.w", "grad_sum.items", "grad_sum.micro_steps", "grad_sum.loss_sum", "grad_sum.min_items",
-        "grad_sum.items_unit", "grad_sum.last_items", "grad_sum.last_grad_norm", "grad_sum.last_clipped", "grad_sum.skipped_windows",
-        "grad_sum.nonfinite_streak", "grad_sum.skip_history"}
+        "grad_sum.items_unit", "grad_sum.last_items", "grad_sum.last_grad_norm", "grad_sum.last_clipped",
+        "grad_sum.skipped_windows", "grad_sum.nonfinite_streak", "grad_sum.skip_history"}
     forward_backward(Tensor(np.ones((2, 2), np.float32)))
     clear()
     np.testing.assert_array_equal(grad_sum[0].asnumpy(), [0.0, 0.0])
@@ -311,3 +311,15 @@ class TestBadInput:
                                              r"parameters of 'network', but none of its 1 \(\['w'\]\) is: every "
                                              r"gradient would be zero and nothing would train"):
             ms_accum.TrainForwardBackward(LinearLoss(), opt, grad_sum)
+
+
+def test_the_names_of_ms_accum_0_1_still_read_the_window_records_with_a_deprecation_warning():
+    """TrainOptim.last_grad_norm (and last_items, last_clipped), documented in 0.1, were renamed accu_* by the engine
+    round with no alias (AttributeError for a user of 0.1): they read the same Parameters and say the new name."""
+    _, _, _, (forward_backward, optim, _) = _cells()
+    forward_backward(Tensor(np.ones((2, 2), np.float32)))
+    optim()
+    for old in ("last_items", "last_grad_norm", "last_clipped"):
+        with pytest.warns(DeprecationWarning, match=rf"For 'TrainOptim', '{old}' is renamed 'accu_{old}'"):
+            assert getattr(optim, old) is getattr(optim, f"accu_{old}")
+    assert float(optim.accu_last_items.asnumpy()) == 2.0

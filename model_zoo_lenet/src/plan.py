@@ -39,8 +39,9 @@ def check_planning_flags(args):
                              f"G --max_memory SIZE (such as 3GiB), or a --batch_size number.")
         ms_accum.parse_memory(args.max_memory, "train.py", "--max_memory")
         if args.trainer not in (None, "driver") or args.parallel_mode != "stand_alone":
-            raise ValueError("'--batch_size auto' plans for the driver on one device (--trainer driver, --parallel_mode "
-                             "stand_alone); plan with ms_accum.plan_micro_batch(..., devices=D) for other runs.")
+            raise ValueError("'--batch_size auto' plans for the driver on one device (--trainer driver, "
+                             "--parallel_mode stand_alone); plan with ms_accum.plan_micro_batch(..., devices=D) for "
+                             "other runs.")
     elif args.max_memory is not None:
         raise ValueError("'--max_memory' is the budget '--batch_size auto' plans for: pass --batch_size auto and "
                          "--global_batch_size G with it, or drop it.")

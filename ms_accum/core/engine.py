@@ -16,6 +16,8 @@ counters and its choices, decided once when the cell is built:
 
 The engine knows nothing of datasets, Model or training loops.
 """
+import warnings
+
 from mindspore import Parameter, ParameterTuple, Tensor, context, jit, mutable, ops
 from mindspore import dtype as mstype
 from mindspore.common.initializer import initializer
@@ -124,6 +126,27 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self.device_degree = float(self.degree) if reducer_mean else 1.0
         self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
         self._cache_slot = None  # the cell's entry among the compile cache's recorded settings (compile_cache.py)
+
+    # ------------------------------------------------------------------ names of ms_accum 0.1
+    def _renamed(self, old, new):
+        warnings.warn(f"For '{type(self).__name__}', '{old}' is renamed '{new}'; the old name goes in the next "
+                      f"release.", DeprecationWarning, stacklevel=3)
+        return getattr(self, new)
+
+    @property
+    def last_items(self):
+        """Deprecated: :attr:`accu_last_items` (the name of ms_accum 0.1)."""
+        return self._renamed("last_items", "accu_last_items")
+
+    @property
+    def last_grad_norm(self):
+        """Deprecated: :attr:`accu_last_grad_norm` (the name of ms_accum 0.1)."""
+        return self._renamed("last_grad_norm", "accu_last_grad_norm")
+
+    @property
+    def last_clipped(self):
+        """Deprecated: :attr:`accu_last_clipped` (the name of ms_accum 0.1)."""
+        return self._renamed("last_clipped", "accu_last_clipped")
 
     # ------------------------------------------------------------------ the compile cache
     def _compile_settings(self):

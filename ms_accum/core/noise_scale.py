@@ -99,9 +99,10 @@ def _micro_squared_rows(grad):
 def add_micro_sq(hyper_map, sums, grads, weights, first, every):
     """
     Measure a micro-batch into `sums` (a NoiseState's micro_sq, measured_items, measured): with `weights` (w_sq, w),
-    w_sq * |grads|^2 (w * |g|^2 for its mean gradient g), its weight w and a count, restarted at a window's first micro-batch (`first`; no reset is needed when a window is
-    applied or dropped). With `every` False only the first micro-batch is measured, the pass over its gradient
-    skipped at run time for the others. Returns a Tensor to depend on.
+    w_sq * |grads|^2 (w * |g|^2 for its mean gradient g), its weight w and a count, restarted at a window's first
+    micro-batch (`first`; no reset is needed when a window is applied or dropped). With `every` False only the first
+    micro-batch is measured, the pass over its gradient skipped at run time for the others. Returns a Tensor to
+    depend on.
     """
     micro_sq, measured_items, measured = sums
     sq_weight, weight = (ops.cast(w, mstype.float32) for w in weights)
