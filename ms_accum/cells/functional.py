@@ -126,9 +126,7 @@ class Accumulator(WindowEngine, nn.Cell):
                           check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
                           noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
                           loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
-                          nonfinite=nonfinite, divide_in_place=False)
-        # (buffers divided in place failed to run in GRAPH_MODE, with a loss scale or the raw sum: "Input size 0 add
-        # Parameter count 0 not equal to graph input size 1", MindSpore 2.10)
+                          nonfinite=nonfinite)
         self._init_steps(*steps)
         self.loss_scaler = loss_scaler
         self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)
@@ -182,7 +180,7 @@ class Accumulator(WindowEngine, nn.Cell):
         items = as_weight("Accumulator", num_items)
         if num_items is None:  # decided when the call is compiled: no runtime branch
             items = ops.depend(items, ops.assign_add(self.unweighted, ops.ones_like(self.unweighted)))
-        added = self._add_micro_batch(None, items, grads)
+        added = self._add_micro_batch(None, items, grads, weight=self._item_ratio(items))
         done = ops.depend(self.accu_micro_steps, added) >= self._steps_now()
         if done:
             done = ops.depend(done, self._finish_window())

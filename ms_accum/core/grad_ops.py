@@ -9,7 +9,7 @@ dense temporary of the table's size is built per micro-step. The others only eve
 parameter's zeros at a time, not a copy of them all.
 """
 from mindspore import dtype as mstype
-from mindspore import ops
+from mindspore import context, ops
 from mindspore.ops import constexpr
 
 scale = ops.MultitypeFuncGraph("scale")
@@ -104,12 +104,33 @@ def _accumulate_rows(buffer, grad):
     return ops.scatter_add(buffer, grad.indices, ops.cast(grad.values, ops.dtype(buffer)))
 
 
+_scaled_add = ops.ApplyMomentum()
+
+
+@constexpr
+def _fused_scaled_add():
+    """Whether :func:`_accumulate_weighted_dense` adds through ApplyMomentum: on CPU and GPU, whose kernels update
+    the accumulation and then the variable from it, element by element; the product elsewhere (Ascend's kernel was
+    not read nor run here)."""
+    return context.get_context("device_target") in ("CPU", "GPU")
+
+
 @accumulate_weighted.register("Tensor", "Tensor", "Tensor")
 def _accumulate_weighted_dense(weight, buffer, grad):
-    """buffer += grad * weight, computed in the buffer's dtype (float32 buffers keep float16 grads exact)."""
+    """buffer += grad * weight, in the buffer's dtype (float32 buffers keep float16 grads exact), in place.
+
+    ``buffer + grad * weight`` builds the product, a temporary of the parameter's size; in a user's compiled step,
+    where every gradient of the micro-batch is alive at once, that is most of a copy of the parameters on a model
+    whose largest parameter is most of it. ApplyMomentum with the buffer as both its variable and its
+    accumulation adds without one: accumulation = accumulation / weight + grad, then variable -= accumulation *
+    (1 - weight), so buffer = buffer + grad * weight (with weight 1 exactly buffer + grad)."""
     _check_dense_shape(buffer, grad)
     dtype = ops.dtype(buffer)
-    return ops.assign_add(buffer, ops.cast(grad, dtype) * ops.cast(weight, dtype))
+    weight = ops.cast(weight, dtype)
+    grad = ops.cast(grad, dtype)
+    if _fused_scaled_add():
+        return _scaled_add(buffer, buffer, 1.0 - weight, grad, 1.0 / weight)
+    return ops.assign_add(buffer, grad * weight)
 
 
 @accumulate_weighted.register("Tensor", "Tensor", "RowTensor")

@@ -212,7 +212,8 @@ def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, item
         grads = buffers  # the raw sum, unclipped: nothing to multiply
         if factor is not None:
             grads = ops.depend(buffers, hyper_map(ops.partial(grad_ops.scale_in_place, factor), buffers))
-        grads = reducer(grads)
+        # no reducer on one device: its Identity, called from a step run from Python (Accumulator.flush in
+        # GRAPH_MODE), compiled a graph of its own, which MindSpore refused to run on the buffers (Parameters)
     else:
         if divisor is None:  # nothing to divide (MindSpore 2.7.0 fails at run time on an in-place multiply by 1)
             grads = reducer(buffers)
