@@ -98,3 +98,33 @@ def test_clearing_the_buffers_compiles_no_constant_of_their_shape(tmp_path, path
             shapes = re.findall(r"Tensor\(shape=\[([0-9, ]+)\]", handle.read())
         large = [shape for shape in shapes if np.prod([int(d) for d in shape.split(",")]) >= table]
         assert not large, f"{os.path.basename(graph)} holds constants of shape {large}"
+
+
+class _WeightedAdd(nn.Cell):
+    def __init__(self, buffers):
+        super().__init__()
+        self.buffers = buffers
+        self.hyper_map = ops.HyperMap()
+
+    def construct(self, weight, grads):
+        return self.hyper_map(ops.partial(grad_ops.accumulate_weighted, weight), self.buffers, grads)
+
+
+@pytest.mark.parametrize("weight", [1.0, 0.3, 2.5])
+def test_the_weighted_add_in_place_is_buffer_plus_weight_times_grad(weight, exec_mode):
+    """accumulate_weighted adds through ApplyMomentum on the buffer (its variable and its accumulation at once):
+    buffer + grad exactly for weight 1 (equal micro-batches), buffer + weight * grad to float32 rounding otherwise,
+    a float16 gradient into its float32 buffer as well; the buffers change in place (the same Parameters)."""
+    rng = np.random.default_rng(2)
+    start = [rng.standard_normal(shape).astype(np.float32) for shape in SHAPES[1:]]
+    grads = [rng.standard_normal(shape).astype(np.float32) for shape in SHAPES[1:]]
+    grads[-1] = grads[-1].astype(np.float16)
+    buffers = ms.ParameterTuple(ms.Parameter(Tensor(a), name=f"b{i}") for i, a in enumerate(start))
+    _WeightedAdd(buffers)(Tensor(weight, ms.float32), tuple(Tensor(g) for g in grads))
+    for buffer, before, grad in zip(buffers, start, grads):
+        want = before.astype(np.float64) + weight * grad.astype(np.float32).astype(np.float64)
+        got = buffer.asnumpy()
+        if weight == 1.0:
+            np.testing.assert_array_equal(got, before + grad.astype(np.float32))
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
