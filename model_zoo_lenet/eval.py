@@ -1,4 +1,4 @@
-"""Evaluate a LeNet5 checkpoint on the test split of MNIST-format data.
+"""Evaluate a LeNet5 checkpoint (or a ResNet18 one, --network resnet18) on the test split of MNIST-format data.
 
     python model_zoo_lenet/eval.py --device_target CPU --data_path data/fashion-mnist \
         --ckpt_path runs/lenet/checkpoint_lenet-10_469.ckpt
@@ -21,19 +21,21 @@ from mindspore.train import Accuracy, Model
 from ms_accum import load_network_checkpoint
 from src.cli import run_cli, set_device
 from src.dataset import create_dataset
-from src.lenet import LeNet5
+from src.network import NETWORKS, create_network
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device_target", default="CPU", choices=["Ascend", "GPU", "CPU"])
+    parser.add_argument("--network", choices=list(NETWORKS), default="lenet5",
+                        help="the network the checkpoint was trained with (train.py --network)")
     parser.add_argument("--data_path", default="data/fashion-mnist", help="directory with test/")
     parser.add_argument("--ckpt_path", required=True, help="checkpoint file to evaluate")
     parser.add_argument("--batch_size", type=int, default=256)
     args = parser.parse_args(argv)
     set_device(args.device_target)
     ms.set_context(mode=ms.GRAPH_MODE)
-    net = LeNet5()
+    net = create_network(args.network)
     load_network_checkpoint(net, args.ckpt_path)
     dataset = create_dataset(args.data_path, args.batch_size, "test")
     model = Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),

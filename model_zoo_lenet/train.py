@@ -1,4 +1,5 @@
-"""Train LeNet5 on MNIST-format data with gradient accumulation (ms_accum).
+"""Train LeNet5 (or MindCV's ResNet18, --network resnet18) on MNIST-format data with gradient accumulation
+(ms_accum).
 
     python model_zoo_lenet/train.py --device_target CPU --data_path data/fashion-mnist --ckpt_path runs/lenet \
         --epoch_size 10 --batch_size 32 --accumulation_steps 4
@@ -9,8 +10,8 @@ With every trainer, N may follow a schedule (--accumulation_schedule 0:1,2:2,4:3
 from the measured gradient noise scale (--adaptive_steps 2:16); --noise_scale records the noise scale of every
 window; --raw_sum and --partial_window work alike (dataset sink mode takes one N and whole windows).
 Checkpoints (network and optimizer state) are written at the end of every epoch, and only there, as
-checkpoint_lenet-<epoch>_<update in the epoch>.ckpt, in --ckpt_path (one device) or --ckpt_path/rank_<r>
-(parallel).
+checkpoint_lenet-<epoch>_<update in the epoch>.ckpt (checkpoint_resnet18-... for ResNet18), in --ckpt_path (one
+device) or --ckpt_path/rank_<r> (parallel).
 
 Trainers: 'driver' (one device: GradientAccumulation over the three single-device cells), 'model_accu'
 (TrainAccuStepsCell trained by Model_ACCU; required by the parallel modes, and the one that uses dataset sink mode
@@ -41,7 +42,7 @@ from src.cpu_speed import set_cpu_threads, set_mode, tuned
 from src.dataset import create_dataset
 from src.epoch_files import EpochFiles
 from src.functional_train import train_functional
-from src.lenet import LeNet5
+from src.network import NETWORKS, checkpoint_stem, create_network
 from src.lr_schedule import warmup_cosine
 from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
 from src.plan import SpeedAfterFirstWindow, batch_size_argument, check_planning_flags, measuring_run
@@ -73,6 +74,8 @@ def parse_args(argv):
     parser.add_argument("--device_target", default="CPU", choices=["Ascend", "GPU", "CPU"])
     parser.add_argument("--mode", default="graph", choices=["graph", "pynative"],
                         help="MindSpore execution mode (default: %(default)s)")
+    parser.add_argument("--network", choices=list(NETWORKS), default="lenet5",
+                        help="lenet5, or MindCV's resnet18 (needs mindcv) for the same 32 x 32 inputs")
     parser.add_argument("--data_path", default="data/fashion-mnist", help="directory with train/ and test/")
     parser.add_argument("--ckpt_path", default="runs/lenet", help="directory for checkpoints")
     parser.add_argument("--epoch_size", type=positive_int, default=10)
@@ -186,23 +189,23 @@ class EpochSummary(Callback):
               f"{elapsed:.1f} s ({samples / elapsed:.0f} samples/s), about {left:.0f} s left", flush=True)
 
 
-def checkpoint_prefix(directory, resume, exact):
+def checkpoint_prefix(directory, resume, exact, stem="checkpoint_lenet"):
     """The name prefix of this run's epoch checkpoints in `directory`: a run resumed from its exact state continues
     the names of the newest checkpoint there written before that state (a later one is another run's), a run
-    resumed from an epoch checkpoint there continues that checkpoint's; any other run takes 'checkpoint_lenet', or
-    the first free 'checkpoint_lenet_<k>' when another run's checkpoints are there (as MindSpore's ModelCheckpoint
-    names them), and says so."""
-    written = glob.glob(os.path.join(directory, "checkpoint_lenet*-*.ckpt"))
+    resumed from an epoch checkpoint there continues that checkpoint's; any other run takes `stem`
+    ('checkpoint_lenet'), or the first free '<stem>_<k>' when another run's checkpoints are there (as MindSpore's
+    ModelCheckpoint names them), and says so."""
+    written = glob.glob(os.path.join(directory, f"{stem}*-*.ckpt"))
     own = [path for path in written if exact and os.path.getmtime(path) <= os.path.getmtime(resume)]
     continued = max(own, key=os.path.getmtime) if own else None
     if resume is not None and not exact and os.path.abspath(os.path.dirname(resume)) == os.path.abspath(directory):
         continued = resume
     if continued is not None:
         return os.path.basename(continued).rsplit("-", 1)[0]
-    prefix, k = "checkpoint_lenet", 0
+    prefix, k = stem, 0
     while glob.glob(os.path.join(directory, f"{prefix}-*.ckpt")):
         k += 1
-        prefix = f"checkpoint_lenet_{k}"
+        prefix = f"{stem}_{k}"
     if k:
         print(f"note: {directory} holds another run's checkpoints; this run's are {prefix}-<epoch>_<update>.ckpt "
               f"(give each run its own --ckpt_path)", flush=True)
@@ -374,7 +377,7 @@ def resume_from(cell, ckpt_path, args, run_global_batch):
               f"run's is {run_global_batch}.", flush=True)
     params.pop(SCHEDULE, None)
     load_into(cell, params, ckpt_path, optional=lambda name: ms_accum.is_accumulation_buffer(name) or name == SCHEDULE,
-              arg_name="--resume", what="a checkpoint of this LeNet training run")
+              arg_name="--resume", what=f"a checkpoint of this {args.network} training run")
     if "epoch_num" not in params:
         raise ValueError(f"'--resume' must name a checkpoint written by train.py (it records epoch_num), but "
                          f"{ckpt_path!r} does not record it.")
@@ -414,7 +417,7 @@ def main(argv=None):
     dataset = create_dataset(args.data_path, args.batch_size, "train", num_samples=samples_per_process(args, world),
                              seed=args.seed, **shards(args, rank, world))
     steps = dataset.get_dataset_size()
-    net = LeNet5()
+    net = create_network(args.network)
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     n = args.accumulation_steps
     sink_size = steps // n * n if args.dataset_sink_mode else -1
@@ -465,11 +468,12 @@ def main(argv=None):
     directory = args.ckpt_path if world == 1 else os.path.join(args.ckpt_path, f"rank_{rank}")
     if args.log_every < 0:
         raise ValueError(f"'--log_every' must be an int >= 0, but got {args.log_every}.")
-    print(f"training LeNet5 on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, rank {rank} of "
+    print(f"training {NETWORKS[args.network]} on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, rank {rank} of "
           f"{world}): {steps} micro-batches of {args.batch_size} per epoch, {describe(policy, plan, args, world)}, "
           f"epochs {initial_epoch + 1}.."
           f"{args.epoch_size}", flush=True)
-    files = EpochFiles(directory, checkpoint_prefix(directory, resume, exact), args.keep_checkpoint_max,
+    files = EpochFiles(directory, checkpoint_prefix(directory, resume, exact, checkpoint_stem(args.network)),
+                       args.keep_checkpoint_max,
                        {GLOBAL_BATCH: run_global_batch} if run_global_batch else None)
     if trainer_kind == "functional":
         last = train_functional(net, loss, optimizer, dataset, args.epoch_size, policy or plan, files,
@@ -484,9 +488,9 @@ def main(argv=None):
     checkpoints = EpochCheckpoint(state_cell, files, before if policy is None else None, exact)
     telemetry = ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)
     callbacks = [checkpoints, EpochSummary(telemetry), telemetry]
-    if args.measure_micro_batch:
+    if args.measure_micro_batch:  # the run's own callbacks too: its epoch checkpoint's writing is part of its peak
         speed = SpeedAfterFirstWindow(args.batch_size * n * world)
-        callbacks = [speed]
+        callbacks.append(speed)
     if trainer_kind == "driver":
         trainer.train_process(args.epoch_size, dataset, policy or plan, callbacks=callbacks,
                               partial_window=args.partial_window, ckpt_path=None, log_every=0,

@@ -76,6 +76,10 @@ def main():
     rank, world = get_rank(), get_group_size()
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
                                  gradients_mean=cell_kind != "mean_false", device_num=world)
+    if cell_kind == "plan":
+        plan_on_every_rank(out, rank, world)
+        release()
+        return
     if cell_kind == "tokens":
         net, loss_net, opt = build_tagger("momentum")
     else:
@@ -125,6 +129,19 @@ def main():
     np.savez(os.path.join(out, f"rank_{rank}.npz"), **arrays)
     print(f"rank {rank}/{world} done", flush=True)
     release()
+
+
+PLAN_PEAKS_MIB = {0: (100, 10), 1: (100, 14)}  # (fixed, per sample) by rank: rank 1's micro-batches cost more
+
+
+def plan_on_every_rank(out, rank, world):
+    """plan_micro_batch with world=2, each rank measuring its own peaks (PLAN_PEAKS_MIB): rank 0 alone would take
+    micro-batch 8 of a 200 MiB budget (180 MiB), rank 1 only 4 (212 MiB at 8); both must take 4."""
+    fixed, per_sample = PLAN_PEAKS_MIB[rank]
+    plan = ms_accum.plan_micro_batch(lambda b: ms_accum.Measurement(b, (fixed + per_sample * b) * 2 ** 20), 32,
+                                     "200MiB", devices=world, world=world, verbose=False)
+    np.savez(os.path.join(out, f"rank_{rank}.npz"), plan=np.array([plan.micro_batch, plan.steps]))
+    print(f"rank {rank}/{world} planned {plan}", flush=True)
 
 
 def train_accumulator(batches, steps, flush=False):

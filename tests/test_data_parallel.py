@@ -271,3 +271,14 @@ def test_lenet_data_parallel_checkpoint_evaluates_and_resumes_on_one_device(tmp_
     for name, want in params_of(net).items():
         err = np.abs(resumed[name].asnumpy() - want).max() / np.abs(want).max()
         assert err <= 1e-4, f"{name}: resumed run differs from the direct computation by {err:.3g}"
+
+
+def test_every_rank_takes_the_same_plan_from_the_largest_peaks(tmp_path):
+    """plan_micro_batch(world=2) on two real processes whose peaks differ: each rank alone would plan otherwise
+    (rank 0: micro-batch 8, rank 1: 4); both take 4 x N 4 x 2 devices = 32, the plan of the larger peaks."""
+    ranks = run_workers(tmp_path, "graph", "plan", 0, 0)
+    alone = [ms_accum.plan_micro_batch(lambda b, f=f, s=s: ms_accum.Measurement(b, (f + s * b) * 2 ** 20), 32,
+                                       "200MiB", devices=2, verbose=False).micro_batch for f, s in ((100, 10), (100, 14))]
+    assert alone == [8, 4]
+    for rank, arrays in enumerate(ranks):
+        assert arrays["plan"].tolist() == [4, 4], f"rank {rank}: {arrays['plan'].tolist()}"

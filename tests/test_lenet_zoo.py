@@ -466,3 +466,18 @@ def test_train_py_plans_the_micro_batch_for_a_memory_budget(tmp_path):
                             "'--max_memory' must be a size such as '3GiB'")):
         code, _, err = run_script("train.py", "--data_path", SAMPLE, *flags, check=False)
         assert code == 2 and message in err, err
+
+
+@pytest.mark.slow
+def test_train_py_trains_mindcv_resnet18_and_eval_py_reads_its_checkpoint(tmp_path):
+    """--network resnet18: MindCV's ResNet18 for the same 1 x 32 x 32 inputs, trained with accumulation, its
+    checkpoints named for it, evaluated by eval.py --network resnet18 (as the planning docs run it)."""
+    run_script("train.py", "--network", "resnet18", "--data_path", SAMPLE, "--ckpt_path", tmp_path,
+               "--epoch_size", "1", "--num_samples", "64", "--batch_size", "8", "--accumulation_steps", "2",
+               "--log_every", "0")
+    checkpoint = tmp_path / "checkpoint_resnet18-1_4.ckpt"
+    assert checkpoint.exists(), sorted(os.listdir(tmp_path))
+    _, out, _ = run_script("eval.py", "--network", "resnet18", "--data_path", SAMPLE, "--ckpt_path", checkpoint)
+    assert re.search(r"\{'Accuracy': 0\.\d+\}", out), out
+    code, _, err = run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", checkpoint, check=False)
+    assert code == 2 and "lenet" in err.lower(), err

@@ -253,3 +253,50 @@ def test_the_driver_and_model_accu_train_with_a_plan_and_refuse_a_dataset_batche
 def build_driver():
     net, loss, opt = build("momentum")
     return ms_accum.GradientAccumulation(net, loss, opt), net, opt
+
+
+def test_a_peak_that_grows_in_steps_is_measured_above_the_choice_and_the_plan_is_tight():
+    """Peaks grow with the memory pool's chunks as much as with the sample (ResNet18 on CPU: 726 MiB at 1, 817 at 8,
+    818 at 16): the line through 1 and 8 predicts 16 over a 900 MiB budget. The plan measures 16 anyway, finds it
+    fits, and takes it; 32, measured too, goes over: the plan is measured on both sides."""
+    peaks = {1: 726, 2: 740, 4: 770, 8: 817, 16: 818, 32: 950, 64: 1300}
+    asked = []
+
+    def measure(b):
+        asked.append(b)
+        return ms_accum.Measurement(b, peaks[b] * MIB)
+    plan = ms_accum.plan_micro_batch(measure, 64, "900MiB", verbose=False)
+    assert (plan.micro_batch, plan.steps) == (16, 4), (plan, asked)
+    assert asked[:2] == [1, 8] and 32 in asked and len(asked) <= 4, asked
+    # a line that holds: the size above the choice is measured, over the budget, and the choice stays
+    asked.clear()
+    plan = ms_accum.plan_micro_batch(linear_measure(200, 10, log=asked), 64, "500MiB", verbose=False)
+    assert plan.micro_batch == 16 and asked[-1] == 32 and plan.measured(32).peak > 500 * MIB, asked
+
+
+def test_a_measure_started_ahead_runs_each_size_in_a_fresh_process_that_imported_first(tmp_path):
+    """preload: the next measuring process starts while one measures and imports the modules named; each size
+    still runs in its own process, the script as __main__ beside its own modules; close() ends the one waiting;
+    a failing script's error names the size and ends with its standard error."""
+    (tmp_path / "sibling.py").write_text("OFFSET = 7\n")
+    script = tmp_path / "measure.py"
+    script.write_text("import json, os, sys\nfrom sibling import OFFSET\nif sys.argv[1] == '13':\n"
+                      "    sys.exit('no memory for 13')\nimported = 'decimal' in sys.modules\n"
+                      "print(json.dumps({'peak': (int(sys.argv[1]) + OFFSET + 1000 * imported) * 2 ** 20, "
+                      "'samples_per_second': float(os.getpid())}))\n")
+    command = [sys.executable, str(script), "{micro_batch}"]
+    assert ms_accum.FreshProcessMeasure(command)(3).peak == 10 * MIB, "decimal is imported without preload"
+    with ms_accum.FreshProcessMeasure(command, preload=("decimal",)) as measure:
+        first, second = measure(3), measure(5)
+        waiting = measure._next  # pylint: disable=protected-access
+        assert waiting.poll() is None, "no process waits for the next measurement"
+        with pytest.raises(RuntimeError, match=r"(?s)measuring micro-batch 13 failed \(exit code 1, no "
+                                               r"measurement printed\).*no memory for 13"):
+            measure(13)
+    assert (first.peak, second.peak) == (1010 * MIB, 1012 * MIB)
+    assert first.samples_per_second != second.samples_per_second, "two sizes measured in one process"
+    assert waiting.poll() is not None and measure._next is None  # pylint: disable=protected-access
+    with pytest.raises(ValueError, match=r"'command' must be \[python, script.py, \*arguments\]"):
+        ms_accum.FreshProcessMeasure([sys.executable, "-c", "pass", "{micro_batch}"], preload=("decimal",))
+    with pytest.raises(TypeError, match="'preload' must be a list of module names"):
+        ms_accum.FreshProcessMeasure(command, preload="decimal")

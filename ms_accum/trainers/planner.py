@@ -13,6 +13,7 @@ import re
 import resource
 import subprocess
 import time
+import weakref
 from dataclasses import dataclass, field
 
 _UNITS = {"": 1, "b": 1, "k": 2 ** 10, "kb": 10 ** 3, "kib": 2 ** 10, "m": 2 ** 20, "mb": 10 ** 6, "mib": 2 ** 20,
@@ -205,8 +206,9 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
 
     Measures the step's peak at the smallest candidate b and at a larger one, fits ``peak = fixed + per_sample *
     b``, then measures the largest candidate predicted to fit, and again lower while a measured peak exceeds the
-    budget, fitting only the sizes below it (up to `max_measurements` measurements in all). The chosen size is
-    always one it measured. Candidates are the b with ``b * N * devices == G``
+    budget, fitting only the sizes below it; once a measured size fits, the next larger candidate is measured too,
+    and taken (and the search goes on above it) if it fits after all: a plan measured on both sides is tight (up to
+    `max_measurements` measurements in all). The chosen size is always one it measured. Candidates are the b with ``b * N * devices == G``
     exactly. Measurements run in increasing order of b where they can, so that an in-process measure on CPU
     (peak resident memory never falls) reads each size's own peak.
 
@@ -285,9 +287,18 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
         fitting = [c for c in candidates if c < ceiling and (
             next((m.peak for m in measurements if m.micro_batch == c), None) or model.predict(c)) <= budget]
         choice = fitting[-1] if fitting else candidates[0]
-        if any(m.micro_batch == choice for m in measurements) or len(measurements) >= max_measurements:
+        if len(measurements) >= max_measurements:
             break
-        take(choice)
+        measured = {m.micro_batch for m in measurements}
+        if choice not in measured:
+            take(choice)
+            continue
+        # the choice measured and fits: confirm the next size goes over, since peaks grow in steps of the memory
+        # pool's chunks as much as by the sample (ResNet18: 817 MiB at 8, 818 at 16, predicted 921 from 1 and 8)
+        larger = [c for c in candidates if c > choice]
+        if not larger or larger[0] in measured:
+            break
+        take(larger[0])
     fits = [m for m in measurements if m.peak <= budget]
     if prefer == "fastest" and any(m.samples_per_second for m in fits):
         choice = max((m for m in fits if m.samples_per_second), key=lambda m: m.samples_per_second).micro_batch
@@ -305,20 +316,41 @@ def _plan(choice, global_batch_size, devices, budget, model, measurements, candi
     return plan
 
 
+_PRELOAD_RUNNER = """
+import importlib, json, runpy, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+argv = json.loads(sys.stdin.readline())
+sys.argv = argv
+sys.path[0] = __import__('os').path.dirname(__import__('os').path.abspath(argv[0]))
+runpy.run_path(argv[0], run_name='__main__')
+"""
+
+
 class FreshProcessMeasure:
     r"""
     Measures a micro-batch size in a fresh process: runs `command` with ``{micro_batch}`` replaced by b, and reads
     the last line of its standard output that is a JSON object with ``"peak"`` (bytes) and, optionally,
     ``"samples_per_second"`` (what :func:`report_measurement` prints).
 
+    With `preload`, the process of the next measurement is started while the current one runs, and imports these
+    modules, then waits for its arguments: MindSpore's import (about 2 s on CPU here) overlaps the measurement
+    before it. Each measurement still runs in a process that has done nothing but import. `command` must then be
+    a Python script run by an interpreter: ``[python, script.py, *arguments]``; the script is run as
+    ``__main__`` with its own directory first on ``sys.path``, as Python would run it. Call :meth:`close` when done
+    (or use the measure as a context manager) to end the process waiting for a next measurement.
+
     Args:
         command (list[str]): The command, one argument a list entry; ``{micro_batch}`` in any of them.
         env (dict, optional): Its environment. Default: ``None`` (this process's).
         timeout (float, optional): Seconds before the measurement is given up. Default: ``None``.
+        preload (Union[list[str], tuple[str]]): Modules the next process imports ahead, such as
+            ``("mindspore",)``. Default: ``()`` (none: each process starts when its measurement does).
 
     Raises:
-        TypeError: If `command` is not a list of str.
-        ValueError: If no argument of `command` holds ``{micro_batch}``.
+        TypeError: If `command` or `preload` is not a list of str.
+        ValueError: If no argument of `command` holds ``{micro_batch}``, or `preload` is given and `command` is not
+            ``[python, script.py, ...]``.
         RuntimeError: When called, if the command fails or prints no measurement (its standard error's end in
             the message).
 
@@ -334,24 +366,73 @@ class FreshProcessMeasure:
         108
     """
 
-    def __init__(self, command, env=None, timeout=None):
+    def __init__(self, command, env=None, timeout=None, preload=()):
         if not isinstance(command, (list, tuple)) or not all(isinstance(arg, str) for arg in command):
             raise TypeError(f"For 'FreshProcessMeasure', 'command' must be a list of str, but got {command!r}.")
         if not any("{micro_batch}" in arg for arg in command):
             raise ValueError(f"For 'FreshProcessMeasure', 'command' must hold '{{micro_batch}}' where the micro-batch "
                              f"size goes, but got {command!r}.")
-        self.command, self.env, self.timeout = list(command), env, timeout
+        if not isinstance(preload, (list, tuple)) or not all(isinstance(name, str) for name in preload):
+            raise TypeError(f"For 'FreshProcessMeasure', 'preload' must be a list of module names, but got "
+                            f"{preload!r}.")
+        if preload and (len(command) < 2 or not command[1].endswith(".py") or "{micro_batch}" in command[0]):
+            raise ValueError(f"For 'FreshProcessMeasure', 'preload' runs a Python script in a process started ahead, "
+                             f"so 'command' must be [python, script.py, *arguments], but got {command!r}. Drop "
+                             f"'preload', or run the script with the interpreter.")
+        self.command, self.env, self.timeout, self.preload = list(command), env, timeout, tuple(preload)
+        self._next = None  # the process started ahead for the next measurement
+        self._closer = weakref.finalize(self, _end_process, [None])
 
     def __call__(self, micro_batch):
         argv = [arg.replace("{micro_batch}", str(micro_batch)) for arg in self.command]
-        done = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=self.timeout, check=False)
-        lines = [line for line in done.stdout.splitlines() if line.startswith("{") and '"peak"' in line]
-        if done.returncode or not lines:
+        if not self.preload:
+            done = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=self.timeout,
+                                  check=False)
+            return self._read(micro_batch, argv, done.returncode, done.stdout, done.stderr)
+        process = self._next or self._start()
+        self._next = self._start()  # imports while `process` measures
+        self._closer.detach()
+        self._closer = weakref.finalize(self, _end_process, [self._next])
+        try:
+            stdout, stderr = process.communicate(json.dumps(argv[1:]) + "\n", timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.communicate()
+            raise
+        return self._read(micro_batch, argv, process.returncode, stdout, stderr)
+
+    def _start(self):
+        return subprocess.Popen([self.command[0], "-c", _PRELOAD_RUNNER, *self.preload], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env)
+
+    @staticmethod
+    def _read(micro_batch, argv, returncode, stdout, stderr):
+        lines = [line for line in stdout.splitlines() if line.startswith("{") and '"peak"' in line]
+        if returncode or not lines:
             raise RuntimeError(f"For 'FreshProcessMeasure', measuring micro-batch {micro_batch} failed (exit code "
-                               f"{done.returncode}{'' if lines else ', no measurement printed'}): "
-                               f"{' '.join(argv)}\n{done.stderr[-2000:]}")
+                               f"{returncode}{'' if lines else ', no measurement printed'}): "
+                               f"{' '.join(argv)}\n{stderr[-2000:]}")
         found = json.loads(lines[-1])
         return Measurement(micro_batch, int(found["peak"]), found.get("samples_per_second"))
+
+    def close(self):
+        """End the process started ahead for a next measurement, if any."""
+        self._closer()
+        self._next = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
+
+
+def _end_process(holder):
+    """Kill the process started ahead (`holder[0]`, or None), and reap it."""
+    process = holder[0]
+    if process is not None and process.poll() is None:
+        process.kill()
+        process.communicate()
 
 
 def peak_memory():
