@@ -245,3 +245,20 @@ def test_model_accu_resets_operator_ids_once_per_epoch_where_the_release_does(mo
     calls.clear()
     ms_accum.Model_ACCU(cell).train(1, numpy_dataset(data))
     assert not calls
+
+
+def test_the_sink_attributes_are_the_ones_the_installed_model_sets():
+    """Model_ACCU tells a dataset its sink totals through compat, in the private attributes MindSpore's own Model
+    sets: read from the installed Model's source, so that a release that renames them fails here."""
+    import inspect  # pylint: disable=import-outside-toplevel
+    from mindspore.train.model import Model  # pylint: disable=import-outside-toplevel
+    source = inspect.getsource(Model)
+    assert "train_dataset.__total_batch__ = epoch * sink_size" in source
+    assert "dataset.__loop_size__ = 1" in source
+
+    class Dataset:  # pylint: disable=too-few-public-methods
+        pass
+    dataset = Dataset()
+    _compat.set_sink_total(dataset, 12)
+    _compat.set_sink_loop_size(dataset, 3)
+    assert (dataset.__total_batch__, dataset.__loop_size__) == (12, 3)  # pylint: disable=no-member

@@ -118,6 +118,19 @@ def register_sink_loop(dataset, loop, phase):
                                      shapes, dataset.input_indexs, phase=phase + "_dataset", need_run=False)
 
 
+def set_sink_total(dataset, total):
+    """Tell `dataset` the micro-batches a sink-mode run takes from it in all, in the private attribute Model's
+    ``_warmup_dataset`` and ``_train_dataset_sink_process`` set (``__total_batch__``, 2.7 to 2.10)."""
+    dataset.__total_batch__ = total
+
+
+def set_sink_loop_size(dataset, loop):
+    """Set the steps one sunk graph call takes from `dataset`'s device queue, in the private attribute Model's
+    ``_exec_preprocess`` and MindSpore's THOR model set before they build a DatasetHelper (``__loop_size__``, 2.7 to
+    2.10)."""
+    dataset.__loop_size__ = loop
+
+
 def forget_pynative_recording(cell):
     """Close the gradient recording a failed PYNATIVE forward of `cell` left open (same calls 2.7 to 2.10)."""
     cell.is_top_cell = False

@@ -19,8 +19,8 @@ from mindspore.train.model import Model
 
 from ..compat import (check_model_internals, check_network_mode, eval_during_train,
                       exec_train_preprocess, flush_from_cache, mark_backbone_training, needs_dataset_reset,
-                      register_sink_loop, reset_op_ids, set_current_position, set_training_dataset,
-                      store_training_step_info, train_network, transfer_tensor_to_tuple)
+                      register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
+                      set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.adaptive import AdaptiveAccumulation
 from ..core.checks import (check_choice, check_dataset, check_dataset_columns, check_lr_schedule, check_positive_int,
                            check_resume_or_initial_epoch, check_state_saving)
@@ -430,7 +430,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         check_lr_schedule("Model_ACCU.train", train_network(self).optimizer, epoch * sink_size, epoch * cycles,
                           from_start=initial_epoch == 0 and self._resume_from is None)
         dataset_sink_num = math.ceil(epoch * sink_size / dataset_size)
-        train_dataset.__total_batch__ = epoch * sink_size
+        set_sink_total(train_dataset, epoch * sink_size)
         cb_params.sink_size = sink_size
         cb_params.dataset_sink_mode = True
         cb_params.batch_num = cycles
@@ -508,7 +508,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     # Device seams: each one wraps a MindSpore call that needs a GPU or Ascend device queue.
     def _make_sink_helper(self, dataset, sink_size, dataset_sink_num):
         """Create the device queue with a loop size of 1 (any N; the accumulation phase registers its own)."""
-        dataset.__loop_size__ = 1
+        set_sink_loop_size(dataset, 1)
         helper = DatasetHelper(dataset, True, sink_size, dataset_sink_num)
         if needs_dataset_reset(self):
             set_training_dataset(helper)
