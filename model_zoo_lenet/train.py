@@ -377,7 +377,7 @@ def resume_from(cell, ckpt_path, args, run_global_batch):
               f"run's is {run_global_batch}.", flush=True)
     params.pop(SCHEDULE, None)
     load_into(cell, params, ckpt_path, optional=lambda name: ms_accum.is_accumulation_buffer(name) or name == SCHEDULE,
-              arg_name="--resume", what=f"a checkpoint of this {args.network} training run")
+              arg_name="--resume", what=f"a checkpoint of this {NETWORKS[args.network]} training run")
     if "epoch_num" not in params:
         raise ValueError(f"'--resume' must name a checkpoint written by train.py (it records epoch_num), but "
                          f"{ckpt_path!r} does not record it.")
@@ -468,10 +468,9 @@ def main(argv=None):
     directory = args.ckpt_path if world == 1 else os.path.join(args.ckpt_path, f"rank_{rank}")
     if args.log_every < 0:
         raise ValueError(f"'--log_every' must be an int >= 0, but got {args.log_every}.")
-    print(f"training {NETWORKS[args.network]} on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, rank {rank} of "
-          f"{world}): {steps} micro-batches of {args.batch_size} per epoch, {describe(policy, plan, args, world)}, "
-          f"epochs {initial_epoch + 1}.."
-          f"{args.epoch_size}", flush=True)
+    print(f"training {NETWORKS[args.network]} on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, "
+          f"rank {rank} of {world}): {steps} micro-batches of {args.batch_size} per epoch, "
+          f"{describe(policy, plan, args, world)}, epochs {initial_epoch + 1}..{args.epoch_size}", flush=True)
     files = EpochFiles(directory, checkpoint_prefix(directory, resume, exact, checkpoint_stem(args.network)),
                        args.keep_checkpoint_max,
                        {GLOBAL_BATCH: run_global_batch} if run_global_batch else None)

@@ -278,7 +278,8 @@ def test_every_rank_takes_the_same_plan_from_the_largest_peaks(tmp_path):
     (rank 0: micro-batch 8, rank 1: 4); both take 4 x N 4 x 2 devices = 32, the plan of the larger peaks."""
     ranks = run_workers(tmp_path, "graph", "plan", 0, 0)
     alone = [ms_accum.plan_micro_batch(lambda b, f=f, s=s: ms_accum.Measurement(b, (f + s * b) * 2 ** 20), 32,
-                                       "200MiB", devices=2, verbose=False).micro_batch for f, s in ((100, 10), (100, 14))]
+                                       "200MiB", devices=2, verbose=False).micro_batch
+             for f, s in ((100, 10), (100, 14))]
     assert alone == [8, 4]
     for rank, arrays in enumerate(ranks):
         assert arrays["plan"].tolist() == [4, 4], f"rank {rank}: {arrays['plan'].tolist()}"

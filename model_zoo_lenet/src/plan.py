@@ -70,9 +70,9 @@ def plan(script, argv, args, world):
 def measuring_run(args, world):
     """--measure_micro_batch: the run's first MEASURED_WINDOWS windows at --batch_size (SpeedAfterFirstWindow stops
     it), then its epoch's end, checkpoint included; with N at most MEASURED_STEPS (the buffers, the micro-batch's
-    step and the window's end are all there; at micro-batch 1 for a global batch of 256, three whole windows took
-    21 of ResNet18's 65 s of planning). The dataset is the run's own: cut to those windows, its pipeline's queues
-    held less, and LeNet's measured peak at micro-batch 128 was 7 MiB below a whole epoch's."""
+    step and the window's end are all there, and small micro-batches do not take G samples a window). The dataset
+    is the run's own: cut to those windows, its pipeline's queues held less than a whole epoch's (numbers in
+    docs/planning.md)."""
     n = ms_accum.steps_for_global_batch(args.global_batch_size, args.batch_size, world, owner="train.py")
     n = min(n, MEASURED_STEPS)
     args.global_batch_size = args.batch_size * n * world

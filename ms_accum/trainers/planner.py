@@ -208,9 +208,9 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
     b``, then measures the largest candidate predicted to fit, and again lower while a measured peak exceeds the
     budget, fitting only the sizes below it; once a measured size fits, the next larger candidate is measured too,
     and taken (and the search goes on above it) if it fits after all: a plan measured on both sides is tight (up to
-    `max_measurements` measurements in all). The chosen size is always one it measured. Candidates are the b with ``b * N * devices == G``
-    exactly. Measurements run in increasing order of b where they can, so that an in-process measure on CPU
-    (peak resident memory never falls) reads each size's own peak.
+    `max_measurements` measurements in all). The chosen size is always one it measured. Candidates are the b with
+    ``b * N * devices == G`` exactly. Measurements run in increasing order of b where they can, so that an
+    in-process measure on CPU (peak resident memory never falls) reads each size's own peak.
 
     Args:
         measure (Callable[[int], Measurement]): Measures one micro-batch size: for example a
