@@ -245,11 +245,13 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         return (self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items)
 
     def _item_ratio(self, items):
-        """In a front end's graph, before its own backward: what the micro-batch's gradient seed is multiplied by,
-        so that its gradient arrives weighted and is added as it is (``buffer += grad * weight`` held a product of a
-        parameter's size beside the gradients): its items over the buffers' unit (``accu_items_unit``), which the
-        window's first micro-batch sets to its items and the window's end divides back. Near 1, so that a float16
-        backward runs at about the scale it would without accumulation. None with ``average=False``."""
+        """The micro-batch's weight in the buffers' unit: its items over ``accu_items_unit``, which the window's
+        first micro-batch sets to its items and the window's end divides back. A front end that runs the backward
+        multiplies the gradient's seed by it before its backward, so that the gradient arrives weighted and is
+        added as it is (``buffer += grad * weight`` held a product of a parameter's size beside the gradients);
+        Accumulator, handed finished gradients, adds with it in place (``grad_ops.accumulate_weighted``). Near 1,
+        so that a float16 backward runs at about the scale it would without accumulation, and exactly 1 for equal
+        micro-batches. None with ``average=False``."""
         if not self.average:
             return None
         unit = ops.select(self.accu_micro_steps == 0, items, self.accu_items_unit)
