@@ -20,14 +20,13 @@ with plain training fed the same way:
   (loss / N backward per micro-batch, one step per window), torch-plain-Nb.
 
 It prints samples/s (median over processes), the ratio to plain training at b fed the same way and to plain
-training at N*b, each process's peak resident memory (ru_maxrss, whole process) next to its resident memory
+training at N*b, each process's peak resident memory (VmHWM, whole process) next to its resident memory
 before the first step, and MindSpore's speed relative to PyTorch on the three matching jobs.
 """
 import argparse
 import importlib.util
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -146,7 +145,8 @@ def child(config, data_path, batch, steps, seconds, mode):
             speed = mindspore_dataset(config, images, labels, batch, steps, seconds)
         else:
             speed = timed(mindspore_tensors(config, images, labels, batch, steps), seconds, WARMUP_UPDATES)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    from ms_accum.trainers.planner import resident_peak  # pylint: disable=import-outside-toplevel
+    peak = resident_peak() / 2 ** 20  # not ru_maxrss: it carries the peak of the process that started this one
     print(json.dumps({"samples_per_s": speed, "peak_mib": peak, "before_mib": before}))
 
 

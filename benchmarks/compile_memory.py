@@ -15,7 +15,7 @@ reports in MiB above it:
 - compiled: after ``compile``, before any step (the graph, its kernels and runtime structures, and buffers that
   become resident while it is compiled, as ``Accumulator``'s do);
 - trained: after --windows windows (the resident memory the steps add, activations and buffers);
-- peak: ru_maxrss at the end.
+- peak: the process's peak resident memory (VmHWM) at the end.
 
 ``benchmarks/memory.py`` gives the whole-run figures of every path; this one says which part of a difference is
 compilation. GRAPH_MODE only.

@@ -14,7 +14,7 @@ optimizer state, or a text model whose first and largest parameter is its embedd
 momentum optimizer and the micro-batches as Tensors (token ids for the text model), notes the resident memory,
 then builds what the configuration adds (its cells and their buffers, the tutorial's zeros copy) and
 trains --windows windows of N micro-batches (plain training: as many steps of b, or --windows steps of N x b),
-and reports the peak resident memory above that base (ru_maxrss) and the resident memory after the last window
+and reports the peak resident memory above that base (VmHWM) and the resident memory after the last window
 (what it holds). The figure that matters is the difference to plain training at b, in float32 copies of the
 trainable parameters: accumulation's buffers are one copy, whenever they become resident (a Parameter made by
 ``initializer("zeros")`` takes its memory when first written, a ``clone(init="zeros")`` at once).
@@ -37,7 +37,6 @@ instead of MindCV's momentum with weight decay and label smoothing; ``--width`` 
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 
@@ -58,7 +57,8 @@ def rss_mib():
 
 
 def peak_mib():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    from ms_accum.trainers.planner import resident_peak  # pylint: disable=import-outside-toplevel
+    return resident_peak() / 2 ** 20  # not ru_maxrss: it carries the peak of the process that started this one
 
 
 def block_model(classes, seed=0):

@@ -300,3 +300,19 @@ def test_a_measure_started_ahead_runs_each_size_in_a_fresh_process_that_imported
         ms_accum.FreshProcessMeasure([sys.executable, "-c", "pass", "{micro_batch}"], preload=("decimal",))
     with pytest.raises(TypeError, match="'preload' must be a list of module names"):
         ms_accum.FreshProcessMeasure(command, preload="decimal")
+
+
+def test_a_measuring_process_reads_its_own_peak_not_its_parents():
+    """Linux carries ru_maxrss across exec from the process that started the child: a measuring process started by
+    a pytest worker of 4 GiB read 4.18 GiB for a small model. The peak a child reports must be its own, here well
+    below the 600 MiB this process touches first."""
+    import resource  # pylint: disable=import-outside-toplevel
+    held = bytearray(600 * MIB)
+    for index in range(0, len(held), 4096):
+        held[index] = 1
+    parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    script = ("import json\nfrom ms_accum.trainers.planner import resident_peak\n"
+              "print(json.dumps({'peak': resident_peak()}))\n")
+    child = ms_accum.FreshProcessMeasure([sys.executable, "-c", script, "{micro_batch}"])(1).peak
+    del held
+    assert child < parent - 400 * MIB, (child / MIB, parent / MIB)
