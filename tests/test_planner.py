@@ -288,14 +288,14 @@ def test_a_measure_started_ahead_runs_each_size_in_a_fresh_process_that_imported
     assert ms_accum.FreshProcessMeasure(command)(3).peak == 10 * MIB, "decimal is imported without preload"
     with ms_accum.FreshProcessMeasure(command, preload=("decimal",)) as measure:
         first, second = measure(3), measure(5)
-        waiting = measure._next  # pylint: disable=protected-access
+        waiting = measure._ahead[0]  # pylint: disable=protected-access
         assert waiting.poll() is None, "no process waits for the next measurement"
         with pytest.raises(RuntimeError, match=r"(?s)measuring micro-batch 13 failed \(exit code 1, no "
                                                r"measurement printed\).*no memory for 13"):
             measure(13)
     assert (first.peak, second.peak) == (1010 * MIB, 1012 * MIB)
     assert first.samples_per_second != second.samples_per_second, "two sizes measured in one process"
-    assert waiting.poll() is not None and measure._next is None  # pylint: disable=protected-access
+    assert waiting.poll() is not None and measure._ahead[0] is None  # pylint: disable=protected-access
     with pytest.raises(ValueError, match=r"'command' must be \[python, script.py, \*arguments\]"):
         ms_accum.FreshProcessMeasure([sys.executable, "-c", "pass", "{micro_batch}"], preload=("decimal",))
     with pytest.raises(TypeError, match="'preload' must be a list of module names"):

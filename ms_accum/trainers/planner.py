@@ -381,8 +381,8 @@ class FreshProcessMeasure:
                              f"so 'command' must be [python, script.py, *arguments], but got {command!r}. Drop "
                              f"'preload', or run the script with the interpreter.")
         self.command, self.env, self.timeout, self.preload = list(command), env, timeout, tuple(preload)
-        self._next = None  # the process started ahead for the next measurement
-        self._closer = weakref.finalize(self, _end_process, [None])
+        self._ahead = [None]  # the process started ahead for the next measurement, ended when this measure goes
+        weakref.finalize(self, _end_process, self._ahead)
 
     def __call__(self, micro_batch):
         argv = [arg.replace("{micro_batch}", str(micro_batch)) for arg in self.command]
@@ -390,10 +390,8 @@ class FreshProcessMeasure:
             done = subprocess.run(argv, capture_output=True, text=True, env=self.env, timeout=self.timeout,
                                   check=False)
             return self._read(micro_batch, argv, done.returncode, done.stdout, done.stderr)
-        process = self._next or self._start()
-        self._next = self._start()  # imports while `process` measures
-        self._closer.detach()
-        self._closer = weakref.finalize(self, _end_process, [self._next])
+        process = self._ahead[0] or self._start()
+        self._ahead[0] = self._start()  # imports while `process` measures
         try:
             stdout, stderr = process.communicate(json.dumps(argv[1:]) + "\n", timeout=self.timeout)
         except subprocess.TimeoutExpired:
@@ -418,8 +416,8 @@ class FreshProcessMeasure:
 
     def close(self):
         """End the process started ahead for a next measurement, if any."""
-        self._closer()
-        self._next = None
+        _end_process(self._ahead)
+        self._ahead[0] = None
 
     def __enter__(self):
         return self
