@@ -94,7 +94,7 @@ def _accumulator(net, loss, opt, windows):
 PATHS = {
     "three-cells": (_three_cells, {("TrainForwardBackward", "train"), ("TrainOptim", "train"),
                                    ("TrainClear", "train")}),
-    "driver": (_driver, {("TrainForwardBackward", "train"), ("TrainOptim", "train"), ("TrainClear", "train")}),
+    "driver": (_driver, {("TrainAccuStepsCell", "train_accumulate"), ("TrainAccuStepsCell", "train_update")}),
     "parallel": (_parallel, {("TrainAccuStepsCell", "train_accumulate"), ("TrainAccuStepsCell", "train_update")}),
     "parallel-loss-scale": (_parallel_loss_scale, {("TrainAccuStepsWithLossScaleCell", "train_accumulate"),
                                                    ("TrainAccuStepsWithLossScaleCell", "train_update")}),

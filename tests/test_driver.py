@@ -43,17 +43,15 @@ def test_partial_window_policies(policy, epochs, window_sizes, exec_mode):
 
 
 def test_graph_mode_compiles_the_network_once_and_the_window_end_without_it():
-    """In GRAPH_MODE every micro-batch runs the forward-backward's graph, compiled once, and each window's end the
-    optimizer step's graph and the clear's, without the network: its activations are held once
-    (benchmarks/memory.py measured 5 parameter copies more when the window's end shared the network's graph), and
-    the clear apart from the step (in the step's graph MindSpore copied every buffer divided in place)."""
+    """In GRAPH_MODE the driver's engine cell compiles two graphs, once each: the accumulation graph every
+    micro-batch runs (the network's forward and backward) and the window's end (without the network, so its
+    activations are held once: test_every_path_holds_the_tutorials_memory_at_size measures it)."""
     ms.set_context(mode=ms.GRAPH_MODE)
     batches = micro_batches([4] * 8)
     trainer, net, _ = _trainer()
     trainer.train_process(2, numpy_dataset(batches), 4, ckpt_path=None, log_every=0)
-    assert len(trainer.forward_backward.compile_cache) == 1, trainer.forward_backward.compile_cache
-    assert len(trainer.optim.compile_cache) == 1, trainer.optim.compile_cache
-    assert len(trainer.clear.compile_cache) == 1, trainer.clear.compile_cache
+    phases = sorted(key.split(".")[0] for key in trainer.cell.compile_cache)
+    assert phases == ["train_accumulate", "train_update"], trainer.cell.compile_cache
     expected = reference_train("momentum", windows_of_sizes(batches * 2, [4] * 4))
     assert_params_close(params_of(net), expected, context="two graphs")
 
@@ -117,7 +115,7 @@ class _Recorder(Callback):
         self.events.append("begin")
 
     def on_train_step_begin(self, run_context):
-        held = int(self.trainer.forward_backward.accu_micro_steps.asnumpy()) if self.trainer else None
+        held = int(self.trainer.cell.accu_micro_steps.asnumpy()) if self.trainer else None
         self.events.append(("step_begin", run_context.original_args().cur_step_num, held))
 
     def on_train_epoch_end(self, run_context):
@@ -429,3 +427,43 @@ def test_a_loss_that_is_not_a_scalar_names_the_driver(exec_mode):
                                                                         ckpt_path=None, log_every=0)
     # as ms_accum wrote it: not quoted, without MindSpore's C++ stack and graph traceback (GRAPH_MODE's compile)
     assert re.fullmatch(r"For 'GradientAccumulation', the loss .* but it returned shape \(4,?\)\.", str(raised.value))
+
+
+def test_the_cells_of_earlier_releases_read_the_engine_cell_with_a_deprecation_warning():
+    """Before the driver drove one engine cell it held three cells; code reading them keeps working for a
+    release: 'forward_backward' and 'optim' give the cell (which holds every counter and record they held) and
+    'clear' its drop, each with a DeprecationWarning naming the new name."""
+    trainer, _, _ = _trainer()
+    for old in ("forward_backward", "optim"):
+        with pytest.warns(DeprecationWarning, match=rf"For 'GradientAccumulation', '{old}' is now the engine cell "
+                                                    rf"'cell'; the old name goes in the next release"):
+            assert getattr(trainer, old) is trainer.cell
+    x, y = micro_batches([4])[0]
+    trainer.cell.set_accumulation(True)(ms.Tensor(x), ms.Tensor(y))  # a window opened by hand
+    assert int(trainer.cell.accu_micro_steps.asnumpy()) == 1
+    with pytest.warns(DeprecationWarning, match=r"'clear' is now the engine cell's 'cell.drop'"):
+        clear = trainer.clear
+    clear()
+    assert int(trainer.cell.accu_micro_steps.asnumpy()) == 0
+
+
+def test_sens_with_a_loss_scale_is_refused_naming_both():
+    net, loss, opt = build("momentum")
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation', 'sens' must be 1.0 with 'scale_sense', whose "
+                                         r"loss scale is the gradient's seed, but got 2.0"):
+        ms_accum.GradientAccumulation(net, loss, opt, sens=2.0, scale_sense=ms.Tensor(1024.0))
+
+
+def test_a_second_run_may_not_change_the_adaptive_policy_its_graphs_hold():
+    """The window-end graph holds an adaptive policy (it chooses N on the device): a trainer that has trained
+    without one (or with another) refuses one, naming both, instead of running graphs that ignore it."""
+    net, loss, opt = build("momentum")
+    trainer = ms_accum.GradientAccumulation(net, loss, opt, noise_scale=True)
+    data = numpy_dataset(micro_batches([4] * 8))
+    trainer.train_process(1, data, 2, ckpt_path=None, log_every=0)
+    trainer.train_process(1, data, {0: 2, 2: 4}, ckpt_path=None, log_every=0)  # a schedule: no graph holds it
+    policy = ms_accum.AdaptiveAccumulation(min_steps=2, max_steps=4)
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation.train_process', the window-end graph this "
+                                         r"trainer compiled holds no adaptive policy, but "
+                                         r"'gradient_accumulation_steps' asks for the policy AdaptiveAccumulation"):
+        trainer.train_process(1, data, policy, ckpt_path=None, log_every=0)

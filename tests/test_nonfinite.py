@@ -80,7 +80,7 @@ def run_path(path, batches, nonfinite="skip", parts=None):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ms_accum.NonFiniteWindowWarning)
             trainer.train_process(1, numpy_dataset(batches), N, ckpt_path=None, log_every=0)
-        return net, opt, trainer.optim
+        return net, opt, trainer.cell
     cell = ms_accum.TrainAccuStepsCell(loss_net, opt, gradient_accumulation_steps=N)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ms_accum.NonFiniteWindowWarning)

@@ -129,7 +129,7 @@ def test_the_driver_takes_every_loss_scale_form(form, exec_mode):
     telemetry = ms_accum.WindowTelemetry()
     trainer.train_process(1, numpy_dataset(batches), 3, callbacks=[telemetry], ckpt_path=None, log_every=0)
     assert [r.overflow for r in telemetry.records] == [True, False], telemetry.records
-    assert float(trainer.optim.accu_scale.asnumpy()) == (SCALE / 2 if form in DYNAMIC else SCALE)
+    assert float(trainer.cell.accu_scale.asnumpy()) == (SCALE / 2 if form in DYNAMIC else SCALE)
     assert_params_close(params_of(net), _reference([batches[3:]]), context=f"driver/{form}/{exec_mode}")
 
 

@@ -1,6 +1,7 @@
 """Exact resume: training interrupted at any micro-batch and resumed from its state file ends where an
 uninterrupted run ends."""
 import contextlib
+import importlib.util
 import io
 import os
 import re
@@ -78,7 +79,7 @@ def test_resume_from_any_micro_batch_matches_an_uninterrupted_run(stop_after, un
     expected, losses, steps = uninterrupted
     state = str(tmp_path / "state.ckpt")
     trainer, _ = make_trainer(seed=1)
-    die_after(monkeypatch, ms_accum.TrainForwardBackward, stop_after)
+    die_after(monkeypatch, ms_accum.TrainAccuStepsCell, stop_after)
     with pytest.raises(_Killed):
         trainer.train_process(EPOCHS, data(), N, ckpt_path=None, log_every=0, state_path=state, save_state_every=1)
     monkeypatch.undo()
@@ -279,7 +280,7 @@ def test_a_state_file_of_an_older_format_resumes_and_a_newer_format_is_refused(u
         model.train(EPOCHS, data(), dataset_sink_mode=False)
     monkeypatch.undo()
     saved = ms.load_checkpoint(state)
-    assert int(saved["ms_accum_state_format"].asnumpy()) == 4 and "accu_window.steps" in saved
+    assert int(saved["ms_accum_state_format"].asnumpy()) == 5 and "accu_window.steps" in saved
     assert int(saved["ms_accum_layout_steps"].asnumpy()) == model.gradient_accumulation_steps  # its layout
     first = float(saved["accu_window.items_unit"].asnumpy())
     dropped = ("accu_window.items_unit",)
@@ -298,9 +299,9 @@ def test_a_state_file_of_an_older_format_resumes_and_a_newer_format_is_refused(u
     for name, want in expected.items():
         np.testing.assert_allclose(params_of(net)[name], want, rtol=1e-6, atol=1e-7, err_msg=name)
     newer = [entry for entry in old if entry["name"] != "ms_accum_state_format"]
-    ms.save_checkpoint(newer + [{"name": "ms_accum_state_format", "data": ms.Tensor(5, ms.int32)}], state)
-    with pytest.raises(ms_accum.CheckpointError, match=r"is a state file of format 5, written by a newer ms_accum "
-                                                       r"than this one \(which reads formats 1 to 4\)"):
+    ms.save_checkpoint(newer + [{"name": "ms_accum_state_format", "data": ms.Tensor(6, ms.int32)}], state)
+    with pytest.raises(ms_accum.CheckpointError, match=r"is a state file of format 6, written by a newer ms_accum "
+                                                       r"than this one \(which reads formats 1 to 5\)"):
         make_model(seed=99)[0].train(EPOCHS, data(), dataset_sink_mode=False, resume_from=state)
 
 
@@ -454,7 +455,7 @@ def test_each_state_write_keeps_the_previous_generation(tmp_path):
     trainer, _ = make_trainer(seed=1)
     state = str(tmp_path / "state.ckpt")
     for position in (3, 7, 11):
-        ms_accum.save_training_state(trainer.forward_backward, state, position, position // 4)
+        ms_accum.save_training_state(trainer.cell, state, position, position // 4)
     assert _positions_in(state) == [11, 7]
     assert os.path.exists(tmp_path / "state.prev.ckpt")
 
@@ -472,24 +473,51 @@ def test_ranks_resume_from_the_newest_position_all_of_them_saved():
 def test_a_state_file_belongs_to_its_rank_and_device_count(tmp_path):
     trainer, _ = make_trainer(seed=1)
     state = str(tmp_path / "state.ckpt")
-    ms_accum.save_training_state(trainer.forward_backward, state, 5, 1, rank=1, world=2)
+    ms_accum.save_training_state(trainer.cell, state, 5, 1, rank=1, world=2)
     with pytest.raises(ms_accum.CheckpointError, match=r"is rank 1's state, but this is rank 0: every rank resumes "
                                                        r"from its own file"):
-        ms_accum.load_training_state(trainer.forward_backward, state, 100, rank=0, world=2)
+        ms_accum.load_training_state(trainer.cell, state, 100, rank=0, world=2)
     with pytest.raises(ms_accum.CheckpointError, match=r"was written by a run on 2 process\(es\), but this run has "
                                                        r"1"):
-        ms_accum.load_training_state(trainer.forward_backward, state, 100)
+        ms_accum.load_training_state(trainer.cell, state, 100)
 
 
 def test_data_parallel_state_is_written_at_update_boundaries_only(tmp_path):
     from ms_accum.trainers.state import StateWriter
     trainer, _ = make_trainer(seed=1)
-    writer = StateWriter(trainer.forward_backward, str(tmp_path / "s.ckpt"), every=3, total_micro_steps=40, start=0,
+    writer = StateWriter(trainer.cell, str(tmp_path / "s.ckpt"), every=3, total_micro_steps=40, start=0,
                          rank=0, world=2)
     written = [m for m in range(1, 40) if writer.after(m, m // 4, at_update_boundary=m % 4 == 0)]
     assert written == [4, 8, 12, 16, 20, 24, 28, 32, 36]  # every update boundary once 3 more have passed
-    writer = StateWriter(trainer.forward_backward, str(tmp_path / "s.ckpt"), every=6, total_micro_steps=40, start=0,
+    writer = StateWriter(trainer.cell, str(tmp_path / "s.ckpt"), every=6, total_micro_steps=40, start=0,
                          rank=0, world=2)
     # the first update boundary at or after each multiple of 6: 6 -> 8, 12, 18 -> 20, 24, 30 -> 32, 36
     assert [m for m in range(1, 40) if writer.after(m, m // 4, at_update_boundary=m % 4 == 0)] == [8, 12, 20, 24, 32,
                                                                                                    36]
+
+
+@pytest.mark.parametrize("name", ["driver_schedule_format4.ckpt", "driver_adaptive_format4.ckpt"])
+def test_a_driver_state_of_format_4_resumes_exactly(name, tmp_path):
+    """Format 4 (before the driver drove one engine cell) kept the driver's N in 'ms_accum_window_steps' and its
+    window count on the host. Its files (tests/data, written by that release inside a window of a schedule, and by an
+    adaptive run after the policy chose N = 4) resume where an uninterrupted run of this release ends."""
+    spec = importlib.util.spec_from_file_location("driver_states", os.path.join(ROOT, "tests", "data",
+                                                                              "make_driver_states_format4.py"))
+    made = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(made)
+    built, run = made.RUNS[name]
+    data, trainer = made.data, made.trainer
+    net, fresh = trainer(**built)
+    fresh.train_process(2, data(), ckpt_path=None, log_every=0, **run)
+    expected = params_of(net)
+    state = str(tmp_path / "state.ckpt")
+    saved = ms.load_checkpoint(os.path.join(ROOT, "tests", "data", name))
+    assert int(saved["ms_accum_state_format"].asnumpy()) == 4 and "ms_accum_window_steps" in saved
+    assert "grad_sum.windows" not in saved and "grad_sum.steps" not in saved
+    ms.save_checkpoint([{"name": key, "data": value} for key, value in saved.items()], state)
+    net, resumed = trainer(**built)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        resumed.train_process(2, data(), ckpt_path=None, log_every=0, resume_from=state, **run)
+    assert "resuming" in printed.getvalue() and "14 in all" in printed.getvalue(), printed.getvalue()
+    for key, want in expected.items():
+        np.testing.assert_allclose(params_of(net)[key], want, rtol=1e-6, atol=1e-7, err_msg=f"{name}: {key}")

@@ -158,7 +158,7 @@ def test_driver_schedule_resumes_mid_window(tmp_path, monkeypatch, capsys):
     full.train_process(1, numpy_dataset(batches), SCHEDULE, ckpt_path=None, log_every=0)
     state = str(tmp_path / "state.ckpt")
     cut, _ = trainer(0)
-    die_after(monkeypatch, ms_accum.TrainForwardBackward, 7)  # windows 1, 1, 2, 2, then 1 of 3
+    die_after(monkeypatch, ms_accum.TrainAccuStepsCell, 7)  # windows 1, 1, 2, 2, then 1 of 3
     with pytest.raises(_Killed):
         cut.train_process(1, numpy_dataset(batches), SCHEDULE, ckpt_path=None, log_every=0, state_path=state,
                           save_state_every=1)

@@ -1,20 +1,19 @@
 """TrainAccuStepsCell: accumulation for parallel training, one gradient reduction per window.
 
-A call runs in one of two modes: accumulate (forward, backward, add into ``accu_grads``; no communication, no
-optimizer) or update (add the last micro-batch, reduce once across devices, one optimizer step, reset). The
-network's forward and backward are compiled once: an update call launches the accumulation graph, then the
-window's end (``UPDATE_PHASE``), a graph of its own without the network. A graph that held a second forward and
-backward would keep a second arena of activations: on MindCV's ResNet18 (192 x 192, micro-batch 8) Model_ACCU
-held 13.6 float32 copies of the parameters above plain training with one (benchmarks/memory.py). Whichever way the
-mode is chosen (the ``accumulation`` attribute, :meth:`set_accumulation`, or left to the cell, which updates
-every ``accumulation_steps``-th call), the cell selects the phases right before the call.
+A call runs in one of two modes: accumulate (forward, backward, add into ``accu_grads``; no communication, no optimizer)
+or update (add the last micro-batch, reduce once across devices, one optimizer step, reset). The network's forward and
+backward are compiled once: an update call launches the accumulation graph, then the window's end (``UPDATE_PHASE``), a
+graph of its own without the network. A graph that held a second forward and backward would keep a second arena of
+activations (docs/performance_history.md, The network in one graph). Whichever way the mode is chosen (the
+``accumulation`` attribute, :meth:`set_accumulation`, or left to the cell, which updates every ``accumulation_steps``-th
+call), the cell selects the phases right before the call.
 """
 from mindspore import nn
 
 from ..core import window
 from ..core.checks import (check_bool, check_cell, check_clip_norm, check_optimizer, check_optimizer_trains,
                            check_sens, warn_eval_mode)
-from ..core.engine import WINDOW_PREFIX, WindowEngine
+from ..core.engine import CellNaming, WindowEngine
 from ..core.noise_scale import noise_state
 from ..core.schedule import steps_argument
 from ..core.weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
@@ -36,7 +35,7 @@ class AccumulationModes:
     """
 
     def _init_modes(self):
-        self._mode = None            # None: automatic; True/False: chosen by the user or Model_ACCU
+        self._mode = None            # None: automatic; True/False: chosen by the user or a trainer
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
         self._auto_held = None       # micro-batches in the open window as the automatic mode counts them
         self._auto_steps = None      # the N of the open window as the automatic mode knows it
@@ -151,7 +150,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
     Which calls update: by default every N-th call (a plain loop ``for x, y in data: cell(x,
     y)`` is right); or the mode set with ``cell.accumulation = flag`` or :meth:`set_accumulation` (``None``
     returns to the default). In GRAPH_MODE each mode has its own compiled graph, selected before every call.
-    :class:`Model_ACCU` sets the mode itself, and puts the network in training mode; called from a loop of your own,
+    The trainers set the mode themselves, and put the network in training mode; called from a loop of your own,
     call ``set_train(True)`` first, as for :class:`mindspore.nn.TrainOneStepCell` (the first call warns if every
     BatchNorm and dropout layer of the network is in inference mode, as MindSpore builds them).
 
@@ -167,8 +166,8 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`;
             windows counted in the ``accu_windows`` Parameter, so it survives a saved state); or an
             :class:`AdaptiveAccumulation` policy, decided on the device after each window (its N in the
-            ``accu_steps`` Parameter; needs `noise_scale`). The automatic mode and :class:`Model_ACCU` without sink
-            follow all three; dataset sink mode takes an int. ``accumulation_steps``, ``mini_steps`` and
+            ``accu_steps`` Parameter; needs `noise_scale`). The automatic mode and the trainers without dataset
+            sink mode follow all three; dataset sink mode takes an int. ``accumulation_steps``, ``mini_steps`` and
             ``accumulate_step`` are accepted in its place (keyword only). Default: ``1``.
         clip_norm (float, optional): Clip the window's gradient (averaged, reduced across devices) to this global
             norm, once per window, as ``ops.clip_by_global_norm`` would clip the large batch's gradient; ``None``
@@ -218,16 +217,17 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
 
     def __init__(self, network, optimizer, sens=1.0, gradient_accumulation_steps=None, clip_norm=None,
                  noise_scale=False, average=True, nonfinite="skip",
-                 *, accumulation_steps=None, mini_steps=None, accumulate_step=None):
-        owner = "TrainAccuStepsCell"
+                 *, accumulation_steps=None, mini_steps=None, accumulate_step=None, _naming=None):
+        naming = _naming or CellNaming("TrainAccuStepsCell")  # a trainer building the cell names it its own way
+        owner = naming.owner
         steps = steps_argument(owner, gradient_accumulation_steps, dict(
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step), 1)
         check_cell_arguments(owner, network, optimizer)
         super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
-        self._init_engine(owner, self.weights.clone(prefix="accu_grads", init="zeros"),
-                          window.WindowState(WINDOW_PREFIX), check_clip_norm(owner, clip_norm),
-                          check_bool(owner, "average", average),
-                          noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average), nonfinite=nonfinite)
+        self._init_engine(owner, naming.buffers(self.weights), window.WindowState(naming.window_prefix),
+                          check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
+                          noise=noise_state(owner, naming.window_prefix, noise_scale, average), nonfinite=nonfinite,
+                          rebuild=naming.rebuild_hint)
         self._init_steps(*steps)
         self._init_modes()
 

@@ -5,7 +5,7 @@ from mindspore import dtype as mstype
 from ..compat import overflow_saturates
 from ..core import window
 from ..core.checks import check_bool, check_clip_norm
-from ..core.engine import WINDOW_PREFIX, WindowEngine, float32_buffers
+from ..core.engine import CellNaming, WindowEngine
 from ..core.loss_scale import SCALER, check_scale_sense, scale_kind
 from ..core.noise_scale import noise_state
 from ..core.schedule import steps_argument
@@ -89,8 +89,9 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
 
     def __init__(self, network, optimizer, scale_sense, gradient_accumulation_steps=None, clip_norm=None,
                  noise_scale=False, average=True, nonfinite="skip",
-                 *, accumulation_steps=None, mini_steps=None, accumulate_step=None):
-        owner = "TrainAccuStepsWithLossScaleCell"
+                 *, accumulation_steps=None, mini_steps=None, accumulate_step=None, _naming=None):
+        naming = _naming or CellNaming("TrainAccuStepsWithLossScaleCell")  # see TrainAccuStepsCell
+        owner = naming.owner
         steps = steps_argument(owner, gradient_accumulation_steps, dict(
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step), 1)
         check_cell_arguments(owner, network, optimizer)
@@ -100,13 +101,14 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
                          Tensor(scale_sense.scale_value.asnumpy()) if kind == SCALER else scale_sense)
         scale = scale_sense.scale_value if kind == SCALER else self.scale_sense
         updater = scale_sense if kind == SCALER else self.loss_scaling_manager
-        self._init_engine(owner, float32_buffers(self.weights, "accu_grads"), window.WindowState(WINDOW_PREFIX),
-                          check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
-                          noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
-                          loss_scale=(kind, updater, scale), nonfinite=nonfinite)
+        self._init_engine(owner, naming._replace(float32_buffers=True).buffers(self.weights),
+                          window.WindowState(naming.window_prefix), check_clip_norm(owner, clip_norm),
+                          check_bool(owner, "average", average),
+                          noise=noise_state(owner, naming.window_prefix, noise_scale, average),
+                          loss_scale=(kind, updater, scale), nonfinite=nonfinite, rebuild=naming.rebuild_hint)
         self._init_steps(*steps)
         self._init_modes()
-        self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{WINDOW_PREFIX}.overflow",
+        self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{naming.window_prefix}.overflow",
                                        requires_grad=False)
         self.saturation_mode = overflow_saturates(self)
 

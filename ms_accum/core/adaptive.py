@@ -17,10 +17,10 @@ class AdaptiveAccumulation:
     only between windows, so every window is still exactly the large-batch step of its own size; while there is
     no estimate (NaN), N stays where it is.
 
-    Give it wherever N is given (``gradient_accumulation_steps``: the driver, the parallel cells, `Model_ACCU`
-    without sink, :class:`Accumulator`), with ``noise_scale=True``. The driver applies it on the host; the cells
-    and :class:`Accumulator` on the device after each window (:func:`next_steps_on_device`, the same rule), inside
-    a compiled step too. :class:`WindowTelemetry` records the N of every window (``accumulation_steps``).
+    Give it wherever N is given (``gradient_accumulation_steps`` of the parallel cells, of :class:`Accumulator` and of
+    the trainers, without dataset sink mode), with ``noise_scale=True``. It is applied on the device after each window
+    (:func:`next_steps_on_device`), inside a compiled step too. :class:`WindowTelemetry` records the N of every window
+    (``accumulation_steps``).
 
     Args:
         min_steps (int): The smallest N, >= 2 (a window of one micro-batch carries no estimate, so N = 1 could

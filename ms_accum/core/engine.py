@@ -16,7 +16,7 @@ counters and its choices, decided once when the cell is built:
 
 The engine knows nothing of datasets, Model or training loops.
 """
-import warnings
+from typing import NamedTuple
 
 from mindspore import Parameter, ParameterTuple, Tensor, context, jit, mutable, ops
 from mindspore import dtype as mstype
@@ -31,6 +31,7 @@ from .adaptive import AdaptiveAccumulation, next_steps_on_device
 from .checks import check_choice
 from .compile_cache import check_cached_settings, compile_cache_on
 from .compiled import CompiledCall, through_a_branch
+from .deprecation import renamed
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
 from .runtime_checks import assert_in_graph
@@ -38,6 +39,24 @@ from .schedule import STEPS_NAME, AccumulationSchedule, check_steps
 
 WINDOW_PREFIX = "accu_window"
 NONFINITE_POLICIES = ("skip", "raise", "apply")
+
+
+class CellNaming(NamedTuple):
+    """What an engine cell names, chosen by whoever builds it: `owner`, the name its errors give (a trainer that
+    builds the cell for its user gives its own), `rebuild_hint`, what to build anew after an error, and the
+    prefixes of its buffers' and counters' Parameter names (the keys of a state file). `float32_buffers`: float32
+    buffers whatever the parameters' type, instead of buffers of the parameters' own type."""
+    owner: str
+    rebuild_hint: str = "new cells"
+    buffer_prefix: str = "accu_grads"
+    window_prefix: str = WINDOW_PREFIX
+    float32_buffers: bool = False
+
+    def buffers(self, weights):
+        """Zero buffers shaped like `weights`, named '<buffer_prefix>.<weight name>'."""
+        if self.float32_buffers:
+            return float32_buffers(weights, self.buffer_prefix)
+        return weights.clone(prefix=self.buffer_prefix, init="zeros")
 
 
 def check_nonfinite(owner, nonfinite, loss_scaled):
@@ -48,8 +67,7 @@ def check_nonfinite(owner, nonfinite, loss_scaled):
         raise ValueError(f"For '{owner}', 'nonfinite' must be 'skip' with a loss scale, whose overflow skip decides "
                          f"what a window holding an inf or a NaN does (skipped, the scale lowered, training goes "
                          f"on), but got {nonfinite!r}. Drop 'nonfinite' or the loss scale; to stop a run whose "
-                         f"windows keep overflowing, lower 'max_nonfinite_windows' of GradientAccumulation.train_"
-                         f"process or Model_ACCU.train.")
+                         f"windows keep overflowing, lower 'max_nonfinite_windows' of the training call.")
     return nonfinite
 
 
@@ -98,7 +116,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         place and hands them to the optimizer, instead of a divided copy beside them."""
         self.owner_name, self.items_source, self.rebuild_hint = owner, items_source, rebuild
         # MindSpore's compile cache cannot store a raise in a graph: check with Assert instead (runtime_checks.py)
-        self.cache_safe = compile_cache_on()
+        self.compile_cache_on = compile_cache_on()
         self.accu_grads = buffers
         self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
         self.accu_items_unit = state.items_unit
@@ -128,25 +146,9 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self._cache_slot = None  # the cell's entry among the compile cache's recorded settings (compile_cache.py)
 
     # ------------------------------------------------------------------ names of ms_accum 0.1
-    def _renamed(self, old, new):
-        warnings.warn(f"For '{type(self).__name__}', '{old}' is renamed '{new}'; the old name goes in the next "
-                      f"release.", DeprecationWarning, stacklevel=3)
-        return getattr(self, new)
-
-    @property
-    def last_items(self):
-        """Deprecated: :attr:`accu_last_items` (the name of ms_accum 0.1)."""
-        return self._renamed("last_items", "accu_last_items")
-
-    @property
-    def last_grad_norm(self):
-        """Deprecated: :attr:`accu_last_grad_norm` (the name of ms_accum 0.1)."""
-        return self._renamed("last_grad_norm", "accu_last_grad_norm")
-
-    @property
-    def last_clipped(self):
-        """Deprecated: :attr:`accu_last_clipped` (the name of ms_accum 0.1)."""
-        return self._renamed("last_clipped", "accu_last_clipped")
+    last_items = renamed("last_items", "accu_last_items")
+    last_grad_norm = renamed("last_grad_norm", "accu_last_grad_norm")
+    last_clipped = renamed("last_clipped", "accu_last_clipped")
 
     # ------------------------------------------------------------------ the compile cache
     def _compile_settings(self):
@@ -307,7 +309,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             if self.nonfinite == "apply":  # no check: the window is applied whatever it holds
                 return False
             overflow = ops.logical_not(ops.isfinite(norm))
-            if self.nonfinite == "raise" and self.cache_safe:  # else raised in the skip's branch (_step_unless)
+            if self.nonfinite == "raise" and self.compile_cache_on:  # else raised in the skip's branch (_step_unless)
                 overflow = window.assert_finite(overflow, norm)
             return overflow
         return self._sum_over_devices(self._local_overflow()) > 0.0
@@ -331,7 +333,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         """Whether a window whose gradient is not finite raises in the skip's branch: nonfinite="raise" without a
         loss scale (whose overflows are skipped), and without the compile cache (there MindSpore's ``Assert``
         checks it, in :meth:`_window_overflow`)."""
-        return self.nonfinite == "raise" and self.scale_kind is None and not self.cache_safe
+        return self.nonfinite == "raise" and self.scale_kind is None and not self.compile_cache_on
 
     def _step_unless(self, overflow, refused, shown, optimizer, grads, result):
         """One optimizer step unless the window overflowed or is `refused` (None: checked already). The skip's
@@ -363,7 +365,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         """
         refused, shown = self._window_check()
         checked = None
-        if self.cache_safe:  # the compile cache cannot store a raise (runtime_checks.py)
+        if self.compile_cache_on:  # the compile cache cannot store a raise (runtime_checks.py)
             checked, refused = assert_in_graph(ops.logical_not(refused), list(shown)), None
         elif not self._skips_windows():  # no skip branch to share: a branch of its own, before anything
             self._refuse_window(refused, shown)

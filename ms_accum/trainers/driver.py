@@ -1,32 +1,34 @@
-"""GradientAccumulation: the one-device trainer, the three cells driven over a dataset by the shared window loop."""
+"""GradientAccumulation: the one-device trainer, one engine cell driven over a dataset by the shared window loop."""
 import warnings
 from dataclasses import dataclass
-from functools import partial
 
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Tensor, nn
 from mindspore import dtype as mstype
 
+from ..cells.parallel import TrainAccuStepsCell
+from ..cells.parallel_loss_scale import TrainAccuStepsWithLossScaleCell
+from ..compat import CallbackManager, InternalCallbackParam
 from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_dataset, check_dataset_columns,
                            check_lr_schedule, check_optimizer, check_optimizer_trains, check_positive_int,
                            check_resume_or_initial_epoch, check_state_saving)
-from ..compat import CallbackManager, InternalCallbackParam
-from ..core.adaptive import AdaptiveAccumulation
-from .checkpoint import save_checkpoint_atomic
-from ..core.loss_scale import check_scale_sense
-from ..core.compiled import CompiledCall
-from ..core.engine import float32_buffers
-from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
-from ..core.noise_scale import check_noise_scale, noise_scale_of
+from ..core.deprecation import renamed
+from ..core.engine import CellNaming, check_nonfinite
 from ..core.global_batch import steps_or_global_batch
+from ..core.loss_scale import check_scale_sense
+from ..core.noise_scale import check_noise_scale
+from ..core.adaptive import AdaptiveAccumulation
 from ..core.schedule import AccumulationSchedule, check_steps, max_updates
+from .cell_front import CellFront
+from .checkpoint import save_checkpoint_atomic
 from .elastic import RunLayout, dataset_shards
-from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
-from ..core.engine import check_nonfinite
-from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
+from .loop import PARTIAL_WINDOW_POLICIES, WindowLoop, check_loss_monitor
+from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
 from .out_of_memory import OOM_POLICIES, MicroBatchHalving
 from .planner import steps_from_plan
 from .state import StateWriter, dataset_starting_at, resume_training_state
-from .telemetry import window_record
+
+OWNER = "GradientAccumulation"
+
 
 class TrainState(nn.Cell):
     r"""
@@ -72,54 +74,20 @@ class TrainState(nn.Cell):
         return self.network(*inputs)
 
 
-class _ExactState(nn.Cell):
-    """What an exact state file holds: everything the three cells hold (network, optimizer, buffers, window
-    counters, loss scale and its update cell, noise-scale estimates) and the N of the open window (an adaptive
-    policy's choice)."""
-
-    def __init__(self, forward_backward, optim):
-        super().__init__(auto_prefix=False)
-        self.forward_backward = forward_backward
-        self.optim = optim
-        self.window_steps = Parameter(Tensor(0, mstype.int32), name="ms_accum_window_steps", requires_grad=False)
-
-
-class _WindowEnd:
-    """The window's end: TrainOptim's step (or skip), then TrainClear's reset, each its own small graph without the
-    network. Every micro-batch runs TrainForwardBackward's graph, so the network's forward and backward are compiled
-    once and their activations held once (a graph holding the forward-backward and the window's end together held
-    several copies of the parameters more: docs/performance_history.md). The reset in a graph of its own: in the
-    step's graph, after the buffers' in-place division and the optimizer's read, MindSpore copied every buffer.
-    The driver calls the cells past their host-side checks (it knows the window is whole and cleared). Outputs:
-    TrainOptim's."""
-
-    def __init__(self, optim, clear):
-        self.optim = optim
-        self.clear = clear
-
-    def cells(self):
-        """The cells it runs, for their first-call checks."""
-        return (self.optim, self.clear)
-
-    def __call__(self):
-        outputs = CompiledCall.__call__(self.optim)
-        CompiledCall.__call__(self.clear)
-        return outputs
-
-
 class GradientAccumulation:
     r"""
     Trains a network with gradient accumulation on one device: N micro-batches per optimizer step, a fixed number,
     a schedule over the updates, or chosen from the measured noise scale.
 
-    Builds the loss network, the ``grad_sum`` buffers and the three cells (:class:`TrainForwardBackward`,
-    :class:`TrainOptim`, :class:`TrainClear`) and runs them over a dataset, with the network in training mode
+    Builds the loss network and one engine cell, ``cell`` (a :class:`TrainAccuStepsCell`, or a
+    :class:`TrainAccuStepsWithLossScaleCell` with `scale_sense`, its buffers named ``grad_sum``), and runs it over a
+    dataset through the window loop it shares with :class:`Model_ACCU`, with the network in training mode
     (``set_train(True)``, as :meth:`mindspore.train.Model.train` does: BatchNorm normalises with batch statistics
-    and updates its moving statistics once per micro-batch, Dropout is active). By default each update equals one
-    large-batch step on exactly the samples of its window, or on its items when the loss network returns
-    ``(loss, num_items)`` (see :class:`TrainForwardBackward`). In GRAPH_MODE every micro-batch runs the
-    forward-backward's compiled graph and each window's end one small graph without the network (the optimizer
-    step and the clear), so the network is compiled once and its activations are held once.
+    and updates its moving statistics once per micro-batch, Dropout is active). The cell counts the windows and
+    chooses N on the device. By default each update equals one large-batch step on exactly the samples of its
+    window, or on its items when the loss network returns ``(loss, num_items)`` (see
+    :class:`TrainForwardBackward`). Every micro-batch runs the cell's accumulation graph and each window's end one
+    small graph without the network, so the network is compiled once and its activations are held once.
 
     Args:
         network (Cell): The network to train.
@@ -156,7 +124,7 @@ class GradientAccumulation:
         ValueError: If none of the optimizer's parameters is a parameter of the loss network (some not: a warning),
             one has ``requires_grad=False``, `sens` is zero or not finite, `clip_norm` is not a finite number > 0,
             `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or `nonfinite` is not
-            ``"skip"`` with `scale_sense`.
+            ``"skip"`` (or `sens` not 1.0) with `scale_sense`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -177,41 +145,49 @@ class GradientAccumulation:
 
     def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0, clip_norm=None, scale_sense=None,
                  noise_scale=False, nonfinite="skip"):
-        owner = "GradientAccumulation"
-        check_cell(owner, "network", network)
+        check_cell(OWNER, "network", network)
         if loss_fn is not None:
-            check_cell(owner, "loss_fn", loss_fn)
+            check_cell(OWNER, "loss_fn", loss_fn)
         loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
         # against the loss network: a loss with Parameters of its own trains them too
-        check_optimizer_trains(owner, check_optimizer(owner, optimizer), loss_network)
-        check_bool(owner, "average", average)
-        check_clip_norm(owner, clip_norm)
-        check_noise_scale(owner, noise_scale, average)
+        check_optimizer_trains(OWNER, check_optimizer(OWNER, optimizer), loss_network)
+        check_bool(OWNER, "average", average)
+        check_clip_norm(OWNER, clip_norm)
+        check_noise_scale(OWNER, noise_scale, average)
         if scale_sense is not None:
-            check_scale_sense(owner, scale_sense)
-        self.nonfinite = check_nonfinite(owner, nonfinite, scale_sense is not None)
+            check_scale_sense(OWNER, scale_sense)
+            if sens != 1.0:
+                raise ValueError(f"For '{OWNER}', 'sens' must be 1.0 with 'scale_sense', whose loss scale is the "
+                                 f"gradient's seed, but got {sens!r}. Multiply the loss by it instead, or drop "
+                                 f"'scale_sense'.")
+        self.nonfinite = check_nonfinite(OWNER, nonfinite, scale_sense is not None)
         self.network = network
         self.optimizer = optimizer
         self.loss_network = loss_network
-        self.grad_sum = float32_buffers(optimizer.parameters, "grad_sum")
+        # The engine cell, its errors naming this trainer, its buffers and counters under the names of grad_sum
+        # (those of the state files written before it drove one cell). "raise" is decided on the host, where the
+        # window's micro-batches are known (CellFront): the cell skips such a window.
+        naming = CellNaming(OWNER, "a new GradientAccumulation", "grad_sum", "grad_sum", float32_buffers=True)
+        cell_nonfinite = "skip" if nonfinite == "raise" else nonfinite
         with warnings.catch_warnings():  # the optimizer's foreign parameters were warned of above, in our name
             warnings.filterwarnings("ignore", message=".* of the optimizer's .* are not parameters of 'network'")
-            self.forward_backward = TrainForwardBackward(self.loss_network, optimizer, self.grad_sum, sens, average,
-                                                         scale_sense, noise_scale)
-        # "raise" is decided here, on the host, where the window's micro-batches are known: the cell skips
-        self.optim = TrainOptim(optimizer, self.grad_sum, average, clip_norm, scale_sense, noise_scale,
-                                "skip" if nonfinite == "raise" else nonfinite)
-        self.clear = TrainClear(self.grad_sum)
-        # An error a window raises while it runs (a loss that is not a scalar, a micro-batch with no items) names
-        # what the user built, and how to go on with it.
-        self.forward_backward.network.owner = owner
-        for cell in (self.forward_backward, self.optim):
-            cell.owner_name, cell.rebuild_hint = owner, "a new GradientAccumulation"
-        self.train_state = TrainState(self.loss_network, optimizer, self.optim.accu_scale,
-                                      self.optim.loss_scale_manager)
-        self.exact_state = _ExactState(self.forward_backward, self.optim)
-        self.window_end = _WindowEnd(self.optim, self.clear)
-        self.window_steps = self.exact_state.window_steps
+            if scale_sense is None:
+                self.cell = TrainAccuStepsCell(loss_network, optimizer, sens, clip_norm=clip_norm,
+                                               noise_scale=noise_scale, average=average, nonfinite=cell_nonfinite,
+                                               _naming=naming)
+            else:
+                self.cell = TrainAccuStepsWithLossScaleCell(loss_network, optimizer, scale_sense, clip_norm=clip_norm,
+                                                            noise_scale=noise_scale, average=average,
+                                                            nonfinite=cell_nonfinite, _naming=naming)
+        self.grad_sum = self.cell.accu_grads
+        self.train_state = TrainState(self.loss_network, optimizer, self.cell.accu_scale,
+                                      self.cell.loss_scale_manager)
+        self._policy, self._trained = None, False  # the adaptive policy the cell's graphs hold, once compiled
+
+    # what ms_accum 0.1's driver held: its three cells, whose counters and records the engine cell now holds
+    forward_backward = renamed("forward_backward", "cell", "now the engine cell")
+    optim = renamed("optim", "cell", "now the engine cell")
+    clear = renamed("clear", "cell.drop", "now the engine cell's")
 
     def train_process(self, epoch, train_dataset, gradient_accumulation_steps=None, callbacks=None,
                       partial_window="flush", ckpt_path="gradient_accumulation.ckpt", log_every=1, initial_epoch=0,
@@ -337,7 +313,7 @@ class GradientAccumulation:
             raise ValueError(f"For '{owner}', '{steps_name}' must be <= the {steps_per_epoch} micro-batches in an "
                              f"epoch, but got {largest if policy is None else policy}. Lower it, or pass "
                              f"partial_window='carry' to let windows span epochs.")
-        if self.optim.measure_noise and largest == 1:
+        if self.cell.measure_noise and largest == 1:
             warnings.warn(f"For '{owner}', the noise scale needs windows of at least 2 micro-batches (two batch "
                           f"sizes to compare), but every window of this run holds 1 ('{steps_name}'): every "
                           f"estimate will be NaN. Pass N >= 2 (halve the micro-batch for the same update), or build "
@@ -356,15 +332,16 @@ class GradientAccumulation:
         plan = _Plan(epoch, steps_per_epoch, schedule, policy, partial_window, callbacks, log_every,
                      initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates,
                      max_nonfinite_windows, layout, None if policy is not None else before, on_out_of_memory)
-        self.window_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
-        for cell in (self.forward_backward, *self.window_end.cells()):  # the compile cache's settings, first
-            cell._on_first_call()  # pylint: disable=protected-access
+        self._set_steps(owner, steps, steps_name)
+        self.cell._on_first_call()  # pylint: disable=protected-access  (the compile cache's settings, first)
         if resume_from is not None:
-            plan.start_micro, plan.start_updates = resume_training_state(self.exact_state, resume_from,
+            plan.start_micro, plan.start_updates = resume_training_state(self.cell, resume_from,
                                                                          epoch * steps_per_epoch, layout=layout,
-                                                                         drop_window=self.clear)
+                                                                         drop_window=self.cell.drop)
+        else:  # the device counts this run's windows, from those of its initial epochs
+            self.cell.accu_windows.set_data(Tensor(plan.start_updates, mstype.int32))
         check_loss_monitor(owner, callbacks, plan.updates_before, plan.start_micro // steps_per_epoch + 1)
-        self.forward_backward.set_train(True)
+        self.cell.set_train(True)
         run = _Run(self, plan)
         run.loop(train_dataset)
         if ckpt_path is not None:
@@ -374,7 +351,7 @@ class GradientAccumulation:
     def _schedule_of(self, owner, steps, steps_name):
         """(the AccumulationSchedule to plan with, the AdaptiveAccumulation policy or None)."""
         if isinstance(steps, AdaptiveAccumulation):
-            if not self.optim.measure_noise:
+            if not self.cell.measure_noise:
                 raise ValueError(f"For '{owner}', '{steps_name}' as an AdaptiveAccumulation policy needs the noise "
                                  f"scale, but the trainer was built with noise_scale=False. Build it with "
                                  f"GradientAccumulation(..., noise_scale=True).")
@@ -383,8 +360,21 @@ class GradientAccumulation:
         return AccumulationSchedule(steps, owner, steps_name), None
 
     def _add_micro_batch(self, data):
-        """Add one micro-batch (a tuple of Tensors) to the open window."""
-        return self.forward_backward(*data)
+        """Add one micro-batch (a tuple of Tensors) to the open window: the cell's accumulation graph."""
+        self.cell.set_accumulation(True)
+        return self.cell(*data)
+
+    def _set_steps(self, owner, steps, steps_name):
+        """The run's N on the cell, which counts the windows and applies a policy on the device. A policy is part
+        of the window-end graph, so a trainer that has compiled it keeps it."""
+        policy = steps if isinstance(steps, AdaptiveAccumulation) else None
+        if self._trained and (policy and policy.device_policy) != (self._policy and self._policy.device_policy):
+            held = "no adaptive policy" if self._policy is None else f"the policy {self._policy!r}"
+            asked = "none" if policy is None else f"the policy {policy!r}"
+            raise ValueError(f"For '{owner}', the window-end graph this trainer compiled holds {held}, but "
+                             f"'{steps_name}' asks for {asked}. Build a new GradientAccumulation for this run.")
+        self._policy, self._trained = policy, True
+        self.cell._init_steps(steps, steps_name)  # pylint: disable=protected-access
 
 
 def updates_per_epoch(steps, gradient_accumulation_steps, partial_window):
@@ -434,14 +424,15 @@ class _Plan:
     on_out_of_memory: str = "raise"
 
 
-class _Run(LoopFrontEnd):
-    """The driver's side of one train_process call: its callback parameters, N on the host, the history."""
+class _Run(CellFront):
+    """The driver's side of one train_process call: its callback parameters, the history of losses, the printed
+    lines and the micro-batch halving on out-of-memory."""
 
     def __init__(self, owner, plan):
-        self.owner = owner
+        super().__init__("GradientAccumulation.train_process", owner.cell, owner.nonfinite,
+                         plan.max_nonfinite_windows)
+        self.trainer = owner
         self.plan = plan
-        self.schedule, self.policy = plan.schedule, plan.policy
-        self.adaptive_steps = int(owner.window_steps.asnumpy())  # the policy's N (restored by a resume)
         self.history = []  # each update's mean-loss tensor, read from the device only when printed or at the end
         self.halving = None  # a MicroBatchHalving under on_out_of_memory="halve"
         self.updates_in_epoch = 0
@@ -462,14 +453,14 @@ class _Run(LoopFrontEnd):
 
     def loop(self, train_dataset):
         """Run every epoch through the shared window loop."""
-        plan, owner = self.plan, self.owner
+        plan = self.plan
         self.cb_params.train_dataset = train_dataset
-        writer = StateWriter(owner.exact_state, plan.state_path, plan.save_state_every,
-                             plan.epoch * plan.steps_per_epoch, plan.start_micro, layout=plan.layout)
-        pending = int(owner.forward_backward.accu_micro_steps.asnumpy())  # a resumed window may be open
+        writer = StateWriter(self.cell, plan.state_path, plan.save_state_every, plan.epoch * plan.steps_per_epoch,
+                             plan.start_micro, layout=plan.layout)
+        pending = int(self.cell.accu_micro_steps.asnumpy())  # a resumed window may be open
         if plan.on_out_of_memory == "halve":
-            add = lambda data: owner._add_micro_batch(data)  # pylint: disable=protected-access,unnecessary-lambda
-            self.halving = MicroBatchHalving("GradientAccumulation.train_process", add, owner.window_end, owner.clear,
+            add = self.trainer._add_micro_batch  # pylint: disable=protected-access  (the tests' seam)
+            self.halving = MicroBatchHalving(self.owner, add, self.end_window, self.cell.drop,
                                              resumed_window=pending > 0)
         self.updates_in_epoch = self._updates_done_in_epoch(pending)
         with dataset_starting_at(train_dataset, plan.start_micro):
@@ -488,48 +479,26 @@ class _Run(LoopFrontEnd):
         return plan.start_updates - (1 if pending else 0) - plan.updates_before[plan.start_micro //
                                                                                plan.steps_per_epoch]
 
-    def window_steps(self, update):
-        """The N of window `update` (from 0): the schedule's, or the one the adaptive policy last chose."""
-        if self.policy is None:
-            return self.schedule.steps_at(update)
-        return self.adaptive_steps
-
     def accumulate(self, data):
         if self.halving is not None:
             self.halving.accumulate(data)
         else:
-            self.owner._add_micro_batch(data)  # pylint: disable=protected-access
+            self.trainer._add_micro_batch(data)  # pylint: disable=protected-access
 
     def update(self, data):
-        """Add the window's last micro-batch, step the optimizer once from the window and clear it; returns
-        TrainOptim's outputs (the window's mean loss, or (mean loss, overflow, loss scale))."""
+        """Add the window's last micro-batch, step the optimizer once from the window and clear it; returns the
+        window's outputs (its mean loss, or (mean loss, overflow, loss scale))."""
         if self.halving is not None:
             return self.halving.update(data)
-        self.owner._add_micro_batch(data)  # pylint: disable=protected-access
-        return self.owner.window_end()
+        return super().update(data)
 
     def drop(self):
         if self.halving is not None:
             self.halving.drop()
         else:
-            self.owner.clear()
-
-    def window_record(self, cb_params, outputs, micro_batches, window_steps):
-        optim = self.owner.optim
-        return partial(window_record, cb_params, outputs, micro_batches,
-                       (optim.accu_last_items, optim.accu_last_grad_norm, optim.accu_last_clipped,
-                        optim.accu_nonfinite_streak),
-                       self.owner.optimizer, optim.noise_records, window_steps)
-
-    def nonfinite_guard(self, save_state):
-        optim = self.owner.optim
-        return NonFiniteGuard("GradientAccumulation.train_process", self.owner.nonfinite,
-                              self.plan.max_nonfinite_windows,
-                              (optim.accu_nonfinite_streak, optim.accu_skip_history),
-                              optim.scale_kind is not None, save_state)
+            super().drop()
 
     def updated(self, cb_params, update, micro_batches, window_steps, outputs):
-        self._adapt(update, micro_batches, window_steps)
         self.updates_in_epoch += 1
         mean_loss = outputs[0] if isinstance(outputs, tuple) else outputs
         self.history.append(mean_loss)
@@ -539,18 +508,3 @@ class _Run(LoopFrontEnd):
 
     def epoch_ends(self, cb_params, callbacks):
         self.updates_in_epoch = 0
-
-    def _adapt(self, update, micro_batches, window_steps):
-        """After window `update`: let the adaptive policy choose the next windows' N (it reads the device only at
-        its decisions)."""
-        policy = self.policy
-        if policy is None or (update + 1) % policy.interval:
-            return
-        optim = self.owner.optim
-        _, _, smooth_grad_sq, smooth_trace = (float(value.asnumpy()) for value in optim.noise_records)
-        items = float(optim.accu_last_items.asnumpy())
-        steps = policy.next_steps(window_steps, update, noise_scale_of(smooth_grad_sq, smooth_trace),
-                                  items / micro_batches)
-        if steps != self.adaptive_steps:
-            self.adaptive_steps = steps
-            self.owner.window_steps.set_data(Tensor(steps, mstype.int32))  # for the exact state file

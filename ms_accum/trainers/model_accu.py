@@ -10,7 +10,6 @@ private names and the methods it overrides are checked in ``_compat.py`` when ms
 """
 import math
 import warnings
-from functools import partial
 
 from mindspore.train.callback import RunContext
 from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
@@ -28,11 +27,11 @@ from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, check_steps, max_updates, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, RunLayout, dataset_shards
-from .loop import PARTIAL_WINDOW_POLICIES, LoopFrontEnd, WindowLoop, check_loss_monitor
+from .cell_front import CellFront
+from .loop import PARTIAL_WINDOW_POLICIES, WindowLoop, check_loss_monitor
 from .planner import steps_from_plan
-from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS, NonFiniteGuard
+from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
 from .state import StateWriter, dataset_starting_at, gather_ints, resume_training_state
-from .telemetry import window_record
 
 check_model_internals(Model)
 
@@ -55,36 +54,18 @@ def _rank_and_world(cell):
     return get_rank(), get_group_size()
 
 
-class _ModelFront(LoopFrontEnd):
-    """Model_ACCU's side of the shared window loop: the cell in the mode each micro-batch needs, and what
+class _ModelFront(CellFront):
+    """Model_ACCU's side of the shared window loop: the cell's window loop (:class:`CellFront`), and what
     :class:`mindspore.train.Model` does around epochs (evaluation during training, the dataset's reset)."""
 
     def __init__(self, model, train_dataset, valid_infos):
-        self.model, self.cell = model, train_network(model)
-        self.train_dataset, self.valid_infos = train_dataset, valid_infos
+        super().__init__("Model_ACCU.train", train_network(model), model._nonfinite,  # pylint: disable=protected-access
+                         model._max_nonfinite)  # pylint: disable=protected-access
+        self.model, self.train_dataset, self.valid_infos = model, train_dataset, valid_infos
 
-    def window_steps(self, update):
-        return self.cell.next_window_steps()
-
-    def _run(self, data, accumulate):
+    def run_cell(self, data, accumulate):
         check_network_mode(self.model, self.cell)
-        self.cell.set_accumulation(accumulate)
-        return self.cell(*data)
-
-    def accumulate(self, data):
-        self._run(data, True)
-
-    def update(self, data):
-        return self._run(data, False)
-
-    def drop(self):
-        self.cell.drop()
-
-    def window_record(self, cb_params, outputs, micro_batches, window_steps):
-        return self.model._window_record(cb_params, outputs, micro_batches, window_steps)
-
-    def nonfinite_guard(self, save_state):
-        return self.model._nonfinite_guard(save_state)  # pylint: disable=protected-access
+        return super().run_cell(data, accumulate)
 
     def step_begins(self, cb_params, data):
         set_current_position(self.model, cb_params.cur_epoch_num,
@@ -436,7 +417,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         cb_params.batch_num = cycles
         cb_params.total_updates = epoch * cycles
         self.batch_num = cycles
-        guard = self._nonfinite_guard()
+        front = CellFront("Model_ACCU.train", train_network(self), self._nonfinite, self._max_nonfinite)
+        guard = front.nonfinite_guard(None)
         helper = self._make_sink_helper(train_dataset, sink_size, dataset_sink_num)
         sink_net = self._connect(helper)
         sink_net.set_train(True)
@@ -456,7 +438,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 list_callback.on_train_step_begin(run_context)
                 self._run_sink_graph(sink_net, train_dataset, loop=n)
                 cb_params.net_outputs = self._end_window()
-                cb_params.window_record = self._window_record(cb_params, cb_params.net_outputs, n, n)
+                cb_params.window_record = front.window_record(cb_params, cb_params.net_outputs, n, n)
                 list_callback.on_train_step_end(run_context)
                 guard.after_window(cb_params.cur_step_num, (cb_params.cur_step_num - 1) * n, n, sink_size,
                                    cb_params.net_outputs)
@@ -475,20 +457,6 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         helper.release()
         list_callback.on_train_end(run_context)
         return None
-
-    def _nonfinite_guard(self, save_state=None):
-        cell = train_network(self)
-        return NonFiniteGuard("Model_ACCU.train", self._nonfinite, self._max_nonfinite,
-                              (cell.accu_nonfinite_streak, cell.accu_skip_history),
-                              cell.scale_kind is not None, save_state)
-
-    def _window_record(self, cb_params, outputs, micro_batches, window_steps):
-        """A function building the update's WindowRecord on demand (it reads the device only when called)."""
-        cell = train_network(self)
-        return partial(window_record, cb_params, outputs, micro_batches,
-                       (cell.accu_last_items, cell.accu_last_grad_norm, cell.accu_last_clipped,
-                        cell.accu_nonfinite_streak), cell.optimizer,
-                       cell.noise_records, window_steps)
 
     def _run_sink_graph(self, sink_net, dataset, loop):
         """Select the accumulation mode and phase right before the call (set_train resets the phase), then launch

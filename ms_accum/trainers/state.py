@@ -25,10 +25,13 @@ UPDATES_DONE = "ms_accum_updates_done"
 RANK = "ms_accum_rank"
 WORLD = "ms_accum_world"
 FORMAT = "ms_accum_state_format"
-STATE_FORMAT = 4  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the Parameters below; 3: 0.3.0,
-#                    which may add the run's layout (elastic.LAYOUT_KEYS, read only when present); 4: '.items_unit'
+STATE_FORMAT = 5  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the Parameters below; 3: 0.3.0,
+#                    which may add the run's layout (elastic.LAYOUT_KEYS, read only when present); 4: '.items_unit';
+#                    5: the one-device driver's state is its engine cell's, with the cell's window count and N
 ADDED_IN_FORMAT_2 = (".steps", ".skipped_windows", ".nonfinite_streak", ".skip_history")
 ADDED_IN_FORMAT_4 = (".items_unit",)
+ADDED_IN_FORMAT_5 = (".windows", ".overflow")
+DRIVER_STEPS_BEFORE_FORMAT_5 = "ms_accum_window_steps"  # the driver's N, kept on its own before format 5
 
 
 def _added_since_format_1(name):
@@ -41,10 +44,29 @@ def _added_since_format_1(name):
 def _added_since(saved_format, name):
     """Whether a state file of `saved_format` may lack the Parameter `name`: those of :func:`_added_since_format_1`,
     and before format 4 the items of the open window's first micro-batch, to which the buffers of ms_accum 0.4.0
-    hold their gradients relative (older states hold them weighted by the items themselves: relative to 1.0)."""
+    hold their gradients relative (older states hold them weighted by the items themselves: relative to 1.0); before
+    format 5, what :func:`_from_earlier_formats` fills in."""
     if saved_format < 2 and _added_since_format_1(name):
         return True
+    if saved_format < 5 and name.endswith(ADDED_IN_FORMAT_5 + (".steps",)):  # the driver's N had a name of its own
+        return True
     return saved_format < 4 and name.endswith(ADDED_IN_FORMAT_4)
+
+
+def _from_earlier_formats(cell, params, updates):
+    """Before format 5 the driver kept N in a Parameter of its own and counted windows on the host: its N goes
+    to the cell's '<prefix>.steps', its window count ('<prefix>.windows') is the windows begun less the open one,
+    and a loss scale's overflow flag starts cleared (the next micro-batch finds an inf the buffers hold)."""
+    names = {param.name: param for param in cell.get_parameters()}
+    if DRIVER_STEPS_BEFORE_FORMAT_5 in params:
+        for name, param in names.items():
+            if name.endswith(".steps") and name not in params:
+                param.set_data(Tensor(int(params[DRIVER_STEPS_BEFORE_FORMAT_5].asnumpy()), mstype.int32))
+    for name, param in names.items():
+        if name.endswith(".windows") and name not in params:
+            held = params.get(name[:-len(".windows")] + ".micro_steps")
+            open_window = held is not None and int(held.asnumpy()) > 0
+            param.set_data(Tensor(updates - (1 if open_window else 0), mstype.int32))
 
 
 def previous_generation(state_path):
@@ -321,6 +343,8 @@ def resume_training_state(cell, state_path, total_micro_steps, rank=0, world=1, 
     for param in cell.get_parameters():
         if param.name.endswith(ADDED_IN_FORMAT_4) and param.name not in params:
             param.set_data(Tensor(1.0, mstype.float32))  # the buffers it wrote hold item-weighted sums
+    if saved_format < 5:
+        _from_earlier_formats(cell, params, updates)
     if saved_world != world:
         position, updates, rerun = elastic_position(saved, layout, position, updates, open_window, path,
                                                     arg_name)
