@@ -272,7 +272,7 @@ def test_the_items_check_as_an_assert_stops_the_window(monkeypatch, items):
     with pytest.warns(UserWarning, match="For 'Accumulator', MindSpore's compile cache is on, but it reloads a "
                                          "cached jit function wrongly"):  # a new user's second run trained nothing
         accumulator = ms_accum.Accumulator(opt, 2)
-    assert accumulator.cache_safe
+    assert accumulator.compile_cache_on
 
     @ms.jit
     def weighed(x, y, num_items):

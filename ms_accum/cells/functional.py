@@ -134,13 +134,13 @@ class Accumulator(WindowEngine, nn.Cell):
                                        requires_grad=False)
         self.unweighted = Parameter(Tensor(0, mstype.int32), name=f"{WINDOW_PREFIX}.unweighted", requires_grad=False)
         self._check_compile_cache()  # now: the user's jit step compiles construct without calling the cell
-        if self.cache_safe:
+        if self.compile_cache_on:
             warnings.warn("For 'Accumulator', MindSpore's compile cache is on, but it reloads a cached jit function "
                           "wrongly: on MindSpore 2.10 a second run of a jit step holding Accumulator trained nothing "
                           "(the same step without ms_accum too), and the tutorial's own step trained to other "
                           "parameters. If you call it inside an ms.jit function, turn the cache off (unset "
-                          "MS_COMPILER_CACHE_ENABLE), or train with GradientAccumulation or TrainAccuStepsCell, whose "
-                          "cached graphs trained alike.", UserWarning, stacklevel=2)
+                          "MS_COMPILER_CACHE_ENABLE), or train with the cells (TrainAccuStepsCell, the three "
+                          "single-device cells), whose cached graphs trained alike.", UserWarning, stacklevel=2)
 
     @property
     def inner_grads(self):

@@ -291,7 +291,7 @@ def warn_eval_mode(cell):
     """At the first call of `cell` (a training cell holding the user's network in its LossAndItems, named by its
     ``owner_name``), warn if every layer of the network that computes otherwise in training mode (BatchNorm,
     dropout) is in inference mode, as MindSpore builds every Cell: the training cells called from a user's loop,
-    like :class:`mindspore.nn.TrainOneStepCell`, do not switch it (``Model.train`` and the driver do). A network in
+    like :class:`mindspore.nn.TrainOneStepCell`, do not switch it (``Model.train`` and the trainers do). A network in
     training mode itself (its BatchNorm frozen on purpose), one whose such layers are partly in training mode, or
     one with no such layer is left alone. Later calls return at once. Returns whether it warned."""
     if getattr(cell, "_mode_checked", False):

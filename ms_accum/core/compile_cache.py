@@ -9,8 +9,8 @@ clipping and said nothing (MindSpore 2.10.0; a plain Cell with a Python constant
 
 So every ms_accum cell compiled with the cache on records its settings beside MindSpore's graphs
 (``rank_<r>/ms_accum_settings.json``, one entry per cell, named by its class and its rank among the cells of its
-class in the order they are checked: at a cell's first call, which for the driver is before its first
-micro-batch, and when :class:`Accumulator` is built, since the user's jit step calls it) with a hash of the
+class in the order they are checked: at a cell's first call (which a trainer makes before its first
+micro-batch), and when :class:`Accumulator` is built, since the user's jit step calls it) with a hash of the
 files MindSpore's own hash covers. When MindSpore's stored graphs are there and those files hash as when they
 were stored (so MindSpore will load them), a cell asking for other settings is refused before its graph is
 compiled or loaded, naming the setting, both values and the remedy. What a cell does not record (the user's

@@ -102,9 +102,9 @@ class CompiledCall:
 
     def _on_first_call(self):
         """Before the cell's first call is compiled or run (and before a trainer runs it, which may call this
-        first): every ms_accum window engine in its graph (itself, or the cells it calls, as the driver's window
-        end calls TrainOptim) checks its settings against those of the graphs MindSpore's compile cache would load
-        (compile_cache.py). Once passed, not again; a refusal leaves it to the next call."""
+        first): every ms_accum window engine in its graph (itself, or the cells it calls) checks its settings
+        against those of the graphs MindSpore's compile cache would load (compile_cache.py). Once passed, not
+        again; a refusal leaves it to the next call."""
         if self._called:
             return
         for _, cell in self.cells_and_names():

@@ -31,10 +31,9 @@ def steps_for_global_batch(global_batch_size, micro_batch_size, device_num=None,
     N, the micro-batches per update on each device, for a global batch of `global_batch_size` samples:
     ``global_batch_size / (device_num * micro_batch_size)``.
 
-    Pass the result wherever N is taken (``gradient_accumulation_steps`` of the cells, :class:`Accumulator` or
-    the trainers); :meth:`GradientAccumulation.train_process` and :meth:`Model_ACCU.train` take
-    ``global_batch_size`` themselves. A run that fixes G rather than N resumes exactly on another device count
-    (see :func:`load_training_state`).
+    Pass the result wherever N is taken (``gradient_accumulation_steps`` of the cells, :class:`Accumulator` or the
+    trainers); the trainers also take ``global_batch_size`` themselves. A run that fixes G rather than N resumes exactly
+    on another device count (see :func:`load_training_state`).
 
     Args:
         global_batch_size (int): Samples per update over all devices, G.

@@ -1,7 +1,7 @@
 """Loss scaling, in every form MindSpore offers, for every path: the scale, what updates it, and the update.
 
 Each path accepts the same three forms, under the name its calling convention uses (``scale_sense`` for the cells
-and the driver, ``loss_scaler`` for :class:`Accumulator`):
+and the trainers, ``loss_scaler`` for :class:`Accumulator`):
 
 - a scale Tensor of shape () or (1,): a fixed scale, as :class:`mindspore.nn.TrainOneStepWithLossScaleCell` takes;
 - a loss-scale update cell (:class:`mindspore.nn.DynamicLossScaleUpdateCell`,

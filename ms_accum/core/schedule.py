@@ -146,7 +146,7 @@ class AccumulationSchedule:
     def run_plan(self, steps_per_epoch, epochs, partial_window):
         """
         Windows that begin before each epoch, and in all, for a run of `epochs` epochs of `steps_per_epoch`
-        micro-batches under the driver's `partial_window` policy (``"flush"``, ``"drop"`` or ``"carry"``).
+        micro-batches under a trainer's `partial_window` policy (``"flush"``, ``"drop"`` or ``"carry"``).
 
         Returns:
             tuple(list[int], int): windows begun before epoch e (e = 0 .. epochs), counting those a policy later
