@@ -452,9 +452,6 @@ def main(argv=None):
     run_global_batch = world * n * args.batch_size if policy is None and plan.constant is not None else None
     if exact:
         check_same_run(optimizer, resume, run_global_batch)
-    if trainer_kind == "functional" and args.telemetry_csv:
-        raise ValueError("'--telemetry_csv' is an option of '--trainer driver' and '--trainer model_accu'; the "
-                         "functional loop prints its own progress.")
     if trainer_kind == "functional" and args.save_state_every:
         raise ValueError("'--save_state_every' is an option of '--trainer driver' and '--trainer model_accu'; the "
                          "functional loop writes epoch checkpoints only.")
@@ -478,7 +475,9 @@ def main(argv=None):
         last = train_functional(net, loss, optimizer, dataset, args.epoch_size, policy or plan, files,
                                 args.clip_norm, initial_epoch, args.log_every, noise_scale=args.noise_scale,
                                 average=not args.raw_sum, partial_window=args.partial_window,
-                                initial_updates=before[initial_epoch], nonfinite=args.nonfinite)
+                                initial_updates=before[initial_epoch], nonfinite=args.nonfinite,
+                                telemetry=ms_accum.WindowTelemetry(csv_path=args.telemetry_csv)
+                                if args.telemetry_csv else None)
         print(f"last checkpoint: {last}", flush=True)
         return 0
     state_path = os.path.join(directory, STATE_FILE)

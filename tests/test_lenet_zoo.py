@@ -173,21 +173,32 @@ def test_epoch_files_keep_the_newest_of_their_prefix_in_epoch_order(tmp_path):
 def test_every_trainer_takes_a_schedule_the_noise_scale_and_partial_windows(tmp_path):
     """The driver, Model_ACCU and the functional loop with the same schedule, noise scale and dropped partial
     window end the epoch with the same parameters (20 micro-batches: windows of 1, 1, 2, 2, 3, 3, 3, 3, then 2
-    dropped): each is exact, so they agree."""
+    dropped): each is exact, so they agree. Each writes the telemetry CSV, a row per update, and the rows agree."""
     common = ("--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 32, "--accumulation_schedule",
               "0:1,2:2,4:3", "--noise_scale", "--partial_window", "drop", "--lr", 0.1, "--epoch_size", 1,
               "--log_every", 0)
-    params = {}
+    params, rows = {}, {}
     for trainer in ("driver", "model_accu", "functional"):
-        run_script("train.py", "--trainer", trainer, "--ckpt_path", tmp_path / trainer, *common)
+        run_script("train.py", "--trainer", trainer, "--ckpt_path", tmp_path / trainer, *common,
+                   "--telemetry_csv", tmp_path / f"{trainer}.csv")
         [name] = [f for f in os.listdir(tmp_path / trainer) if f.startswith("checkpoint_lenet-1_")]
         params[trainer] = ms.load_checkpoint(str(tmp_path / trainer / name))
         assert int(params[trainer]["global_step"].asnumpy()[0]) == 8, (trainer, name)
+        rows[trainer] = read_csv(tmp_path / f"{trainer}.csv")
     for trainer in ("model_accu", "functional"):
         for param in LeNet5().get_parameters():
             want = params["driver"][param.name].asnumpy()
             err = np.abs(params[trainer][param.name].asnumpy() - want).max() / np.abs(want).max()
             assert err <= 1e-4, f"{param.name}: {trainer} and the driver differ by {err:.3g}"
+        assert len(rows[trainer]) == len(rows["driver"]) == 8, (trainer, rows[trainer])
+        for got, want in zip(rows[trainer], rows["driver"]):
+            assert [got[k] for k in ("update", "micro_batches", "accumulation_steps", "items")] == \
+                [want[k] for k in ("update", "micro_batches", "accumulation_steps", "items")], (trainer, got, want)
+            for column in ("loss", "grad_norm", "learning_rate", "noise_scale"):
+                if want[column] == "nan":
+                    assert got[column] == "nan", (trainer, column, got)
+                else:
+                    assert float(got[column]) == pytest.approx(float(want[column]), rel=1e-3), (trainer, column)
 
 
 class _TutorialForwardBackward(nn.Cell):
