@@ -118,10 +118,10 @@ class CompiledCall:
             if isinstance(arg, np.ndarray):  # MindSpore's own error named its Shape primitive, not the input
                 raise TypeError(f"For '{type(self).__name__}', input {index} must be a mindspore.Tensor, but got a "
                                 f"numpy.ndarray of shape {arg.shape}. Wrap it: mindspore.Tensor(x).")
-        pynative = get_mode() == context.PYNATIVE_MODE  # get_context("mode") took 26 us of each call
+        pynative = get_mode() == context.PYNATIVE_MODE  # not get_context("mode"), slow: see compat.get_mode
         phase = self.phase
         if not pynative or os.getenv("MS_JIT") == "0" or phase in self._eager_phases:
-            if not pynative and self._on_cpu is None:  # get_context takes about 30 us: not on every call
+            if not pynative and self._on_cpu is None:  # get_context is slow (compat.get_mode): read once
                 self._on_cpu = context.get_context("device_target") == "CPU"
             self._eager, self._branched = pynative, not pynative and self._on_cpu
             try:
