@@ -173,7 +173,8 @@ class Accumulator(WindowEngine, nn.Cell):
 
     def construct(self, grads, num_items=None):
         # The shapes through HyperMap, and the loop that names the wrong gradient only when one is: a Python loop
-        # over the gradients added about 4 s to the jit step's compilation on MindCV's EdgeNeXt (160 parameters).
+        # over the gradients slowed the jit step's compilation (docs/performance_history.md, Start-up: where the
+        # time goes).
         shapes = self.window_map(_shape_of, grads)
         if shapes != self.shapes:
             _check_grads(grads, self.shapes, shapes)
@@ -214,7 +215,7 @@ class Accumulator(WindowEngine, nn.Cell):
     def _window_check(self):
         """One check of the window's items (each > 0, and given for every micro-batch or for none), in the engine's
         skip branch: in a user's jit step a check that raises is compiled into a slow ``PyExecute`` node, and two
-        of them cost about 3 s more than one on MindCV's EdgeNeXt (``benchmarks/peers.py``)."""
+        of them start up slower than one (docs/performance_history.md, Start-up: where the time goes)."""
         smallest = self.accu_min_items * 1.0  # Tensors, not Parameters, so that the message shows their values
         unweighted, micro_steps = self.unweighted + 0, self.accu_micro_steps + 0
         mixed = ops.logical_and(unweighted > 0, unweighted < micro_steps)

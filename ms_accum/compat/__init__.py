@@ -69,8 +69,9 @@ pynative_executor = _first("PYNATIVE executor", "mindspore.graph.api:_pynative_e
 compile_cache_dep_files = _first("compile cache's dependency list", "mindspore.graph.api:_get_compile_cache_dep_files",
                                  "mindspore.common.api:_get_compile_cache_dep_files")
 
-# The execution mode as MindSpore's own Cell.__call__ reads it (mindspore.context in every supported release):
-# about 1 us a call, where the public get_context("mode") takes about 26 us, on every ms_accum cell call.
+# The execution mode as MindSpore's own Cell.__call__ reads it (mindspore.context in every supported release): far
+# cheaper than the public get_context("mode"), read on every ms_accum cell call (docs/performance_history.md, A
+# cell call's Python side).
 get_mode = _first("execution mode reader", "mindspore.context:_get_mode")
 
 # Model's callback machinery: mindspore.train.callback._callback in every supported release.

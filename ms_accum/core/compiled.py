@@ -6,13 +6,11 @@ itself: in PYNATIVE_MODE a call runs the cell's ``construct`` through :func:`min
 backward and addition in one graph; the window's end in another). In GRAPH_MODE nothing changes: the Cell is
 compiled as always.
 
-MindSpore 2.10 on CPU runs a PYNATIVE jit graph that holds no control flow about 20 ms slower per call, or with
-calls of 50 to 90 ms every few calls, than the same graph with one runtime branch (measured on LeNet, where the
-tutorial's step, whose accumulator branches every N-th call, takes 3 to 4 ms; ``benchmarks/jit_branch.py``
-shows it without ms_accum). GRAPH_MODE on CPU has the same limit (``benchmarks/jit_branch.py --mode graph``: 8.5
-times the branched step's time per call on LeNet). A micro-step ms_accum compiles (the engine's addition,
-TrainClear) therefore passes its result through :func:`through_a_branch`, which changes no value, wherever the
-cell is called from Python and compiled on CPU, and in PYNATIVE_MODE on any device (``_branched``).
+MindSpore 2.10 on CPU runs a jit graph that holds no control flow several times slower per call than the same
+graph with one runtime branch, in both modes (docs/performance_history.md, PYNATIVE_MODE and the runtime branch).
+A micro-step ms_accum compiles (the engine's addition, TrainClear) therefore passes its result through
+:func:`through_a_branch`, which changes no value, wherever the cell is called from Python and compiled on CPU, and
+in PYNATIVE_MODE on any device (``_branched``).
 
 A graph holding the user's network can fail to compile (Python that MindSpore's graph syntax does not take). Such
 a cell (:meth:`CompiledCall._holds_network`) then runs eagerly, after a one-line notice; that is decided at the
@@ -120,10 +118,10 @@ class CompiledCall:
             if isinstance(arg, np.ndarray):  # MindSpore's own error named its Shape primitive, not the input
                 raise TypeError(f"For '{type(self).__name__}', input {index} must be a mindspore.Tensor, but got a "
                                 f"numpy.ndarray of shape {arg.shape}. Wrap it: mindspore.Tensor(x).")
-        pynative = get_mode() == context.PYNATIVE_MODE  # get_context("mode") took 26 us of each call
+        pynative = get_mode() == context.PYNATIVE_MODE  # not get_context("mode"), slow: see compat.get_mode
         phase = self.phase
         if not pynative or os.getenv("MS_JIT") == "0" or phase in self._eager_phases:
-            if not pynative and self._on_cpu is None:  # get_context takes about 30 us: not on every call
+            if not pynative and self._on_cpu is None:  # get_context is slow (compat.get_mode): read once
                 self._on_cpu = context.get_context("device_target") == "CPU"
             self._eager, self._branched = pynative, not pynative and self._on_cpu
             try:

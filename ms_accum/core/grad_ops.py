@@ -45,10 +45,11 @@ def clear_in_turn(buffers, after):
     """
     buffers = 0 in place, one parameter after another (each one's zeros made once the previous buffer is
     written), so that one parameter's zeros exist at a time: zeroed through ``HyperMap``, every buffer's zeros
-    were built first, 0.8 copies of the parameters on ResNet18. Zeros, not buffer - buffer: an inf or a NaN left by
-    a skipped window must be cleared too. `after`: a Tensor computed when the graph runs, which the first buffer's
-    zeros wait for; zeros that depend on nothing are folded into a constant of the buffer's shape, held by the
-    compiled graph for good (the first parameter's, often the largest: an embedding table).
+    were built first (docs/performance_history.md, Memory: what changed and what was tried). Zeros, not buffer -
+    buffer: an inf or a NaN left by a skipped window must be cleared too. `after`: a Tensor computed when the graph
+    runs, which the first buffer's zeros wait for; zeros that depend on nothing are folded into a constant of the
+    buffer's shape, held by the compiled graph for good (the first parameter's, often the largest: an embedding
+    table).
 
     Returns:
         Tensor, to depend on once every buffer is zero.
@@ -56,7 +57,8 @@ def clear_in_turn(buffers, after):
     done = after
     for buffer in buffers:
         # the dependency through a scalar, never through a buffer: a dependency on a Parameter's value made
-        # MindSpore keep loaded copies of the buffers (2 to 6 parameter copies more on ResNet18)
+        # MindSpore keep loaded copies of the buffers (docs/performance_history.md, Memory: what changed and what
+        # was tried)
         zero = ops.depend(ops.zeros((), ops.dtype(buffer)), done)
         done = ops.assign(buffer, ops.fill(ops.dtype(buffer), buffer.shape, zero))
     return done
@@ -142,9 +144,9 @@ def _accumulate_weighted_rows(weight, buffer, grad):
 
 def element_sum(values):
     """The sum of every element of `values`: over each row of a 2-D view first, then over the rows. MindSpore
-    2.10's CPU ReduceSum over every axis of a multi-dimensional tensor runs about ten times slower than over one
-    axis (15.5 against 1.6 ms for 2048 x 2048 float32 on one core, the same result to 1e-8; measured with
-    benchmarks/data_parallel.py's model), and the gradient norm sums every parameter once per window."""
+    2.10's CPU ReduceSum over every axis of a multi-dimensional tensor is far slower than over one axis, and the
+    gradient norm sums every parameter once per window (docs/performance_history.md, The distance to plain
+    training, and its cause)."""
     if values.ndim > 1 and values.size > 0:
         values = ops.reduce_sum(values.reshape(values.shape[0], -1), 1)
     return ops.reduce_sum(values)
@@ -172,9 +174,9 @@ def _squared_sum_dense(grad):
     """sum(grad ** 2) in float32, without a temporary of grad's size: each row of a (rows, 1, columns) view dotted
     with itself (BatchMatMul), then the rows summed. ``grad * grad`` is a temporary as large as the parameter, which
     at a window's end sat beside the buffers: most of a copy of the parameters on a model whose largest parameter
-    is most of it. Rows of a few thousand elements keep the float32 sum within about 1e-6 of float64 (one dot over
-    millions drifted 1e-4 on MindSpore 2.7). A size without a divisor from 64 to 4096 falls back to the
-    temporary."""
+    is most of it. Rows of a few thousand elements keep the float32 sum close to float64's, where one dot over
+    millions drifts (docs/performance_history.md, At size). A size without a divisor from 64 to 4096 falls back to
+    the temporary."""
     grad = ops.cast(grad, mstype.float32)
     rows = _rows_of(grad.shape)
     if rows is None:
@@ -189,10 +191,10 @@ def sum_over(hyper_map, func, tensors, sparse=False):
 
 
 def add_up(values, sparse=False):
-    """The sum of a tuple of scalars, in one AddN: a chain of additions compiled about 2 s slower at a window's end
-    over MindCV EdgeNeXt's 160 parameters (MindSpore 2.10, CPU). With `sparse` (the scalars of RowTensor gradients,
-    for which the function that gave them raises its own error) a chain: AddN refuses the values' undetermined type
-    before that error is raised."""
+    """The sum of a tuple of scalars, in one AddN: a chain of additions compiled slower at a window's end over many
+    parameters (docs/performance_history.md, Start-up: where the time goes). With `sparse` (the scalars of RowTensor
+    gradients, for which the function that gave them raises its own error) a chain: AddN refuses the values'
+    undetermined type before that error is raised."""
     if len(values) == 1:
         return values[0]
     if not sparse:

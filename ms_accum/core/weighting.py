@@ -135,8 +135,8 @@ def micro_batch_forward(network, inputs, eager):
 
     `eager` (PYNATIVE_MODE, from the calling cell) records the loss alone as the network's output, as
     :class:`mindspore.nn.TrainOneStepCell` does: a second output, its zero seed and the item count's operators,
-    launched one by one, cost about 5% of a LeNet micro-step there. Pass the same `eager` to
-    :func:`loss_sens`.
+    launched one by one, slowed a small micro-step there (docs/performance_history.md, The distance to plain
+    training, and its cause). Pass the same `eager` to :func:`loss_sens`.
     """
     if eager:
         return _forward_loss_only(network, inputs)

@@ -194,8 +194,8 @@ def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, item
     temporary of its size), then multiplied in place once by the division and the clipping together: the window's
     end then holds nothing of a buffer's size beside the buffers, as the tutorial's optimizer step on its buffers
     (a divided copy, or a read after the write, which MindSpore copies, each held one more copy of the
-    parameters). The norm is taken from the undivided sums, so a window whose squared sums overflow float32 (buffer
-    elements near 1.8e19) counts as not finite.
+    parameters: docs/performance_history.md, At size). The norm is taken from the undivided sums, so a window
+    whose squared sums overflow float32 (buffer elements near 1.8e19) counts as not finite.
 
     Returns (grads, a Tensor to depend on once the records are written).
     """

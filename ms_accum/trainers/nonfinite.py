@@ -68,9 +68,9 @@ def micro_batch_positions(first, count, steps_per_epoch):
 class NonFiniteGuard:
     """
     Reads the engine's skip records every :data:`CHECK_EVERY` windows (every window with ``nonfinite="raise"``) and
-    acts on every window skipped since: a read waits for the device, so reading every window would cost a busy
-    run several percent (measured with benchmarks/nonfinite_cost.py); the engine keeps the last windows' skips as
-    bits, so no skipped window goes unreported.
+    acts on every window skipped since: a read waits for the device, so reading every window would slow a busy
+    run (docs/performance_history.md, The non-finite check: the items check in the skip's branch); the engine
+    keeps the last windows' skips as bits, so no skipped window goes unreported.
 
     Args:
         owner (str): The trainer, for messages.

@@ -295,7 +295,7 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
             take(choice)
             continue
         # the choice measured and fits: confirm the next size goes over, since peaks grow in steps of the memory
-        # pool's chunks as much as by the sample (ResNet18: 817 MiB at 8, 818 at 16, predicted 921 from 1 and 8)
+        # pool's chunks as much as by the sample (docs/performance_history.md, Planning the micro-batch)
         larger = [c for c in candidates if c > choice]
         if not larger or larger[0] in measured:
             break
@@ -335,11 +335,12 @@ class FreshProcessMeasure:
     ``"samples_per_second"`` (what :func:`report_measurement` prints).
 
     With `preload`, the process of the next measurement is started while the current one runs, and imports these
-    modules, then waits for its arguments: MindSpore's import (about 2 s on CPU here) overlaps the measurement
-    before it. Each measurement still runs in a process that has done nothing but import. `command` must then be
-    a Python script run by an interpreter: ``[python, script.py, *arguments]``; the script is run as
-    ``__main__`` with its own directory first on ``sys.path``, as Python would run it. Call :meth:`close` when done
-    (or use the measure as a context manager) to end the process waiting for a next measurement.
+    modules, then waits for its arguments: MindSpore's import, a good part of a small measurement's time
+    (docs/performance_history.md, Planning the micro-batch), overlaps the measurement before it. Each measurement
+    still runs in a process that has done nothing but import. `command` must then be a Python script run by an
+    interpreter: ``[python, script.py, *arguments]``; the script is run as ``__main__`` with its own directory first
+    on ``sys.path``, as Python would run it. Call :meth:`close` when done (or use the measure as a context manager)
+    to end the process waiting for a next measurement.
 
     Args:
         command (list[str]): The command, one argument a list entry; ``{micro_batch}`` in any of them.
@@ -437,8 +438,8 @@ def _end_process(holder):
 def resident_peak():
     """This process's peak resident memory in bytes: Linux's ``VmHWM``, the high-water mark of the process's own
     memory. Not ``ru_maxrss``: Linux carries it across ``exec`` from the process that started this one, so a
-    measuring process started by a pytest worker of 4 GiB read 4.18 GiB for a small model. Elsewhere ru_maxrss
-    (kilobytes; bytes on macOS)."""
+    process started by a large one can read the starter's peak, not its own (docs/performance_history.md, Planning
+    the micro-batch). Elsewhere ru_maxrss (kilobytes; bytes on macOS)."""
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             for line in status:
