@@ -148,9 +148,10 @@ SAMPLE = os.path.join(ZOO, "data", "fashion_mnist_sample")
 ACCURACY = re.compile(r"^============== \{'Accuracy': ([0-9.]+)\} ==============$", re.M)
 
 
-def run_script(script, *args, check=True):
-    """Run a model-zoo script as a user would; return (returncode, stdout, stderr)."""
-    env = dict(os.environ, PYTHONPATH=ROOT)
+def run_script(script, *args, check=True, env=None):
+    """Run a model-zoo script as a user would (`env`: variables to set besides); return (returncode, stdout,
+    stderr)."""
+    env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
     proc = subprocess.run([sys.executable, os.path.join(ZOO, script), *map(str, args)], capture_output=True,
                           text=True, env=env, timeout=600, check=False)
     if check and proc.returncode != 0:

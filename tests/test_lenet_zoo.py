@@ -453,16 +453,21 @@ def test_train_py_adapts_n_to_the_measured_noise_scale(tmp_path):
 def test_train_py_plans_the_micro_batch_for_a_memory_budget(tmp_path):
     """--batch_size auto measures train.py itself in fresh processes: a budget below what one sample needs is
     refused naming the measured peak, before anything is trained; a generous one takes the largest micro-batch that
-    divides the global batch, prints the table and the plan's line, and trains with it (b x N = G)."""
+    divides the global batch, prints the table and the plan's line, and trains with it (b x N = G). Neither leaves
+    the measuring runs' checkpoints behind in the temporary directory."""
     common = ("--data_path", SAMPLE, "--epoch_size", "1", "--global_batch_size", "64", "--batch_size", "auto",
               "--num_samples", "256")
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
     code, out, err = run_script("train.py", *common, "--max_memory", "64MiB", "--ckpt_path", tmp_path / "small",
-                                check=False)
+                                check=False, env={"TMPDIR": str(scratch)})
     assert code == 2, (out, err)
     assert re.search(r"'max_memory' must hold the smallest micro-batch \(1\), which peaked at \d+ MiB, but got 64 "
                      r"MiB", err), err
     assert not glob.glob(str(tmp_path / "small" / "*.ckpt")), "a refused plan trained"
-    _, out, _ = run_script("train.py", *common, "--max_memory", "8GiB", "--ckpt_path", tmp_path / "large")
+    _, out, _ = run_script("train.py", *common, "--max_memory", "8GiB", "--ckpt_path", tmp_path / "large",
+                           env={"TMPDIR": str(scratch)})
+    assert not glob.glob(str(scratch / "ms_accum_plan_*")), os.listdir(scratch)
     assert "| b | N | predicted peak | measured peak | samples/s | fits |" in out
     assert re.search(r"^plan: micro-batch 64 x N 1 x 1 device\(s\) = global batch 64; peak measured \d+ MiB of "
                      r"8.00 GiB", out, re.M), out

@@ -2,6 +2,7 @@
 very script, run at a few micro-batch sizes in fresh processes (--measure_micro_batch B: a short run of the same
 job whose peak memory and speed it prints, then exits)."""
 import argparse
+import shutil
 import sys
 import tempfile
 import time
@@ -63,6 +64,8 @@ def plan(script, argv, args, world):
             result = ms_accum.plan_micro_batch(measure, args.global_batch_size, args.max_memory, devices=world)
     except RuntimeError as error:  # a measuring process failed: its own error ends the message
         raise ValueError(f"'--batch_size auto' could not plan: {error}") from error
+    finally:  # the measuring runs' checkpoints
+        shutil.rmtree(scratch)
     print(f"planned in {time.time() - start:.1f} s", flush=True)
     return result
 

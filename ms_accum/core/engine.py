@@ -338,9 +338,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
     def _step_unless(self, overflow, refused, shown, optimizer, grads, result):
         """One optimizer step unless the window overflowed or is `refused` (None: checked already). The skip's
         runtime branch also raises the refused window's error, and with nonfinite="raise" a non-finite window's:
-        each check in a branch of its own made TrainOptim's call on LeNet about a quarter slower
-        (``docs/performance.md``, the non-finite check). A refused window's error comes first: a micro-batch
-        without items is also what makes a window's gradient NaN."""
+        a branch of its own slowed the window's end (docs/performance_history.md, The non-finite check). A refused
+        window's error comes first: a micro-batch without items is also what makes a window's gradient NaN."""
         stop = overflow if refused is None else ops.logical_or(overflow, refused)
         if stop:
             if refused is not None:
