@@ -14,7 +14,7 @@ import argparse
 import statistics
 import time
 
-from lenet_cells import plain_and_three_cells, start_mindspore
+import harness
 
 
 def main():
@@ -27,13 +27,13 @@ def main():
     args = parser.parse_args()
     if min(args.batch, args.rounds, args.calls) < 1:
         parser.error("--batch, --rounds and --calls must be >= 1.")
-    start_mindspore(args.mode)
+    harness.start_mindspore(args.mode)
     import numpy as np  # pylint: disable=import-outside-toplevel
     from mindspore import Tensor  # pylint: disable=import-outside-toplevel
     rng = np.random.default_rng(0)
     x = Tensor(rng.normal(size=(args.batch, 1, 32, 32)).astype(np.float32))
     y = Tensor(rng.integers(0, 10, size=args.batch).astype(np.int32))
-    plain, forward_backward, optim, clear = plain_and_three_cells()
+    plain, forward_backward, optim, clear = harness.plain_and_three_cells()
 
     def optim_again():  # times TrainOptim on one window, again and again: it refuses that in a training loop
         optim.window.applied = False
@@ -43,25 +43,26 @@ def main():
              "TrainForwardBackward": lambda: forward_backward(x, y),
              "TrainOptim": optim_again,
              "TrainClear": clear}
-    times = {name: [] for name in cells}
-    for _ in range(args.rounds):
-        for name, call in cells.items():
-            for _ in range(5):
-                out = call()
-            out.asnumpy()
-            start = time.perf_counter()
-            for _ in range(args.calls):
-                out = call()
-                if args.sync:
-                    out.asnumpy()
-            out.asnumpy()
-            times[name].append((time.perf_counter() - start) * 1e3 / args.calls)
+
+    def ms_per_call(call):
+        for _ in range(5):
+            out = call()
+        out.asnumpy()
+        start = time.perf_counter()
+        for _ in range(args.calls):
+            out = call()
+            if args.sync:
+                out.asnumpy()
+        out.asnumpy()
+        return (time.perf_counter() - start) * 1e3 / args.calls
+
+    times = harness.rotate({name: lambda call=call: ms_per_call(call) for name, call in cells.items()},
+                           args.rounds)
     print(f"LeNet5, batch {args.batch}, {args.mode.upper()}_MODE CPU, median of {args.rounds} rounds of "
           f"{args.calls} calls{', each waited for' if args.sync else ''}")
-    print("| cell | ms per call | rounds |")
-    print("|---|---|---|")
-    for name, values in times.items():
-        print(f"| {name} | {statistics.median(values):.2f} | {', '.join(f'{v:.2f}' for v in values)} |")
+    harness.print_table(("cell", "ms per call", "rounds"),
+                        [(name, f"{statistics.median(values):.2f}", ", ".join(f"{v:.2f}" for v in values))
+                         for name, values in times.items()])
 
 
 if __name__ == "__main__":

@@ -9,34 +9,19 @@ TrainOptim and TrainClear (the window's end), GRAPH_MODE. Without the cache each
 it the first run compiles and stores them, the second loads them.
 """
 import argparse
-import json
 import os
-import subprocess
-import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from lenet_cells import start_mindspore  # noqa: E402  (no MindSpore import; puts the project on sys.path)
+import harness
 
 
 def child(args):
-    """Time the three cells' first calls in this process; print one JSON line."""
-    start_mindspore("graph")
+    """Time the three cells' first calls in this process; report the seconds of each."""
+    harness.start_mindspore("graph")
     import numpy as np  # pylint: disable=import-outside-toplevel
-    import mindcv  # pylint: disable=import-outside-toplevel
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import Tensor, nn  # pylint: disable=import-outside-toplevel
-    import ms_accum  # pylint: disable=import-outside-toplevel
-    ms.set_seed(0)
-    net = mindcv.create_model(args.model, num_classes=10)
-    loss = mindcv.create_loss(name="CE", label_smoothing=0.1)
-    optimizer = mindcv.create_optimizer(net.trainable_params(), opt="momentum", lr=0.01, momentum=0.9,
-                                        weight_decay=1e-4)
-    grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
-    forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), optimizer, grad_sum)
-    optim, clear = ms_accum.TrainOptim(optimizer, grad_sum), ms_accum.TrainClear(grad_sum)
+    from mindspore import Tensor  # pylint: disable=import-outside-toplevel
+    forward_backward, optim, clear = harness.three_cells(*harness.build(args.model, 10))
     rng = np.random.default_rng(0)
     x = Tensor(rng.random((args.micro_batch, 3, args.image_size, args.image_size), dtype=np.float32))
     y = Tensor(rng.integers(0, 10, args.micro_batch).astype(np.int32))
@@ -46,17 +31,7 @@ def child(args):
         out = call()
         (out[0] if isinstance(out, tuple) else out).asnumpy()
         times[name] = time.perf_counter() - start
-    print("RESULT " + json.dumps(times), flush=True)
-
-
-def run(argv, env):
-    proc = subprocess.run([sys.executable, __file__, *argv, "--child"], capture_output=True, text=True, env=env,
-                          check=False)
-    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-    if proc.returncode != 0 or not lines:
-        raise RuntimeError(f"compile_cache.py: a run exited {proc.returncode}:\n{proc.stdout[-2000:]}\n"
-                           f"{proc.stderr[-3000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    harness.report(times)
 
 
 def main():
@@ -69,20 +44,18 @@ def main():
     if args.child:
         child(args)
         return
-    argv = ["--model", args.model, "--image_size", str(args.image_size), "--micro_batch", str(args.micro_batch)]
+    argv = ["--model", args.model, "--image_size", args.image_size, "--micro_batch", args.micro_batch, "--child"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("MS_COMPILER_CACHE")}
-    rows = {"no cache": run(argv, env)}
+    rows = {"no cache": harness.run_child(__file__, argv, env)}
     with tempfile.TemporaryDirectory() as cache:
         cached = dict(env, MS_COMPILER_CACHE_ENABLE="1", MS_COMPILER_CACHE_PATH=cache)
-        rows["cache, first run"] = run(argv, cached)
-        rows["cache, second run"] = run(argv, cached)
+        rows["cache, first run"] = harness.run_child(__file__, argv, cached)
+        rows["cache, second run"] = harness.run_child(__file__, argv, cached)
     print(f"\n{args.model}, {args.image_size}x{args.image_size}, micro-batch {args.micro_batch}, GRAPH_MODE: seconds "
           f"to each cell's first result, compilation included, a fresh process per row\n")
-    print("| run | TrainForwardBackward | TrainOptim | TrainClear | all three |")
-    print("|---|---|---|---|---|")
-    for name, times in rows.items():
-        cells = [times["forward-backward"], times["optim"], times["clear"]]
-        print(f"| {name} | " + " | ".join(f"{t:.2f}" for t in cells) + f" | {sum(cells):.2f} |")
+    cells = {name: [times["forward-backward"], times["optim"], times["clear"]] for name, times in rows.items()}
+    harness.print_table(("run", "TrainForwardBackward", "TrainOptim", "TrainClear", "all three"),
+                        [(name, *(f"{t:.2f}" for t in values), f"{sum(values):.2f}") for name, values in cells.items()])
 
 
 if __name__ == "__main__":

@@ -5,10 +5,10 @@
     .venv/bin/python benchmarks/compile_memory.py --model tiny          # an MLP 1024-16-10: 64 KiB of parameters
     .venv/bin/python benchmarks/compile_memory.py --model block         # 4 transformer encoder layers (d 256)
 
-The step is value_and_grad and the accumulator, as in ``benchmarks/peers.py``'s jit step, written as a Cell so that
-it can be compiled before it runs (``Cell.compile``; an ``ms.jit`` function compiles on its first call, the same
-graph). Each process builds the network, its optimizer and the micro-batches, notes the resident memory, then
-reports in MiB above it:
+The step is value_and_grad and the accumulator, as in ``benchmarks/peers.py``'s jit step, written as a Cell
+(``harness.step_cell``) so that it can be compiled before it runs (``Cell.compile``; an ``ms.jit`` function
+compiles on its first call, the same graph). Each process builds the network, its optimizer and the
+micro-batches, notes the resident memory, then reports in MiB above it:
 
 - built: the accumulator built (the tutorial's two clones are resident at once; ``Accumulator``'s buffers, made by
   ``initializer("zeros")``, when the graph first holds them);
@@ -21,75 +21,48 @@ reports in MiB above it:
 compilation. GRAPH_MODE only.
 """
 import argparse
-import json
-import os
-import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from lenet_cells import start_mindspore  # noqa: E402  (no MindSpore import; puts the project on sys.path)
-import memory  # noqa: E402
+import harness
 
 CONFIGS = ("tutorial", "accumulator")
 
 
-def step_cell(config, loss_net, optimizer, steps):
-    """The jit step of `config` (``peers.step_parts``) as a Cell."""
-    from mindspore import nn, ops  # pylint: disable=import-outside-toplevel
-    from peers import step_parts  # pylint: disable=import-outside-toplevel
-
-    class Step(nn.Cell):
-        """value_and_grad and the accumulator in one graph."""
-
-        def __init__(self):
-            super().__init__(auto_prefix=False)
-            self.grad_fn, self.accumulator, self.weighted = step_parts(config, loss_net, optimizer, steps)
-
-        def construct(self, x, y):
-            loss_value, grads = self.grad_fn(x, y)
-            if self.weighted:
-                return ops.depend(loss_value, self.accumulator(grads, x.shape[0]))
-            return ops.depend(loss_value, self.accumulator(grads))
-    return Step()
-
-
 def child(config, args):
-    """Measure one configuration in this process; print one JSON line."""
-    start_mindspore("graph")
+    """Measure one configuration in this process; report its result."""
+    harness.start_mindspore("graph")
     from mindspore import Tensor, nn  # pylint: disable=import-outside-toplevel
-    net, loss, optimizer = memory.build(args)
-    copy_mib = memory.copy_mib_of(net)
-    tensors = [(Tensor(x), Tensor(y)) for x, y in memory.micro_batches(args, args.windows * args.steps)]
+    net, loss, optimizer = harness.build(args.model, args.classes, args.width, args.optimizer)
+    copy_mib = harness.copy_mib_of(net)
+    tensors = [(Tensor(x), Tensor(y)) for x, y in harness.random_batches(args, args.windows * args.steps, seed=1)]
     loss_net = nn.WithLossCell(net, loss)
     before = [p.asnumpy().copy() for p in optimizer.parameters]
-    base = memory.rss_mib()
-    step = step_cell(config, loss_net, optimizer, args.steps)
-    built = memory.rss_mib() - base
+    base = harness.rss_mib()
+    step = harness.step_cell(config, loss_net, optimizer, args.steps)
+    built = harness.rss_mib() - base
     step.compile(*tensors[0])
-    compiled = memory.rss_mib() - base
+    compiled = harness.rss_mib() - base
     for x, y in tensors:
         step(x, y)
     moved = max(float(abs(p.asnumpy() - b).max()) for p, b in zip(optimizer.parameters, before))
     if not moved > 0.0:
         raise RuntimeError(f"compile_memory.py: {config} did not update the parameters")
-    print(json.dumps({"config": config, "built": built, "compiled": compiled, "trained": memory.rss_mib() - base,
-                      "peak": memory.peak_mib() - base, "copy": copy_mib}), flush=True)
+    harness.report({"config": config, "built": built, "compiled": compiled, "trained": harness.rss_mib() - base,
+                    "peak": harness.peak_mib() - base, "copy": copy_mib})
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    memory.add_model_arguments(parser, CONFIGS, windows=2)
+    harness.add_model_arguments(parser, CONFIGS, windows=2)
     args = parser.parse_args()
-    results = memory.measure_each(__file__, args, child, strict=True)
+    results = harness.measure_each(__file__, args, child, strict=True)
     if results is None:
         return
     copy = next(iter(results.values()))["copy"]
     print(f"\n{args.model}, micro-batch {args.micro_batch}, N = {args.steps}, GRAPH_MODE; one float32 copy of the "
           f"trainable parameters: {copy:.2f} MiB\n")
-    print("| configuration | built | compiled | trained | peak |")
-    print("|---|---|---|---|---|")
-    for config, row in results.items():
-        print(f"| {config} | {row['built']:.1f} | {row['compiled']:.1f} | {row['trained']:.1f} | {row['peak']:.1f} |")
+    harness.print_table(("configuration", "built", "compiled", "trained", "peak"),
+                        [(config, *(f"{row[k]:.1f}" for k in ("built", "compiled", "trained", "peak")))
+                         for config, row in results.items()])
     if "tutorial" in results and "accumulator" in results:
         first, second = results["tutorial"], results["accumulator"]
         training = (second['trained'] - second['compiled']) - (first['trained'] - first['compiled'])

@@ -9,16 +9,11 @@ on the bundled sample, the first 30 updates excluded as warm-up, then as many up
 figure is the median samples/s over the processes.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 
-from lenet_cells import accumulated_update, lenet_parts, three_cells, timed, window_of
+import harness
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ZOO = os.path.join(ROOT, "model_zoo_lenet")
 WARMUP_UPDATES = 30
 AVX2 = {"ONEDNN_MAX_CPU_ISA": "AVX2"}
 # (label, environment, kernel threads, jit_level, mode: graph, pynative (synchronous launches) or pynative-async)
@@ -34,7 +29,7 @@ SETTINGS = [
 
 
 def child(threads, jit_level, mode, seconds):
-    """One measurement in this process; prints a JSON line."""
+    """One measurement in this process; reports its samples/s."""
     from src.cpu_speed import apply_env_defaults, available_cores, set_cpu_threads, set_mode  # noqa  # pylint: disable=import-outside-toplevel
     apply_env_defaults()
     import mindspore as ms  # pylint: disable=import-outside-toplevel
@@ -49,15 +44,16 @@ def child(threads, jit_level, mode, seconds):
         ms.set_context(jit_config={"jit_level": jit_level})
     if threads is not None:
         set_cpu_threads(available_cores() if threads == "cores" else int(threads))
-    data = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), 32, "train", shuffle=False)
+    data = create_dataset(harness.SAMPLE, 32, "train", shuffle=False)
     batches = list(data.create_tuple_iterator(num_epochs=1))
-    cells = three_cells(*lenet_parts())
+    cells = harness.three_cells(*harness.lenet_parts())
 
     def update(index):
-        accumulated_update(cells, window_of(batches, index, 4))
+        harness.accumulated_update(cells, harness.window_of(batches, index, 4))
         return 4 * 32
 
-    print(json.dumps({"samples_per_s": timed(update, seconds, WARMUP_UPDATES)}))
+    harness.report({"samples_per_s": harness.timed(update, seconds, WARMUP_UPDATES)})
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -71,20 +67,21 @@ def main():
     if args.child:
         child(args.threads, args.jit_level, args.mode, args.seconds)
         return
-    runs = {label: [] for label, *_ in SETTINGS}
-    for _ in range(args.repeats):  # settings interleaved, so that a slow spell of the machine hits them all
-        for label, env, threads, jit_level, mode in SETTINGS:
-            cmd = [sys.executable, __file__, "--child", "--seconds", str(args.seconds), "--mode", mode]
-            if threads is not None:
-                cmd += ["--threads", str(threads)]
-            if jit_level is not None:
-                cmd += ["--jit_level", jit_level]
-            out = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True, check=True)
-            runs[label].append(json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"])
-    print(f"| setting | samples/s (median of {args.repeats}) | runs, in order |")
-    print("|---|---|---|")
-    for label, values in runs.items():
-        print(f"| {label} | {statistics.median(values):.0f} | {', '.join(f'{r:.0f}' for r in values)} |")
+    settings = {label: rest for label, *rest in SETTINGS}
+
+    def measure(label):
+        env, threads, jit_level, mode = settings[label]
+        argv = ["--child", "--seconds", args.seconds, "--mode", mode]
+        if threads is not None:
+            argv += ["--threads", threads]
+        if jit_level is not None:
+            argv += ["--jit_level", jit_level]
+        return harness.run_child(__file__, argv, dict(os.environ, **env))["samples_per_s"]
+
+    runs = harness.take_turns(settings, args.repeats, measure)
+    harness.print_table(("setting", f"samples/s (median of {args.repeats})", "runs, in order"),
+                        [(label, f"{statistics.median(values):.0f}", ", ".join(f"{r:.0f}" for r in values))
+                         for label, values in runs.items()])
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ import subprocess
 import sys
 import time
 
-from lenet_cells import ROOT, sample_arrays  # also puts the repository and model_zoo_lenet on sys.path
+import harness
 
 
 def updates_to_time(args, steps):
@@ -50,7 +50,7 @@ def pin_to_one_core(rank):
 def flat_sample():
     """The bundled sample's training images as train.py prepares them, flattened to float32 (count, 1024), and
     their int32 labels."""
-    images, labels = sample_arrays()
+    images, labels = harness.sample_arrays()
     return images.reshape(len(images), -1), labels
 
 
@@ -80,10 +80,7 @@ def mindspore_worker(args):
                                      device_num=world)
     ms.set_seed(0)
     images, labels = flat_sample()
-    net = nn.SequentialCell(nn.Dense(images.shape[1], args.hidden), nn.ReLU(), nn.Dense(args.hidden, args.hidden),
-                            nn.ReLU(), nn.Dense(args.hidden, 10))
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    optimizer = nn.Momentum(net.trainable_params(), 0.01, 0.9)
+    net, loss, optimizer = harness.plain_parts(harness.wide_mlp(args.hidden, inputs=images.shape[1]))
     dataset = ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False, num_shards=world,
                                     shard_id=rank).batch(args.batch, drop_remainder=True)
     steps = args.config_steps
@@ -256,7 +253,7 @@ def main():
                         help="micro-batches timed per worker and run, after 2 warm-up updates (default: %(default)s)")
     parser.add_argument("--frameworks", default="mindspore", choices=["mindspore", "torch", "mindspore,torch"],
                         help="mindspore (default), torch (PyTorch DDP with no_sync; needs torch) or both")
-    parser.add_argument("--out", default=os.path.join(ROOT, "runs", "data_parallel_bench"),
+    parser.add_argument("--out", default=os.path.join(harness.ROOT, "runs", "data_parallel_bench"),
                         help="results and msrun logs (default: runs/data_parallel_bench)")
     parser.add_argument("--run_worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--config_steps", type=int, default=0, help=argparse.SUPPRESS)
@@ -287,27 +284,26 @@ def main():
             rows.append((f"PyTorch DDP, no_sync, N = {steps}", steps, alone, pair))
             print(f"torch N = {steps}: efficiency {pair['samples_per_s'] / (2 * alone['samples_per_s']):.3f}",
                   flush=True)
-    print_table(args, rows)
+    table(args, rows)
 
 
-def print_table(args, rows):
+def table(args, rows):
     """Markdown: throughput alone and in pairs, efficiency, and the communication per window (per micro-batch for
     plain training, which reduces every micro-batch) against the window's time on 2 workers."""
     params = rows[0][3]["parameters"]
     print(f"\nwide MLP 1024-{args.hidden}-{args.hidden}-10 ({params / 1e6:.1f} M parameters, "
           f"{params * 4 / 2 ** 20:.0f} MiB of float32 gradient), micro-batch {args.batch} per worker "
           f"(MindSpore in GRAPH_MODE)\n")
-    print("| configuration | 1 worker samples/s | 2 workers samples/s | scaling efficiency | "
-          "communication per window: ms of ms (share) |")
-    print("|---|---|---|---|---|")
+    cells = []
     for name, steps, alone, pair in rows:
         efficiency = pair["samples_per_s"] / (2 * alone["samples_per_s"])
         comm = "-"
         if "allreduce_ms" in pair:
             window_ms = max(steps, 1) * args.batch * 2 / pair["samples_per_s"] * 1000
             comm = f"{pair['allreduce_ms']:.1f} of {window_ms:.1f} ({pair['allreduce_ms'] / window_ms:.0%})"
-        print(f"| {name} | {alone['samples_per_s']:.0f} | {pair['samples_per_s']:.0f} | {efficiency:.3f} | {comm} |")
-
+        cells.append((name, f"{alone['samples_per_s']:.0f}", f"{pair['samples_per_s']:.0f}", f"{efficiency:.3f}", comm))
+    harness.print_table(("configuration", "1 worker samples/s", "2 workers samples/s", "scaling efficiency",
+                         "communication per window: ms of ms (share)"), cells)
 
 if __name__ == "__main__":
     main()

@@ -13,16 +13,12 @@ over three times the median, for each, and the ratio of their means. ms_accum pa
 in PYNATIVE_MODE, and in GRAPH_MODE on CPU, through such a branch (`ms_accum/core/compiled.py`).
 """
 import argparse
-import os
 import statistics
-import sys
 import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from lenet_cells import start_mindspore  # noqa: E402  (no MindSpore import; puts the project on sys.path)
+import harness
 
 
 def _step(grad_fn, buffers, branched):
@@ -69,7 +65,7 @@ def main():
     args = parser.parse_args()
     if args.micro_batch < 1 or args.rounds < 1:
         parser.error(f"--micro-batch and --rounds must be >= 1, but got {args.micro_batch} and {args.rounds}.")
-    start_mindspore(args.mode)
+    harness.start_mindspore(args.mode)
     from mindspore import Tensor  # pylint: disable=import-outside-toplevel
     rng = np.random.default_rng(0)
     data = [(Tensor(rng.normal(size=(args.micro_batch, 1, 32, 32)).astype(np.float32)),
@@ -78,21 +74,26 @@ def main():
     for step in made.values():  # compile
         for x, y in data[:2]:
             float(step(x, y).asnumpy())
-    times = {name: [] for name in made}
-    for _ in range(args.rounds):
-        for name, step in made.items():
-            for x, y in data:
-                began = time.perf_counter()
-                float(step(x, y).asnumpy())
-                times[name].append((time.perf_counter() - began) * 1000)
+
+    def ms_per_call(step):
+        """The milliseconds of each call on the 16 micro-batches, each call waiting for its loss."""
+        times = []
+        for x, y in data:
+            began = time.perf_counter()
+            float(step(x, y).asnumpy())
+            times.append((time.perf_counter() - began) * 1000)
+        return times
+
+    rounds = harness.rotate({name: lambda step=step: ms_per_call(step) for name, step in made.items()}, args.rounds)
+    times = {name: [t for calls in values for t in calls] for name, values in rounds.items()}
     print(f"\nLeNet5, micro-batch {args.micro_batch}, {args.mode.upper()}_MODE, {args.rounds} rounds of 16 calls "
           f"each\n")
-    print("| jit step | median ms per call | mean ms | calls over 3x the median |")
-    print("|---|---|---|---|")
+    rows = []
     for name, values in times.items():
         median = statistics.median(values)
         slow = sum(value > 3 * median for value in values)
-        print(f"| {name} | {median:.1f} | {statistics.mean(values):.1f} | {slow}/{len(values)} |")
+        rows.append((name, f"{median:.1f}", f"{statistics.mean(values):.1f}", f"{slow}/{len(values)}"))
+    harness.print_table(("jit step", "median ms per call", "mean ms", "calls over 3x the median"), rows)
     print(f"\nstraight / branched, mean time per call: "
           f"{statistics.mean(times['straight']) / statistics.mean(times['branched']):.2f}")
 

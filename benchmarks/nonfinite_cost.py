@@ -9,14 +9,18 @@ read that count once per window to warn; "apply" checks nothing, as mindspore.nn
 drivers run in rotating blocks of --windows windows (see benchmarks/noise_cost.py for the method); the median
 ratio of their times is printed with its quartiles, per model, for wall and CPU time.
 """
-from noise_cost import compare_variants, cost_arguments
+import harness
 
 
 def main():
-    args, models = cost_arguments(__doc__, 1)
+    args, models = harness.cost_arguments(__doc__, harness.COST_MODELS, 1)
+    apply, skip = "nonfinite='apply'", "nonfinite='skip'"
     for name in models:
-        compare_variants(name, args, {"nonfinite='apply'": {"nonfinite": "apply"},
-                                      "nonfinite='skip'": {"nonfinite": "skip"}}, "nonfinite='apply'")
+        images, labels = harness.sample_arrays(args.windows * args.steps * args.batch)
+        runners = harness.driver_runners(harness.COST_MODELS[name], {apply: {"nonfinite": "apply"},
+                                                                     skip: {"nonfinite": "skip"}},
+                                         images, labels, args.batch, args.steps)
+        harness.compare_runners(name, args, runners, {skip: apply})
 
 
 if __name__ == "__main__":

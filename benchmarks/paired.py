@@ -22,8 +22,7 @@ import argparse
 import statistics
 import time
 
-from lenet_cells import (accumulated_update, dataset_trainer, plain_and_three_cells, plain_updates,
-                         sample_arrays, start_mindspore, window_of)
+import harness
 
 
 def main():
@@ -40,9 +39,8 @@ def main():
     args = parser.parse_args()
     if min(args.batch, args.steps, args.pairs, args.updates) < 1:
         parser.error("--batch, --steps, --pairs and --updates must be >= 1.")
-    start_mindspore(args.mode)
+    harness.start_mindspore(args.mode)
     blocks = in_memory_blocks(args) if args.path == "three-cells" else dataset_blocks(args)
-    plain, accumulated, limit, floor = blocks
     block_samples = args.updates * args.steps * args.batch
 
     def block(update):
@@ -50,27 +48,23 @@ def main():
         update()
         return block_samples / (time.perf_counter() - start)
 
-    block(plain)  # warm-up: compilation
-    block(accumulated)
-    if limit:
-        block(limit)
-        block(floor)
-    ratios, plain_speeds, accumulated_speeds, limits, floors = [], [], [], [], []
-    for _ in range(args.pairs):
-        plain_speeds.append(block(plain))
-        accumulated_speeds.append(block(accumulated))
-        if limit:
-            limits.append(block(limit) / plain_speeds[-1])
-            floors.append(block(floor) / plain_speeds[-1])
-        ratios.append(accumulated_speeds[-1] / plain_speeds[-1])
-    quartiles = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else ratios * 3
+    runners = {name: lambda update=update: block(update)
+               for name, update in zip(("plain", "accumulated", "limit", "floor"), blocks) if update}
+    for run in runners.values():  # warm-up: compilation
+        run()
+    speeds = harness.rotate(runners, args.pairs)
+    plain_speeds, accumulated_speeds = speeds["plain"], speeds["accumulated"]
+    ratios = [a / p for a, p in zip(accumulated_speeds, plain_speeds)]
+    _, low, high = harness.spread(ratios)
     print(f"LeNet5, {args.mode.upper()}_MODE CPU, micro-batch {args.batch} x {args.steps}, {args.pairs} block pairs "
           f"of {args.updates} updates, path {args.path}")
     print(f"plain: median {statistics.median(plain_speeds):.0f} samples/s; {args.path}: median "
           f"{statistics.median(accumulated_speeds):.0f} samples/s")
     print(f"{args.path} / plain, per block pair: median {statistics.median(ratios):.3f}, quartiles "
-          f"{quartiles[0]:.3f} to {quartiles[2]:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
-    if limit:
+          f"{low:.3f} to {high:.3f}, min {min(ratios):.3f}, max {max(ratios):.3f}")
+    if "limit" in speeds:
+        limits = [m / p for m, p in zip(speeds["limit"], plain_speeds)]
+        floors = [f / p for f, p in zip(speeds["floor"], plain_speeds)]
         print(f"limit, the N forward-backward micro-steps alone (no TrainOptim, no TrainClear) / plain: median "
               f"{statistics.median(limits):.3f}")
         print(f"floor, the N micro-steps and two of MindSpore's smallest graph calls / plain: median "
@@ -111,15 +105,15 @@ def in_memory_blocks(args):
     """(plain block, three-cell block, limit block, floor block) on the batches held as Tensors, each of --updates
     updates."""
     from mindspore import Tensor  # pylint: disable=import-outside-toplevel
-    images, labels = sample_arrays()
+    images, labels = harness.sample_arrays()
     batches = [(Tensor(images[i:i + args.batch]), Tensor(labels[i:i + args.batch]))
                for i in range(0, len(images) - args.batch + 1, args.batch)]
-    plain, *cells = plain_and_three_cells()
+    plain, *cells = harness.plain_and_three_cells()
     n, done = args.steps, [0]  # done: updates so far, all kinds
 
     def run(one_update):
         for _ in range(args.updates):
-            one_update(window_of(batches, done[0], n))
+            one_update(harness.window_of(batches, done[0], n))
             done[0] += 1
 
     def micro_steps_only(window):
@@ -134,10 +128,10 @@ def in_memory_blocks(args):
     def micro_steps_and_two_graphs(window):
         """The floor: the micro-steps, then two of the smallest graph calls where TrainOptim (its result read
         back) and TrainClear run."""
-        accumulated_update((cells[0], first, second), window)
+        harness.accumulated_update((cells[0], first, second), window)
 
-    return (lambda: run(lambda window: plain_updates(plain, window)),
-            lambda: run(lambda window: accumulated_update(cells, window)),
+    return (lambda: run(lambda window: harness.plain_updates(plain, window)),
+            lambda: run(lambda window: harness.accumulated_update(cells, window)),
             lambda: run(micro_steps_only),
             lambda: run(micro_steps_and_two_graphs))
 
@@ -146,10 +140,11 @@ def dataset_blocks(args):
     """(plain block, accumulation block, None, None): one epoch of a dataset of --updates windows per block, through
     Model.train over TrainOneStepCell and through the driver or Model_ACCU."""
     import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
-    images, labels = sample_arrays(args.updates * args.steps * args.batch)
+    images, labels = harness.sample_arrays(args.updates * args.steps * args.batch)
     datasets = [ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False).batch(args.batch)
                 for _ in range(2)]  # one each: Model.train refuses a dataset another Model trained on
-    plain, accumulated = dataset_trainer("plain-b-data", args.steps), dataset_trainer(args.path, args.steps)
+    plain, accumulated = (harness.dataset_trainer("plain-b-data", args.steps),
+                          harness.dataset_trainer(args.path, args.steps))
     return lambda: plain(datasets[0], 1), lambda: accumulated(datasets[1], 1), None, None
 
 

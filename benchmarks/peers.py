@@ -40,55 +40,21 @@ Three figures per peer:
   batch there: the figure then measures that, not the accumulation.
 """
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-from lenet_cells import start_mindspore, three_cells  # noqa: E402  (no MindSpore import; puts the project on sys.path)
+import harness
 
 PEERS = ("mindcv-trainstep", "tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator",
          "tutorial-two-graphs")
 
 
-def micro_batches(args, windows, seed):
-    rng = np.random.default_rng(seed)
-    shape = {"block": (args.micro_batch, 64, 256), "lenet": (args.micro_batch, 1, 32, 32)}.get(
-        args.model, (args.micro_batch, 3, args.image_size, args.image_size))
-    return [(rng.normal(size=shape).astype(np.float32),
-             rng.integers(0, args.classes, size=args.micro_batch).astype(np.int32))
-            for _ in range(windows * args.steps)]
-
-
-def dataset_of(batches):
-    import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
-    images, labels = np.concatenate([x for x, _ in batches]), np.concatenate([y for _, y in batches])
-    return ds.NumpySlicesDataset({"image": images, "label": labels}, shuffle=False).batch(len(batches[0][1]))
-
-
 def build(args):
     """The model (seeded: the same initial weights every time), MindCV's loss and its momentum optimizer."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    import mindcv  # pylint: disable=import-outside-toplevel
-    from memory import block_model  # pylint: disable=import-outside-toplevel
-    ms.set_seed(0)
-    if args.model == "block":
-        net = block_model(args.classes)
-    elif args.model == "lenet":
-        from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
-        net = LeNet5(num_class=args.classes)
-    else:
-        net = mindcv.create_model(args.model, num_classes=args.classes)
-    loss = mindcv.create_loss(name="CE", label_smoothing=0.1)
-    optimizer = mindcv.create_optimizer(net.trainable_params(), opt="momentum", lr=0.01, momentum=0.9,
-                                        weight_decay=1e-4)
-    return net, loss, optimizer
+    return harness.build(args.model, args.classes)
 
 
 def make_peer(name, args):
@@ -107,14 +73,14 @@ def make_peer(name, args):
                                loss_scale_type="fixed", loss_scale=1.0, gradient_accumulation_steps=steps)
 
         def train(batches):
-            model.train(1, dataset_of(batches), dataset_sink_mode=False)
+            model.train(1, harness.dataset_of(batches), dataset_sink_mode=False)
             return finished()
         return net, train
     if name == "driver":
         trainer = ms_accum.GradientAccumulation(net, loss, optimizer)
 
         def train(batches):
-            trainer.train_process(1, dataset_of(batches), steps, ckpt_path=None, log_every=0)
+            trainer.train_process(1, harness.dataset_of(batches), steps, ckpt_path=None, log_every=0)
             return finished()
         return net, train
     if name == "model-accu":
@@ -122,11 +88,11 @@ def make_peer(name, args):
                                                                 gradient_accumulation_steps=steps))
 
         def train(batches):
-            model.train(1, dataset_of(batches), dataset_sink_mode=False)
+            model.train(1, harness.dataset_of(batches), dataset_sink_mode=False)
             return finished()
         return net, train
     if name == "three-cells":
-        forward_backward, optim, clear = three_cells(net, loss, optimizer)
+        forward_backward, optim, clear = harness.three_cells(net, loss, optimizer)
 
         def train_step(x, y, index):
             forward_backward(x, y)
@@ -140,112 +106,23 @@ def make_peer(name, args):
         def train_step(x, y, _):
             cell(x, y)
     elif name == "tutorial-two-graphs":
-        micro_step, window_end = two_graph_steps(nn.WithLossCell(net, loss), optimizer, steps)
+        micro_step, window_end = harness.two_graph_steps(nn.WithLossCell(net, loss), optimizer, steps)
 
         def train_step(x, y, index):
             micro_step(x, y)
             if index % steps == steps - 1:
                 window_end()
     else:
-        jitted = jit_step(name, nn.WithLossCell(net, loss), optimizer, steps)
+        jitted = harness.jit_step(name, nn.WithLossCell(net, loss), optimizer, steps)
 
         def train_step(x, y, _):
             jitted(x, y)
 
     def train(batches):
-        for index, (x, y) in enumerate(dataset_of(batches).create_tuple_iterator(num_epochs=1)):
+        for index, (x, y) in enumerate(harness.dataset_of(batches).create_tuple_iterator(num_epochs=1)):
             train_step(x, y, index)
         return finished()
     return net, train
-
-
-def step_parts(name, loss_net, optimizer, steps):
-    """What the MindSpore 2.x training step of `name` ("tutorial", "tutorial-clip" or "accumulator") runs per
-    micro-batch: (the value_and_grad function, the accumulator, whether the accumulator takes the micro-batch's
-    size). The tutorial divides the loss by N and calls its accumulator with the gradients ("tutorial-clip": the
-    window's gradient clipped by MindSpore's ``ops.clip_by_global_norm`` before the optimizer, a pass over it as
-    ms_accum's gradient norm is); ms_accum's takes the mean loss and ``Accumulator(grads, num_items)``."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    import ms_accum  # pylint: disable=import-outside-toplevel
-    loss_net.set_train(True)
-    if name in ("tutorial", "tutorial-clip"):
-        def divided_loss(x, y):
-            return loss_net(x, y) / steps
-        tutorial = _tutorial_class()(optimizer, steps, TUTORIAL_CLIP_NORM if name == "tutorial-clip" else None)
-        return ms.value_and_grad(divided_loss, None, optimizer.parameters), tutorial, False
-    return ms.value_and_grad(loss_net, None, optimizer.parameters), ms_accum.Accumulator(optimizer, steps), True
-
-
-def jit_step(name, loss_net, optimizer, steps):
-    """The MindSpore 2.x training step of `name` (see ``step_parts``): value_and_grad and the accumulator
-    inside one ``ms.jit`` function, called once per micro-batch."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import ops  # pylint: disable=import-outside-toplevel
-    grad_fn, accumulator, weighted = step_parts(name, loss_net, optimizer, steps)
-
-    @ms.jit
-    def train_step(x, y):
-        loss_value, grads = grad_fn(x, y)
-        if weighted:  # a constant when compiled: no branch in the graph
-            return ops.depend(loss_value, accumulator(grads, x.shape[0]))
-        return ops.depend(loss_value, accumulator(grads))
-    return train_step
-
-
-def two_graph_steps(loss_net, optimizer, steps):
-    """The tutorial's accumulation in two ``ms.jit`` functions: (value_and_grad of loss / N and the addition into
-    the buffers, per micro-batch; the optimizer on the buffers and their reset from zeros, per window). The
-    gradient function and the buffers are the tutorial peer's own (``step_parts``)."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import ops  # pylint: disable=import-outside-toplevel
-    grad_fn, tutorial, _ = step_parts("tutorial", loss_net, optimizer, steps)
-
-    @ms.jit
-    def micro_step(x, y):
-        loss_value, grads = grad_fn(x, y)
-        return ops.depend(loss_value, tutorial.map(ops.partial(ops.assign_add), tutorial.inner_grads, grads))
-
-    @ms.jit
-    def window_end():
-        done = optimizer(tutorial.inner_grads)
-        return ops.depend(done, tutorial.map(ops.partial(ops.assign), tutorial.inner_grads, tutorial.zeros))
-    return micro_step, window_end
-
-
-TUTORIAL_CLIP_NORM = 1.0
-
-
-def _tutorial_class():
-    """The tutorial's class (defined once MindSpore has loaded with the CPU settings)."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import Parameter, Tensor, ops  # pylint: disable=import-outside-toplevel
-
-    @ms.jit_class
-    class _Tutorial:
-        """The MindSpore tutorial's accumulator: buffers and a zeros copy beside the parameters, a counter from 1,
-        the optimizer stepped on the summed (loss / N) gradients every N-th call (clipped by their global norm with
-        a `clip_norm`), the buffers reset from zeros."""
-
-        def __init__(self, optimizer, steps, clip_norm=None):
-            self.optimizer = optimizer
-            self.clip_norm = clip_norm
-            self.inner_grads = optimizer.parameters.clone(prefix="accumulate_", init="zeros")
-            self.zeros = optimizer.parameters.clone(prefix="zeros_", init="zeros")
-            self.counter = Parameter(Tensor(1, ms.int32), "counter_")
-            self.steps = steps
-            self.map = ops.HyperMap()
-
-        def __call__(self, grads):
-            self.map(ops.partial(ops.assign_add), self.inner_grads, grads)
-            if self.counter % self.steps == 0:
-                if self.clip_norm is None:
-                    self.optimizer(self.inner_grads)
-                else:
-                    self.optimizer(ops.clip_by_global_norm(self.inner_grads, self.clip_norm))
-                self.map(ops.partial(ops.assign), self.inner_grads, self.zeros)
-            ops.assign_add(self.counter, Tensor(1, ms.int32))
-            return True
-    return _Tutorial
 
 
 def update_distance(net_after, initial, reference):
@@ -279,7 +156,7 @@ def parameters(net):
 
 def start_up(args):
     """One fresh process, one peer: time to the first update and to --first-windows windows; the distance."""
-    batches = micro_batches(args, args.first_windows, seed=1)
+    batches = harness.random_batches(args, args.first_windows * args.steps, seed=1)
     result = {"peer": args.start_up}
     try:
         net, train = make_peer(args.start_up, args)
@@ -293,30 +170,23 @@ def start_up(args):
         result["distance"] = update_distance(after_first, initial, large_batch_update(args, batches[:args.steps]))
     except Exception as error:  # pylint: disable=broad-except  (a peer that fails is reported, not hidden)
         result["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:160]}"
-    print("RESULT " + json.dumps(result), flush=True)
+    harness.report(result)
 
 
 def start_ups(args, argv):
     """--starts fresh processes per peer, alternating peers; every process's result."""
-    results = {peer: [] for peer in args.peers}
-    for _ in range(args.starts):
-        for peer in args.peers:
-            proc = subprocess.run([sys.executable, __file__, *argv, "--start-up", peer], capture_output=True,
-                                  text=True, timeout=1800)
-            lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
-            if proc.returncode or not lines:
-                raise RuntimeError(f"peers.py: the start-up run of {peer} exited {proc.returncode}:\n"
-                                   f"{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
-            results[peer].append(json.loads(lines[-1][len("RESULT "):]))
-            print(f"start-up {peer}: {results[peer][-1]}", flush=True)
-    return results
+    def start(peer):
+        result = harness.run_child(__file__, [*argv, "--start-up", peer], timeout=1800)
+        print(f"start-up {peer}: {result}", flush=True)
+        return result
+    return harness.take_turns(args.peers, args.starts, start)
 
 
 def steady(args):
     """Blocks of --windows windows per peer in turn, --rounds times, in this process; per peer the block ratios to
     the neighbouring baseline block (TrainStep, or the first peer that runs) and the baseline's window time."""
     trainers, failed = {}, {}
-    warm = micro_batches(args, 1, seed=2)
+    warm = harness.random_batches(args, args.steps, seed=2)
     for peer in args.peers:
         try:
             _, train = make_peer(peer, args)
@@ -327,25 +197,20 @@ def steady(args):
     if not trainers:
         raise RuntimeError(f"peers.py: no peer trains in this mode: {failed}")
     baseline = next(iter(trainers))
-    blocks = {peer: [] for peer in trainers}
-    data = micro_batches(args, args.windows, seed=3)
-    for _ in range(args.rounds):
-        for peer, train in trainers.items():
-            began = time.perf_counter()
-            train(data)
-            blocks[peer].append(time.perf_counter() - began)
+    data = harness.random_batches(args, args.windows * args.steps, seed=3)
+    blocks = harness.rotate({peer: lambda train=train: harness.wall_and_cpu(lambda: train(data))[0]
+                             for peer, train in trainers.items()}, args.rounds)
     ratios = {peer: [b / t for b, t in zip(blocks[baseline], times)] for peer, times in blocks.items()}
     return baseline, statistics.median(blocks[baseline]) / args.windows, ratios, failed
 
 
 def table(args, starts, baseline, window_s, ratios, failed):
+    """The peers' start-up, steady speed and distance."""
     size = {"block": "64 x 256 inputs", "lenet": "1 x 32 x 32"}.get(args.model, f"{args.image_size}x{args.image_size}")
     print(f"\n{args.model}, {size}, micro-batch {args.micro_batch} x {args.steps}, "
           f"{args.mode.upper()} mode; steady blocks of {args.windows} windows x {args.rounds} rounds, baseline "
           f"{baseline} at {window_s:.3f} s per window; start-up medians of {args.starts} processes\n")
-    print(f"| peer | first update, compile included (s) | first {args.first_windows} windows (s) | steady speed "
-          f"vs {baseline} (median, range) | update distance from the large batch |")
-    print("|---|---|---|---|---|")
+    rows = []
     for peer in args.peers:
         runs = [r for r in starts.get(peer, []) if "error" not in r]
         errors = [r["error"] for r in starts.get(peer, []) if "error" in r]
@@ -359,8 +224,9 @@ def table(args, starts, baseline, window_s, ratios, failed):
         else:
             speed = "fails: " + failed.get(peer, "")
         note = f" ({errors[0]})" if errors and not runs else ""
-        print(f"| {peer}{note} | {first} | {windows} | {speed} | {distance} |")
-
+        rows.append((peer + note, first, windows, speed, distance))
+    harness.print_table(("peer", "first update, compile included (s)", f"first {args.first_windows} windows (s)",
+                         f"steady speed vs {baseline} (median, range)", "update distance from the large batch"), rows)
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -387,7 +253,7 @@ def main():
             parser.error(f"--{name.replace('_', '-')} must be >= 1, but got {getattr(args, name)}.")
     if args.first_windows < 2:
         parser.error("--first-windows must be >= 2: the first update is timed on its own.")
-    start_mindspore(args.mode)
+    harness.start_mindspore(args.mode)
     if args.start_up:
         start_up(args)
         return

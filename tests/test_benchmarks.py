@@ -1,5 +1,7 @@
 """The data-parallel benchmark and the per-cell timer run end to end (tiny sizes) and refuse bad arguments; their
-figures are in docs/performance.md."""
+figures are in docs/performance.md. Every benchmark is a script on benchmarks/harness.py, importing no other."""
+import ast
+import glob
 import os
 import re
 import subprocess
@@ -11,6 +13,25 @@ from conftest import ROOT
 from helpers import msrun_env
 
 SCRIPT = os.path.join(ROOT, "benchmarks", "data_parallel.py")
+
+
+def test_benchmarks_import_the_harness_and_never_each_other():
+    """benchmarks/*.py and benchmarks/lab/*.py import benchmarks/harness.py and no other benchmark module (no import
+    cycles, one runner); the harness imports none of them."""
+    folder = os.path.join(ROOT, "benchmarks")
+    scripts = sorted(glob.glob(os.path.join(folder, "*.py")) + glob.glob(os.path.join(folder, "lab", "*.py")))
+    modules = {os.path.splitext(os.path.basename(path))[0] for path in scripts}
+    wrong = {}
+    for path in scripts:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+                 for alias in node.names}
+        names |= {node.module.split(".")[0] for node in ast.walk(tree)
+                  if isinstance(node, ast.ImportFrom) and node.module and not node.level}
+        allowed = set() if path.endswith("harness.py") else {"harness"}
+        if names & modules - allowed:
+            wrong[os.path.relpath(path, ROOT)] = sorted(names & modules - allowed)
+    assert "harness" in modules and not wrong, wrong
 
 
 def run(*args, script=SCRIPT):

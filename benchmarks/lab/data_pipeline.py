@@ -1,7 +1,10 @@
 """Does train.py's data pipeline keep up with training? Dataset throughput against training throughput, on CPU.
 
-    .venv/bin/python benchmarks/data_pipeline.py                       # data/fashion-mnist, else the sample
-    .venv/bin/python benchmarks/data_pipeline.py --workers 1,2 --repeats 3
+    .venv/bin/python benchmarks/lab/data_pipeline.py                       # data/fashion-mnist, else the sample
+    .venv/bin/python benchmarks/lab/data_pipeline.py --workers 1,2 --repeats 3
+
+A probe kept in the lab: its figures are in docs/performance_history.md ("The data pipeline keeps up"), measured
+with ``.venv/bin/python benchmarks/lab/data_pipeline.py --repeats 2 --seconds 8``.
 
 For each map-worker count (create_dataset's num_parallel_workers; train.py keeps its default), in fresh
 processes taking turns:
@@ -16,23 +19,20 @@ NumpySlicesDataset), which no pipeline setting can beat. Training at the in-memo
 does not starve it; the pipeline alone should run well above training.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
-from lenet_cells import lenet_parts, start_mindspore
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402  (benchmarks/, beside this folder)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ZOO = os.path.join(ROOT, "model_zoo_lenet")
 BATCH, STEPS = 32, 4
 
 
 def child(kind, workers, data_path, seconds):
-    """One measurement in this process; prints a JSON line with samples/s."""
-    start_mindspore("graph")
+    """One measurement in this process; reports its samples/s."""
+    harness.start_mindspore("graph")
     import numpy as np  # pylint: disable=import-outside-toplevel
     import mindspore.dataset as ds  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
@@ -46,30 +46,25 @@ def child(kind, workers, data_path, seconds):
         while time.perf_counter() - start < seconds:
             next(iterator)
             count += BATCH
-        print(json.dumps({"samples_per_s": count / (time.perf_counter() - start)}))
+        harness.report({"samples_per_s": count / (time.perf_counter() - start)})
         return
     if kind == "in-memory":
         pairs = list(data.create_tuple_iterator(num_epochs=1, output_numpy=True))
         data = ds.NumpySlicesDataset({"image": np.concatenate([x for x, _ in pairs]),
                                       "label": np.concatenate([y for _, y in pairs])}, shuffle=False).batch(BATCH)
-    trainer = ms_accum.GradientAccumulation(*lenet_parts())
+    trainer = ms_accum.GradientAccumulation(*harness.lenet_parts())
 
     def run(epochs):
         trainer.train_process(epochs, data, STEPS, ckpt_path=None, log_every=0)
 
-    start = time.perf_counter()
-    run(1)  # warm-up (compilation), also sizes the measured run
-    epochs = max(1, round(seconds / (time.perf_counter() - start)))
-    start = time.perf_counter()
-    run(epochs)
-    print(json.dumps({"samples_per_s": epochs * samples / (time.perf_counter() - start)}))
+    harness.report({"samples_per_s": harness.timed_epochs(run, seconds, samples)})
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    default_data = os.path.join(ROOT, "data", "fashion-mnist")
+    default_data = os.path.join(harness.ROOT, "data", "fashion-mnist")
     if not os.path.isdir(default_data):
-        default_data = os.path.join(ZOO, "data", "fashion_mnist_sample")
+        default_data = harness.SAMPLE
     parser.add_argument("--data_path", default=default_data, help="default: %(default)s")
     cores = os.cpu_count() or 1
     parser.add_argument("--workers", default=",".join(str(w) for w in sorted({1, 2, cores}) if w <= cores),
@@ -90,26 +85,17 @@ def main():
         child(kind, int(workers), args.data_path, args.seconds)
         return
     jobs = [("in-memory", counts[0])] + [(kind, w) for w in counts for kind in ("pipeline", "training")]
-    runs = {job: [] for job in jobs}
-    for _ in range(args.repeats):
-        for kind, workers in jobs:
-            out = subprocess.run([sys.executable, __file__, "--child", f"{kind}:{workers}", "--data_path",
-                                  args.data_path, "--seconds", str(args.seconds)], capture_output=True, text=True,
-                                 check=False)
-            if out.returncode:
-                sys.exit(f"{kind} with {workers} workers failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-            runs[(kind, workers)].append(json.loads(out.stdout.strip().splitlines()[-1])["samples_per_s"])
+    runs = harness.take_turns(jobs, args.repeats, lambda job: harness.run_child(__file__, [
+        "--child", f"{job[0]}:{job[1]}", "--data_path", args.data_path, "--seconds", args.seconds])["samples_per_s"])
     median = {job: statistics.median(values) for job, values in runs.items()}
     reference = median[("in-memory", counts[0])]
     print(f"{args.data_path}/train, micro-batch {BATCH} x {STEPS}, GRAPH_MODE CPU, median of {args.repeats} processes")
-    print("| measurement | map workers | samples/s | vs training from memory | runs |")
-    print("|---|---|---|---|---|")
-    for (kind, workers), values in runs.items():
-        label = {"in-memory": "training, images already in memory", "pipeline": "pipeline alone",
-                 "training": "training fed by the pipeline"}[kind]
-        shown = "-" if kind == "in-memory" else workers
-        print(f"| {label} | {shown} | {median[(kind, workers)]:.0f} | {median[(kind, workers)] / reference:.2f} | "
-              f"{', '.join(f'{v:.0f}' for v in values)} |")
+    labels = {"in-memory": "training, images already in memory", "pipeline": "pipeline alone",
+              "training": "training fed by the pipeline"}
+    harness.print_table(("measurement", "map workers", "samples/s", "vs training from memory", "runs"),
+                        [(labels[kind], "-" if kind == "in-memory" else workers, f"{median[(kind, workers)]:.0f}",
+                          f"{median[(kind, workers)] / reference:.2f}", ", ".join(f"{v:.0f}" for v in values))
+                         for (kind, workers), values in runs.items()])
 
 
 if __name__ == "__main__":

@@ -1,8 +1,15 @@
 """Throughput and peak memory of plain training, of every ms_accum path and of PyTorch, LeNet5 on CPU.
 
-    .venv/bin/python benchmarks/accumulation.py                          # micro-batch 32 x 4, 3 processes each
-    .venv/bin/python benchmarks/accumulation.py --batch 256 --steps 16 --repeats 1 --seconds 20   # memory
-    .venv/bin/python benchmarks/accumulation.py --mode pynative
+A probe kept in the lab: its figures are in docs/performance_history.md ("Throughput: accumulation against plain
+training"), measured with
+
+    .venv/bin/python benchmarks/lab/accumulation.py --repeats 3 --seconds 6 \
+        --configs plain-b,three-cells,functional,plain-Nb,plain-b-data,driver,model-accu
+    .venv/bin/python benchmarks/lab/accumulation.py --batch 256 --steps 16 --repeats 1 --seconds 15 \
+        --configs plain-b,three-cells,functional,plain-Nb,plain-b-data,driver,model-accu      # memory
+
+and also runs as ``.venv/bin/python benchmarks/lab/accumulation.py`` (micro-batch 32 x 4, 3 processes each) or
+with ``--mode pynative``.
 
 Each configuration runs in fresh processes, taking turns (MindSpore in GRAPH_MODE, or --mode pynative, with
 train.py's CPU defaults from model_zoo_lenet/src/cpu_speed.py), on Fashion-MNIST images from the bundled sample
@@ -25,19 +32,14 @@ before the first step, and MindSpore's speed relative to PyTorch on the three ma
 """
 import argparse
 import importlib.util
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-from lenet_cells import (accumulated_update, dataset_trainer, lenet_parts, plain_step, plain_updates,
-                         sample_arrays, start_mindspore, three_cells, timed, window_of)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402  (benchmarks/, beside this folder)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ZOO = os.path.join(ROOT, "model_zoo_lenet")
 # name: (what it is, the plain-at-b configuration fed the same way)
 CONFIGS = {
     "plain-b": ("nn.TrainOneStepCell, batch b", "plain-b"),
@@ -55,17 +57,12 @@ VERSUS_TORCH = (("plain-b", "torch-plain-b"), ("three-cells", "torch-accum"), ("
 WARMUP_UPDATES = 5
 
 
-def rss_mib():
-    """Current resident memory of this process, MiB."""
-    with open("/proc/self/statm", encoding="ascii") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2 ** 20
-
-
 def prepare(path, batch, steps):
     """Write the benchmark's images and labels (8 large batches, from the bundled sample) to `path` (.npz)."""
     import numpy as np  # pylint: disable=import-outside-toplevel
-    images, labels = sample_arrays(8 * batch * steps)
+    images, labels = harness.sample_arrays(8 * batch * steps)
     np.savez(path, images=images, labels=labels)
+    harness.report({"prepared": path})
 
 
 def mindspore_tensors(config, images, labels, batch, steps):
@@ -74,44 +71,24 @@ def mindspore_tensors(config, images, labels, batch, steps):
     size = batch * steps if config == "plain-Nb" else batch
     batches = [(Tensor(images[i:i + size]), Tensor(labels[i:i + size])) for i in range(0, len(images), size)]
     per_update = 1 if config == "plain-Nb" else steps
-    if config == "functional":
-        step = functional_step(*lenet_parts(), steps)
-
-        def update(k):
-            for images_k, labels_k in window_of(batches, k, per_update):
-                out = step(images_k, labels_k)
-            out[0].asnumpy()
-            return batch * steps
-        return update
     if config == "three-cells":
-        cells = three_cells(*lenet_parts())
+        cells = harness.three_cells(*harness.lenet_parts())
 
         def update(k):
-            accumulated_update(cells, window_of(batches, k, per_update))
+            harness.accumulated_update(cells, harness.window_of(batches, k, per_update))
             return batch * steps
         return update
-    step = plain_step(*lenet_parts())
+    if config == "functional":
+        from mindspore import nn  # pylint: disable=import-outside-toplevel
+        net, loss, optimizer = harness.lenet_parts()
+        step = harness.jit_step("accumulator", nn.WithLossCell(net, loss), optimizer, steps)
+    else:
+        step = harness.plain_step(*harness.lenet_parts())
 
     def update(k):
-        plain_updates(step, window_of(batches, k, per_update))
+        harness.plain_updates(step, harness.window_of(batches, k, per_update))
         return batch * steps
     return update
-
-
-def functional_step(net, loss, optimizer, steps):
-    """The jit-compiled step of a value_and_grad loop with ms_accum.Accumulator."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import nn  # pylint: disable=import-outside-toplevel
-    import ms_accum  # pylint: disable=import-outside-toplevel
-    accumulator = ms_accum.Accumulator(optimizer, steps)
-    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, optimizer.parameters)
-
-    @ms.jit
-    def step(images, labels):
-        loss_value, grads = grad_fn(images, labels)
-        return loss_value, accumulator(grads, images.shape[0])
-    return step
-
 
 def mindspore_dataset(config, images, labels, batch, steps, seconds):
     """Samples per second of the dataset-fed MindSpore configurations, whole epochs, after a warm-up epoch."""
@@ -119,45 +96,34 @@ def mindspore_dataset(config, images, labels, batch, steps, seconds):
     big = batch * steps
     data = ds.NumpySlicesDataset({"x": images, "y": labels}, shuffle=False).batch(batch)
     warm = ds.NumpySlicesDataset({"x": images[:2 * big], "y": labels[:2 * big]}, shuffle=False).batch(batch)
-    run = dataset_trainer(config, steps)
+    run = harness.dataset_trainer(config, steps)
     run(warm, 1)
-    start = time.perf_counter()
-    run(data, 1)  # also sizes the measured run
-    epochs = max(1, round(seconds / (time.perf_counter() - start)))
-    start = time.perf_counter()
-    run(data, epochs)
-    return epochs * len(images) / (time.perf_counter() - start)
+    return harness.timed_epochs(lambda epochs: run(data, epochs), seconds, len(images))
 
 
 def child(config, data_path, batch, steps, seconds, mode):
-    """One measurement in this process; prints a JSON line."""
+    """One measurement in this process; reports its samples/s and memory."""
     import numpy as np  # pylint: disable=import-outside-toplevel
     arrays = np.load(data_path)
     images, labels = arrays["images"], arrays["labels"]
     if config.startswith("torch-"):
-        import torch_lenet  # pylint: disable=import-outside-toplevel
-        before = rss_mib()
-        speed = timed(torch_lenet.make_update(config, images, labels, batch, steps), seconds, WARMUP_UPDATES)
+        before = harness.rss_mib()
+        speed = harness.timed(harness.torch_lenet_update(config, images, labels, batch, steps), seconds,
+                              WARMUP_UPDATES)
     else:
-        start_mindspore(mode)
-        before = rss_mib()
+        harness.start_mindspore(mode)
+        before = harness.rss_mib()
         if CONFIGS[config][1] == "plain-b-data":
             speed = mindspore_dataset(config, images, labels, batch, steps, seconds)
         else:
-            speed = timed(mindspore_tensors(config, images, labels, batch, steps), seconds, WARMUP_UPDATES)
-    from ms_accum.trainers.planner import resident_peak  # pylint: disable=import-outside-toplevel
-    peak = resident_peak() / 2 ** 20  # not ru_maxrss: it carries the peak of the process that started this one
-    print(json.dumps({"samples_per_s": speed, "peak_mib": peak, "before_mib": before}))
+            speed = harness.timed(mindspore_tensors(config, images, labels, batch, steps), seconds, WARMUP_UPDATES)
+    harness.report({"samples_per_s": speed, "peak_mib": harness.peak_mib(), "before_mib": before})
 
 
 def run_child(args, *extra):
-    """Run this script in a fresh process; return its last output line, or exit with its error output."""
-    out = subprocess.run([sys.executable, __file__, "--batch", str(args.batch), "--steps", str(args.steps),
-                          "--seconds", str(args.seconds), "--mode", args.mode, *extra], capture_output=True,
-                         text=True, check=False)
-    if out.returncode:
-        sys.exit(f"benchmark process {' '.join(extra)} failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-    return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    """Run this script in a fresh process with the common options and `extra`; its result."""
+    return harness.run_child(__file__, ["--batch", args.batch, "--steps", args.steps, "--seconds", args.seconds,
+                                        "--mode", args.mode, *extra])
 
 
 def pick_configs(text):
@@ -181,9 +147,7 @@ def print_tables(args, results):
     b, n = args.batch, args.steps
     print(f"LeNet5, micro-batch b={b}, N={n} (effective batch {b * n}), MindSpore in {args.mode.upper()}_MODE, CPU, "
           f"median of {args.repeats} processes")
-    print("| configuration | what runs | samples/s | vs plain-b, same feed | vs plain-Nb | peak RSS MiB (before) "
-          "| runs |")
-    print("|---|---|---|---|---|---|---|")
+    rows = []
     for config, runs in results.items():
         what, baseline = CONFIGS[config]
         nb = "torch-plain-Nb" if config.startswith("torch-") else "plain-Nb"
@@ -191,17 +155,16 @@ def print_tables(args, results):
         vs_nb = f"{median[config] / median[nb]:.2f}" if nb in median else "-"
         peak = statistics.median(r["peak_mib"] for r in runs)
         before = statistics.median(r["before_mib"] for r in runs)
-        values = ", ".join(f"{r['samples_per_s']:.0f}" for r in runs)
-        print(f"| {config} | {what} | {median[config]:.0f} | {vs_b} | {vs_nb} | {peak:.0f} ({before:.0f}) | "
-              f"{values} |")
+        rows.append((config, what, f"{median[config]:.0f}", vs_b, vs_nb, f"{peak:.0f} ({before:.0f})",
+                     ", ".join(f"{r['samples_per_s']:.0f}" for r in runs)))
+    harness.print_table(("configuration", "what runs", "samples/s", "vs plain-b, same feed", "vs plain-Nb",
+                         "peak RSS MiB (before)", "runs"), rows)
     pairs = [(m, t) for m, t in VERSUS_TORCH if m in median and t in median]
     if pairs:
-        print("\n| job | MindSpore samples/s | PyTorch samples/s | MindSpore / PyTorch |")
-        print("|---|---|---|---|")
-        for mine, theirs in pairs:
-            print(f"| {mine} vs {theirs} | {median[mine]:.0f} | {median[theirs]:.0f} | "
-                  f"{median[mine] / median[theirs]:.2f} |")
-
+        print()
+        harness.print_table(("job", "MindSpore samples/s", "PyTorch samples/s", "MindSpore / PyTorch"),
+                            [(f"{mine} vs {theirs}", f"{median[mine]:.0f}", f"{median[theirs]:.0f}",
+                              f"{median[mine] / median[theirs]:.2f}") for mine, theirs in pairs])
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -225,13 +188,11 @@ def main():
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be >= 1, but got {getattr(args, name)}.")
     configs = pick_configs(args.configs)
-    results = {c: [] for c in configs}
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "lenet_batches.npz")
         run_child(args, "--prepare", data)
-        for _ in range(args.repeats):  # configurations interleaved against slow spells of a shared machine
-            for config in configs:
-                results[config].append(json.loads(run_child(args, "--child", config, "--data", data)))
+        results = harness.take_turns(configs, args.repeats, lambda config: run_child(args, "--child", config,
+                                                                                    "--data", data))
     print_tables(args, results)
 
 

@@ -1,27 +1,27 @@
 """Where a LeNet5 training step spends its time, per kind of kernel, in MindSpore and (if installed) PyTorch.
 
-    .venv/bin/python benchmarks/op_profile.py              # batch 32, 100 profiled steps, GRAPH_MODE
+    .venv/bin/python benchmarks/lab/op_profile.py              # batch 32, 100 profiled steps, GRAPH_MODE
+
+A probe kept in the lab: its figures are in docs/performance_history.md ("The gap to PyTorch, and where the time
+goes"), measured with the command above.
 
 One plain training step (forward, backward, Momentum update) on the bundled Fashion-MNIST images, profiled
 after a warm-up: MindSpore with its Profiler (kernel times from the CPU framework's op table), PyTorch with
 torch.profiler (self CPU time of each aten operator). Kernels are grouped into convolution forward, convolution
 backward, max-pool forward, max-pool backward, dense layers and the rest; the figures are milliseconds per step.
-This explains the ratio to PyTorch that benchmarks/accumulation.py measures.
+This explains the ratio to PyTorch that benchmarks/lab/accumulation.py measures.
 """
 import argparse
 import csv
 import glob
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 
-from lenet_cells import lenet_parts, plain_step, start_mindspore
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import harness  # noqa: E402  (benchmarks/, beside this folder)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ZOO = os.path.join(ROOT, "model_zoo_lenet")
 GROUPS = ("conv forward", "conv backward", "max-pool forward", "max-pool backward", "dense", "other")
 MINDSPORE_GROUPS = {"Conv2D": "conv forward", "Conv2DBackpropInput": "conv backward",
                     "Conv2DBackpropFilter": "conv backward", "MaxPool": "max-pool forward",
@@ -35,17 +35,17 @@ TORCH_GROUPS = {"aten::mkldnn_convolution": "conv forward", "aten::convolution_b
 def images(batch):
     """One batch of the bundled sample, normalised as train.py feeds it (numpy)."""
     from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel
-    data = create_dataset(os.path.join(ZOO, "data", "fashion_mnist_sample"), batch, "train", shuffle=False)
+    data = create_dataset(harness.SAMPLE, batch, "train", shuffle=False)
     return next(data.create_tuple_iterator(num_epochs=1, output_numpy=True))
 
 
 def mindspore_profile(batch, steps, out_dir):
     """ms per step of each kernel group, MindSpore GRAPH_MODE on CPU."""
-    start_mindspore("graph")
+    harness.start_mindspore("graph")
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     from mindspore import Tensor  # pylint: disable=import-outside-toplevel
     x, y = (Tensor(a) for a in images(batch))
-    step = plain_step(*lenet_parts())
+    step = harness.plain_step(*harness.lenet_parts())
     for _ in range(20):
         step(x, y).asnumpy()
     profiler = ms.Profiler(output_path=out_dir)
@@ -69,9 +69,8 @@ def mindspore_profile(batch, steps, out_dir):
 def torch_profile(batch, steps):
     """ms per step of each kernel group, PyTorch on CPU (self CPU time of the aten operators)."""
     import torch  # pylint: disable=import-outside-toplevel
-    import torch_lenet  # pylint: disable=import-outside-toplevel
     x, y = images(batch)
-    update = torch_lenet.make_update("torch-plain-b", x, y, batch, 1)  # one step on this batch per call
+    update = harness.torch_lenet_update("torch-plain-b", x, y, batch, 1)  # one step on this batch per call
 
     def step():
         update(0)
@@ -101,7 +100,7 @@ def main():
         with tempfile.TemporaryDirectory() as tmp:
             times, wall = (mindspore_profile(args.batch, args.steps, tmp) if args.child == "mindspore"
                            else torch_profile(args.batch, args.steps))
-        print(json.dumps({"times": times, "wall": wall}))
+        harness.report({"times": times, "wall": wall})
         return
     frameworks = ["mindspore"]
     try:
@@ -111,22 +110,18 @@ def main():
         print("PyTorch is not installed (`.venv/bin/pip install -e .[torch]`): MindSpore only.")
     results = {}
     for framework in frameworks:  # one process each: the two frameworks' thread pools stay apart
-        out = subprocess.run([sys.executable, __file__, "--child", framework, "--batch", str(args.batch),
-                              "--steps", str(args.steps)], capture_output=True, text=True, check=False)
-        if out.returncode:
-            sys.exit(f"{framework} profile failed (exit {out.returncode}):\n{out.stderr[-3000:]}")
-        result = json.loads(out.stdout.strip().splitlines()[-1])
+        result = harness.run_child(__file__, ["--child", framework, "--batch", args.batch, "--steps", args.steps])
         results[framework] = result["times"], result["wall"]
     print(f"LeNet5 training step, batch {args.batch}, CPU, ms per step ({args.steps} profiled steps)")
-    print("| kernels | " + " | ".join(results) + (" | MindSpore / PyTorch |" if len(results) == 2 else ""))
-    print("|---" * (len(results) + 1 + (len(results) == 2)) + "|")
+    rows = []
     for group in GROUPS + ("sum of kernels", "wall time per step, unprofiled"):
         row = []
         for times, wall in results.values():
             row.append(sum(times.values()) if group == "sum of kernels" else
                        wall if group.startswith("wall") else times[group])
-        ratio = f" | {row[0] / row[1]:.1f}" if len(row) == 2 and row[1] > 0 else (" | -" if len(row) == 2 else "")
-        print(f"| {group} | " + " | ".join(f"{value:.2f}" for value in row) + ratio + " |")
+        ratio = ([f"{row[0] / row[1]:.1f}" if row[1] > 0 else "-"] if len(row) == 2 else [])
+        rows.append((group, *(f"{value:.2f}" for value in row), *ratio))
+    harness.print_table(("kernels", *results) + (("MindSpore / PyTorch",) if len(results) == 2 else ()), rows)
 
 
 if __name__ == "__main__":
