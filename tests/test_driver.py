@@ -454,16 +454,25 @@ def test_sens_with_a_loss_scale_is_refused_naming_both():
         ms_accum.GradientAccumulation(net, loss, opt, sens=2.0, scale_sense=ms.Tensor(1024.0))
 
 
-def test_a_second_run_may_not_change_the_adaptive_policy_its_graphs_hold():
-    """The window-end graph holds an adaptive policy (it chooses N on the device): a trainer that has trained
-    without one (or with another) refuses one, naming both, instead of running graphs that ignore it."""
+def test_a_second_run_takes_an_adaptive_policy_the_first_did_not_have(exec_mode):
+    """The window-end graph holds an adaptive policy (it chooses N on the device), so each policy has a graph of
+    its own: a trainer that has trained with a fixed N, then with a schedule, then with a policy, follows the
+    policy (each window's N is the policy's answer to the records of the window before), and then another."""
     net, loss, opt = build("momentum")
     trainer = ms_accum.GradientAccumulation(net, loss, opt, noise_scale=True)
-    data = numpy_dataset(micro_batches([4] * 8))
+    data = numpy_dataset(micro_batches([4] * 24))
+    seen = []
     trainer.train_process(1, data, 2, ckpt_path=None, log_every=0)
-    trainer.train_process(1, data, {0: 2, 2: 4}, ckpt_path=None, log_every=0)  # a schedule: no graph holds it
-    policy = ms_accum.AdaptiveAccumulation(min_steps=2, max_steps=4)
-    with pytest.raises(ValueError, match=r"For 'GradientAccumulation.train_process', the window-end graph this "
-                                         r"trainer compiled holds no adaptive policy, but "
-                                         r"'gradient_accumulation_steps' asks for the policy AdaptiveAccumulation"):
-        trainer.train_process(1, data, policy, ckpt_path=None, log_every=0)
+    trainer.train_process(1, data, {0: 2, 2: 4}, ckpt_path=None, log_every=0)
+    for policy in (ms_accum.AdaptiveAccumulation(min_steps=2, max_steps=6, interval=1, max_factor=3.0),
+                   ms_accum.AdaptiveAccumulation(min_steps=3, max_steps=3, interval=1)):
+        telemetry = ms_accum.WindowTelemetry()
+        trainer.train_process(1, data, policy, callbacks=[telemetry], ckpt_path=None, log_every=0)
+        steps = [r.accumulation_steps for r in telemetry.records]
+        assert steps[0] == policy.initial_steps, steps
+        seen.append(steps)
+        for index, record in enumerate(telemetry.records[:-1]):
+            want = policy.next_steps(steps[index], index, record.noise_scale, record.items / record.micro_batches)
+            assert steps[index + 1] == want, f"{policy}: after window {index}: N {steps[index + 1]}, not {want}"
+    assert len(set(seen[0])) > 1, seen  # the first policy moved N: its graph ran
+    assert set(seen[1]) == {3}, seen  # the second policy's graph, not the first's

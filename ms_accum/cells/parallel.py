@@ -103,7 +103,14 @@ class AccumulationModes:
 
     def _select(self, accumulate):
         self._accumulate_now = accumulate
-        self.phase = ACCUMULATE_PHASE if accumulate else UPDATE_PHASE
+        self.phase = ACCUMULATE_PHASE if accumulate else self._update_phase()
+
+    def _update_phase(self):
+        """The window end's graph phase: an adaptive policy is part of that graph, so each policy (none, or its
+        constants) has a phase of its own, and a policy given after the cell has run compiles its graph."""
+        if self._device_policy is None:
+            return UPDATE_PHASE
+        return "_".join([UPDATE_PHASE, "adaptive", *(str(value).replace(".", "p") for value in self._device_policy)])
 
     def end_window(self):
         """

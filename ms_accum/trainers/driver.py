@@ -182,7 +182,6 @@ class GradientAccumulation:
         self.grad_sum = self.cell.accu_grads
         self.train_state = TrainState(self.loss_network, optimizer, self.cell.accu_scale,
                                       self.cell.loss_scale_manager)
-        self._policy, self._trained = None, False  # the adaptive policy the cell's graphs hold, once compiled
 
     # what ms_accum 0.1's driver held: its three cells, whose counters and records the engine cell now holds
     forward_backward = renamed("forward_backward", "cell", "now the engine cell")
@@ -332,7 +331,7 @@ class GradientAccumulation:
         plan = _Plan(epoch, steps_per_epoch, schedule, policy, partial_window, callbacks, log_every,
                      initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates,
                      max_nonfinite_windows, layout, None if policy is not None else before, on_out_of_memory)
-        self._set_steps(owner, steps, steps_name)
+        self._set_steps(steps, steps_name)
         self.cell._on_first_call()  # pylint: disable=protected-access  (the compile cache's settings, first)
         if resume_from is not None:
             plan.start_micro, plan.start_updates = resume_training_state(self.cell, resume_from,
@@ -364,16 +363,8 @@ class GradientAccumulation:
         self.cell.set_accumulation(True)
         return self.cell(*data)
 
-    def _set_steps(self, owner, steps, steps_name):
-        """The run's N on the cell, which counts the windows and applies a policy on the device. A policy is part
-        of the window-end graph, so a trainer that has compiled it keeps it."""
-        policy = steps if isinstance(steps, AdaptiveAccumulation) else None
-        if self._trained and (policy and policy.device_policy) != (self._policy and self._policy.device_policy):
-            held = "no adaptive policy" if self._policy is None else f"the policy {self._policy!r}"
-            asked = "none" if policy is None else f"the policy {policy!r}"
-            raise ValueError(f"For '{owner}', the window-end graph this trainer compiled holds {held}, but "
-                             f"'{steps_name}' asks for {asked}. Build a new GradientAccumulation for this run.")
-        self._policy, self._trained = policy, True
+    def _set_steps(self, steps, steps_name):
+        """The run's N on the cell, which counts the windows and applies a policy on the device."""
         self.cell._init_steps(steps, steps_name)  # pylint: disable=protected-access
 
 
