@@ -189,7 +189,7 @@ class TestBadInput:
 
     def test_more_steps_than_an_epoch(self):
         cell, _, _ = make_cell("plain", steps=8)
-        with pytest.raises(ValueError, match="'accumulation_steps' must be <= the 5 micro-batches of an epoch, "
+        with pytest.raises(ValueError, match="'accumulation_steps' must be <= the 5 micro-batches in an epoch, "
                                              "but got 8"):
             ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 5)), dataset_sink_mode=False)
 

@@ -8,16 +8,15 @@ from mindspore import dtype as mstype
 from ..cells.parallel import TrainAccuStepsCell
 from ..cells.parallel_loss_scale import TrainAccuStepsWithLossScaleCell
 from ..compat import CallbackManager, InternalCallbackParam
-from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_dataset, check_dataset_columns,
-                           check_lr_schedule, check_optimizer, check_optimizer_trains, check_positive_int,
-                           check_resume_or_initial_epoch, check_state_saving)
+from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_optimizer, check_optimizer_trains,
+                           check_positive_int)
 from ..core.deprecation import renamed
 from ..core.engine import CellNaming, check_nonfinite
 from ..core.global_batch import steps_or_global_batch
 from ..core.loss_scale import check_scale_sense
 from ..core.noise_scale import check_noise_scale
 from ..core.adaptive import AdaptiveAccumulation
-from ..core.schedule import AccumulationSchedule, check_steps, max_updates
+from ..core.schedule import AccumulationSchedule, check_steps
 from .cell_front import CellFront
 from .checkpoint import save_checkpoint_atomic
 from .elastic import RunLayout, dataset_shards
@@ -25,6 +24,8 @@ from .loop import PARTIAL_WINDOW_POLICIES, WindowLoop, check_loss_monitor
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
 from .out_of_memory import OOM_POLICIES, MicroBatchHalving
 from .planner import steps_from_plan
+from .run_checks import (check_dataset, check_dataset_columns, check_resume_or_initial_epoch, check_run_learning_rate,
+                         check_state_saving, check_window_fits, largest_steps, plan_updates)
 from .state import StateWriter, dataset_starting_at, resume_training_state
 
 OWNER = "GradientAccumulation"
@@ -307,21 +308,15 @@ class GradientAccumulation:
         if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, int) or not 0 <= initial_epoch < epoch:
             raise ValueError(f"For '{owner}', 'initial_epoch' must be an int in [0, {epoch}), but got "
                              f"{initial_epoch!r}.")
-        largest = policy.max_steps if policy is not None else max(schedule.counts)
-        if largest > steps_per_epoch and partial_window != "carry":
-            raise ValueError(f"For '{owner}', '{steps_name}' must be <= the {steps_per_epoch} micro-batches in an "
-                             f"epoch, but got {largest if policy is None else policy}. Lower it, or pass "
-                             f"partial_window='carry' to let windows span epochs.")
-        if self.cell.measure_noise and largest == 1:
+        check_window_fits(owner, steps_name, policy or schedule, steps_per_epoch, partial_window)
+        if self.cell.measure_noise and largest_steps(policy or schedule) == 1:
             warnings.warn(f"For '{owner}', the noise scale needs windows of at least 2 micro-batches (two batch "
                           f"sizes to compare), but every window of this run holds 1 ('{steps_name}'): every "
                           f"estimate will be NaN. Pass N >= 2 (halve the micro-batch for the same update), or build "
                           f"the trainer with noise_scale=False.", UserWarning, stacklevel=2)
-        before, updates = schedule.run_plan(steps_per_epoch, epoch, partial_window)
-        # an adaptive run's count of updates is not known in advance: at most every window at min_steps
-        most = updates if policy is None else max_updates(policy.min_steps, steps_per_epoch, epoch, partial_window)
-        check_lr_schedule(owner, self.optimizer, steps_per_epoch * epoch, most,
-                          from_start=initial_epoch == 0 and resume_from is None, adaptive=policy is not None)
+        before, updates = plan_updates(schedule, steps_per_epoch, epoch, partial_window)
+        check_run_learning_rate(owner, self.optimizer, policy or schedule, steps_per_epoch, epoch, partial_window,
+                                from_start=initial_epoch == 0 and resume_from is None)
         check_state_saving(owner, state_path, save_state_every)
         check_positive_int(owner, "max_nonfinite_windows", max_nonfinite_windows)
         check_resume_or_initial_epoch(owner, resume_from, initial_epoch)

@@ -21,15 +21,16 @@ from ..compat import (check_model_internals, check_network_mode, eval_during_tra
                       register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
                       set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.adaptive import AdaptiveAccumulation
-from ..core.checks import (check_choice, check_dataset, check_dataset_columns, check_lr_schedule, check_positive_int,
-                           check_resume_or_initial_epoch, check_state_saving)
+from ..core.checks import check_choice, check_positive_int
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
-from ..core.schedule import STEPS_NAME, AccumulationSchedule, check_steps, max_updates, steps_argument
+from ..core.schedule import STEPS_NAME, AccumulationSchedule, check_steps, steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, RunLayout, dataset_shards
 from .cell_front import CellFront
 from .loop import PARTIAL_WINDOW_POLICIES, WindowLoop, check_loss_monitor
 from .planner import steps_from_plan
+from .run_checks import (check_dataset, check_dataset_columns, check_lr_schedule, check_resume_or_initial_epoch,
+                         check_run_learning_rate, check_state_saving, check_window_fits, plan_updates)
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
 from .state import StateWriter, dataset_starting_at, gather_ints, resume_training_state
 
@@ -162,8 +163,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         if name != STEPS_NAME or gradient_accumulation_steps is not None:
             if not isinstance(steps, AdaptiveAccumulation):
                 check_steps("Model_ACCU", name, steps)
-            network.steps_name = name
-            network.gradient_accumulation_steps = steps
+            network._init_steps(steps, name)  # pylint: disable=protected-access  (N as this constructor names it)
         check_state_saving("Model_ACCU", state_path, save_state_every)
         super().__init__(network, None, None, metrics, eval_network, eval_indexes, amp_level, boost_level,
                          **kwargs)
@@ -278,8 +278,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                              f"{current} and '{GLOBAL_BATCH_NAME}' {global_batch_size} gives N = {steps}. Build the "
                              f"cell without N (and Model_ACCU without 'gradient_accumulation_steps'), or drop "
                              f"'{GLOBAL_BATCH_NAME}'.")
-        cell.steps_name = DERIVED_STEPS_NAME
-        cell.gradient_accumulation_steps = steps
+        cell._init_steps(steps, DERIVED_STEPS_NAME)  # pylint: disable=protected-access
 
     def _layout(self, steps):
         """This run's RunLayout (micro-batches per epoch `steps`), recorded in its state files."""
@@ -345,21 +344,16 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                            "compiled on the first window of 'train'. Call 'train' directly.")
 
     def _check_window_fits(self, steps):
-        n = self.gradient_accumulation_steps
-        largest = n if isinstance(n, int) else getattr(n, "max_steps", None) or max(n.counts)
-        if largest > steps and self._partial_window != "carry":
-            raise ValueError(f"For 'Model_ACCU.train', '{train_network(self).steps_name}' must be <= the {steps} "
-                             f"micro-batches of an epoch, but got {n}. Lower it, or use a larger data set, or pass "
-                             f"partial_window='carry' (without sink mode) to let windows span epochs.")
+        check_window_fits("Model_ACCU.train", train_network(self).steps_name, self.gradient_accumulation_steps, steps,
+                          self._partial_window, " (without sink mode)")
 
     def _plan_updates(self, steps, epoch):
         """(updates per epoch for the callbacks' first batch_num, the run's updates, windows begun before each epoch;
         the last two None when a policy decides)."""
         n = self.gradient_accumulation_steps
-        if isinstance(n, AdaptiveAccumulation):
-            return (max(1, AccumulationSchedule(n.initial_steps).run_plan(steps, 1, self._partial_window)[1]), None,
-                    None)
-        before, updates = AccumulationSchedule(n).run_plan(steps, epoch, self._partial_window)
+        before, updates = plan_updates(n, steps, epoch, self._partial_window)
+        if updates is None:
+            return max(1, AccumulationSchedule(n.initial_steps).run_plan(steps, 1, self._partial_window)[1]), None, None
         return max(1, updates // epoch), updates, before
 
     # ---------------------------------------------------------------- non-sink: micro-batch by micro-batch
@@ -371,11 +365,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._check_window_fits(steps)
         cell = train_network(self)
         per_epoch, updates, before = self._plan_updates(steps, epoch)
-        # an adaptive run's count of updates is not known in advance: at most every window at min_steps
-        most = updates if updates is not None else max_updates(self.gradient_accumulation_steps.min_steps, steps,
-                                                               epoch, self._partial_window)
-        check_lr_schedule("Model_ACCU.train", cell.optimizer, epoch * steps, most,
-                          from_start=initial_epoch == 0 and self._resume_from is None, adaptive=updates is None)
+        check_run_learning_rate("Model_ACCU.train", cell.optimizer, self.gradient_accumulation_steps, steps, epoch,
+                                self._partial_window, from_start=initial_epoch == 0 and self._resume_from is None)
         micro_done = initial_epoch * steps
         rank, world = _rank_and_world(cell)
         layout = self._layout(steps)

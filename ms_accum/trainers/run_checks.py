@@ -1,0 +1,152 @@
+"""The checks of a training run's arguments, made before its first micro-batch, written once for both trainers:
+the dataset, what the loss network takes, state saving, where the run starts, whether N fits an epoch, and the
+learning-rate list against the run's updates.
+
+Each check raises with one message shape: "For 'Owner', 'arg' must be <expected>, but got <received>."
+"""
+import inspect
+import warnings
+
+from mindspore import Tensor
+from mindspore.dataset import Dataset
+from mindspore.nn import CellList
+
+from ..core.adaptive import AdaptiveAccumulation
+from ..core.schedule import AccumulationSchedule, max_updates
+
+
+def check_dataset(owner, dataset, arg_name="train_dataset"):
+    """Return the rows per epoch of `dataset` (its micro-batches) if it is a mindspore.dataset.Dataset that yields
+    at least one, else raise TypeError or ValueError."""
+    if not isinstance(dataset, Dataset):
+        raise TypeError(f"For '{owner}', '{arg_name}' must be a batched mindspore.dataset.Dataset (each row one "
+                        f"micro-batch), but got {type(dataset).__name__}. Wrap arrays in "
+                        f"mindspore.dataset.NumpySlicesDataset({{'x': x, 'y': y}}).batch(micro_batch_size), or a "
+                        f"Python iterable in mindspore.dataset.GeneratorDataset.")
+    size = dataset.get_dataset_size()
+    if size < 1:
+        raise ValueError(f"For '{owner}', '{arg_name}' must yield at least one batch per epoch, but it is empty. "
+                         f"Check the data path, or a batch size larger than the data set with drop_remainder=True.")
+    return size
+
+
+def check_dataset_columns(owner, dataset, network, arg_name="train_dataset", hint=""):
+    """Raise if each row of `dataset` (its columns, in order) cannot be the positional inputs of `network`'s
+    construct, to which the trainers pass them: MindSpore's own error names neither the dataset nor its columns.
+    A construct taking ``*inputs``, or whose signature Python cannot read, is not checked. `hint` ends the
+    message."""
+    try:
+        parameters = list(inspect.signature(network.construct).parameters.values())
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = sum(p.default is p.empty for p in positional)
+    columns = dataset.get_col_names()
+    if required <= len(columns) <= len(positional):
+        return
+    takes = f"{required}" if required == len(positional) else f"{required} to {len(positional)}"
+    names = ", ".join(p.name for p in positional)
+    raise ValueError(f"For '{owner}', each row of '{arg_name}' is passed to {type(network).__name__}.construct("
+                     f"{names}), which takes {takes} inputs, but the dataset has {len(columns)} columns {columns}. "
+                     f"Keep the columns it takes, in its order, with {arg_name}.project([...]) (or map them into "
+                     f"it), or give the network a construct that takes them all.{hint}")
+
+
+def check_state_saving(owner, state_path, save_state_every):
+    """Raise unless `save_state_every` is an int >= 0, and > 0 only together with a `state_path`."""
+    if isinstance(save_state_every, bool) or not isinstance(save_state_every, int) or save_state_every < 0 \
+            or (save_state_every and state_path is None):
+        raise ValueError(f"For '{owner}', 'save_state_every' must be an int >= 0, and > 0 only with a "
+                         f"'state_path', but got {save_state_every!r} with state_path={state_path!r}.")
+
+
+def check_resume_or_initial_epoch(owner, resume_from, initial_epoch):
+    """Raise if both a state file and an initial epoch say where training starts."""
+    if resume_from is not None and initial_epoch:
+        raise ValueError(f"For '{owner}', pass either 'resume_from' or 'initial_epoch', not both: the state file "
+                         f"records where training stopped.")
+
+
+def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, adaptive=False):
+    """
+    Raise if the optimizer's learning-rate list is too short for the run; warn if it may have one entry per
+    micro-batch instead of one per update.
+
+    A list or 1-D Tensor learning rate is indexed by the optimizer's global_step, which advances once per window.
+    With `from_start` (the run begins at its first epoch, so all its `updates` are ahead), the updates already done
+    (the optimizer's global_step) and this run's must fit in the list: past its end the optimizer fails mid-run
+    (MindSpore 2.10 on CPU: "For 'Gather', the 'input_indices' should be in the range"), after the updates before
+    it were spent. A list built with `micro_steps` entries (the count of micro-batches in the run) was likely built
+    for the wrong unit and would stretch the schedule by the accumulation factor. It may also be a per-update list
+    for a longer run trained over several calls (one epoch per call, say), so this warns instead of raising, and
+    not when the updates already done and this run's fill the list exactly. With `adaptive` (an adaptive N),
+    `updates` is the most the run may take: every window at the policy's smallest N.
+    """
+    if not getattr(optimizer, "dynamic_lr", False):
+        return
+    done = None  # the updates already done, read from the device only for a list
+    rates = optimizer.learning_rate
+    for rate in rates if isinstance(rates, (tuple, list, CellList)) else (rates,):
+        table = getattr(rate, "learning_rate", rate)  # a list or Tensor rate is wrapped in _IteratorLearningRate
+        length = table.shape[0] if isinstance(table, Tensor) and len(table.shape) == 1 else None
+        if length is None:
+            continue
+        if done is None:
+            done = int(optimizer.global_step.asnumpy().reshape(-1)[0])
+        if from_start and done + updates > length:
+            needs = "may need" if adaptive else "needs"
+            ahead = f"up to {updates} in it, every window at the policy's min_steps" if adaptive else \
+                f"{updates} in it"
+            raise ValueError(f"For '{owner}', the optimizer's learning-rate list must have an entry for every update, "
+                             f"but it has {length} and this run {needs} {done + updates} ({done} done before it, "
+                             f"{ahead}): the optimizer would read past its end at update {length + 1} and fail "
+                             f"there. Give it {done + updates} entries, one per update, or use a "
+                             f"LearningRateSchedule, which has no end.")
+        if not adaptive and micro_steps != updates and length == micro_steps and length != done + updates:
+            warnings.warn(f"For '{owner}', the optimizer's learning-rate list has {length} entries, one per "
+                          f"micro-batch of this run, but the optimizer reads one entry per update ({updates} in this "
+                          f"run): a schedule built per micro-batch is stretched {micro_steps / updates:.3g} times (its "
+                          f"warm-up and decay take that many times more updates than planned, and this run ends "
+                          f"at update {updates} of its {length}). Build it with one entry per update. (A per-update "
+                          f"list for a longer run, trained over several calls, is right as it is.)", UserWarning,
+                          stacklevel=3)
+            return
+
+
+def largest_steps(steps):
+    """The largest N a run can take: an int's, a schedule's (an AccumulationSchedule) or a policy's max_steps."""
+    if isinstance(steps, AdaptiveAccumulation):
+        return steps.max_steps
+    if isinstance(steps, AccumulationSchedule):
+        return max(steps.counts)
+    return steps
+
+
+def check_window_fits(owner, steps_name, steps, steps_per_epoch, partial_window, carry_hint=""):
+    """Raise if a window of the run (N an int, a schedule or a policy) can be longer than an epoch, unless windows
+    are carried across epochs. `carry_hint` follows "pass partial_window='carry'" in the message."""
+    if largest_steps(steps) > steps_per_epoch and partial_window != "carry":
+        shown = steps if isinstance(steps, AdaptiveAccumulation) else largest_steps(steps)
+        raise ValueError(f"For '{owner}', '{steps_name}' must be <= the {steps_per_epoch} micro-batches in an epoch, "
+                         f"but got {shown}. Lower it, or pass partial_window='carry'{carry_hint} to let windows span "
+                         f"epochs.")
+
+
+def plan_updates(steps, steps_per_epoch, epochs, partial_window):
+    """(windows begun before each epoch, the run's updates) for N an int or a schedule; (None, None) for a policy,
+    whose count of updates is decided as it goes."""
+    if isinstance(steps, AdaptiveAccumulation):
+        return None, None
+    schedule = steps if isinstance(steps, AccumulationSchedule) else AccumulationSchedule(steps)
+    return schedule.run_plan(steps_per_epoch, epochs, partial_window)
+
+
+def check_run_learning_rate(owner, optimizer, steps, steps_per_epoch, epochs, partial_window, from_start):
+    """:func:`check_lr_schedule` for a run of `epochs` epochs of `steps_per_epoch` micro-batches with N `steps` (an
+    int, a schedule or a policy, whose run takes at most every window at its min_steps)."""
+    adaptive = isinstance(steps, AdaptiveAccumulation)
+    most = max_updates(steps.min_steps, steps_per_epoch, epochs, partial_window) if adaptive else \
+        plan_updates(steps, steps_per_epoch, epochs, partial_window)[1]
+    check_lr_schedule(owner, optimizer, steps_per_epoch * epochs, most, from_start=from_start, adaptive=adaptive)
