@@ -8,8 +8,8 @@ from mindspore import dtype as mstype
 from ..cells.parallel import TrainAccuStepsCell
 from ..cells.parallel_loss_scale import TrainAccuStepsWithLossScaleCell
 from ..compat import CallbackManager, InternalCallbackParam
-from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_optimizer, check_optimizer_trains,
-                           check_positive_int)
+from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_optimizer,
+                           check_optimizer_trains, check_positive_int)
 from ..core.deprecation import renamed
 from ..core.engine import CellNaming, check_nonfinite
 from ..core.global_batch import steps_or_global_batch
