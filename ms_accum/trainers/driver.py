@@ -323,7 +323,7 @@ class GradientAccumulation:
         layout = RunLayout(1, train_dataset.get_batch_size(), steps_per_epoch,
                            schedule.constant if policy is None and schedule.constant else 0, partial_window,
                            dataset_shards(train_dataset) == 1)
-        plan = _Plan(epoch, steps_per_epoch, schedule, policy, partial_window, callbacks, log_every,
+        plan = _Plan(epoch, steps_per_epoch, policy, partial_window, callbacks, log_every,
                      initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates,
                      max_nonfinite_windows, layout, None if policy is not None else before, on_out_of_memory)
         self._set_steps(steps, steps_name)
@@ -394,7 +394,6 @@ class _Plan:
 
     epoch: int
     steps_per_epoch: int
-    schedule: AccumulationSchedule
     policy: object  # an AdaptiveAccumulation, or None
     partial_window: str
     callbacks: object
