@@ -1,16 +1,21 @@
-"""One rank of the DATA_PARALLEL tests, launched by msrun (see test_data_parallel.py).
+"""One rank of the DATA_PARALLEL tests, launched by msrun (see test_data_parallel.py and test_two_nodes.py).
 
-Each rank trains a copy of SmallConvNet with an accumulation cell on its own micro-batches (the union over ranks
-is what single-process training sees) and saves its parameters, counters and per-window outputs to
-OUT/rank_<r>.npz. Arguments: OUT MODE(graph|pynative) CELL(plain|dynamic|tokens|clip|noise) WINDOWS STEPS [OVERFLOW_RANK
-OVERFLOW_WINDOW OVERFLOW_STEP]. CELL 'model_accu' is 'plain' trained by Model_ACCU on a dataset of the rank's
-micro-batches; 'tokens' trains the token tagger with a (loss, num_items) loss on micro-batches
-holding different numbers of real tokens on each rank, with the cell choosing its mode itself; 'clip' is 'plain'
-with clip_norm=CLIP_NORM; 'noise' is 'plain' measuring the noise scale, its outputs each window's (grad_sq,
-noise_trace). 'mean_false' sets gradients_mean=False and trains 'plain', then an Accumulator in a jit step on a
-second copy of the network (saved as 'accumulator:<name>'); 'uneven_flush' trains only such an Accumulator, rank 0
-on one micro-batch more than rank 1, and flushes on both; 'uneven_epochs' gives Model_ACCU one micro-batch more on
-rank 0 and saves the refusal's message as 'refusal'.
+Arguments: OUT SCENARIO [SCENARIO ...], each SCENARIO ``MODE:CELL:WINDOWS:STEPS[:OVERFLOW_RANK:OVERFLOW_WINDOW:
+OVERFLOW_STEP]`` (:func:`scenario`). The scenarios run one after another in the same two processes (one launch,
+one communication set-up: a launch costs both processes MindSpore's start), each saving this rank's parameters,
+counters and per-window outputs to OUT/<scenario with '_' for ':'>/rank_<r>.npz (:func:`load`). In each, the rank
+trains a copy of SmallConvNet with an accumulation cell on its own micro-batches (the union over ranks is what
+single-process training sees). MODE is graph or pynative; in GRAPH_MODE the first scenario's graphs are saved to
+OUT/graphs_<rank>. CELL:
+'plain' TrainAccuStepsCell; 'dynamic' the loss-scale cell with a dynamic scale (an inf planted where OVERFLOW_*
+say); 'model_accu' is 'plain' trained by Model_ACCU on a dataset of the rank's micro-batches; 'tokens' trains the
+token tagger with a (loss, num_items) loss on micro-batches holding different numbers of real tokens on each rank,
+with the cell choosing its mode itself; 'clip' is 'plain' with clip_norm=CLIP_NORM; 'noise' is 'plain' measuring
+the noise scale, its outputs each window's (grad_sq, noise_trace). 'mean_false' sets gradients_mean=False and
+trains 'plain', then an Accumulator in a jit step on a second copy of the network (saved as
+'accumulator:<name>'); 'uneven_flush' trains only such an Accumulator, rank 0 on one micro-batch more than rank 1,
+and flushes on both; 'uneven_epochs' gives Model_ACCU one micro-batch more on rank 0 and saves the refusal's
+message as 'refusal'; 'plan' plans a micro-batch on both ranks (:func:`plan_on_every_rank`).
 """
 import os
 import sys
@@ -64,22 +69,43 @@ def train_tokens(cell, batches):
     return outputs
 
 
+def scenario(mode, cell_kind, windows, steps, *overflow):
+    """The argument naming one scenario (see the module's docstring)."""
+    return ":".join(str(value) for value in (mode, cell_kind, windows, steps, *overflow))
+
+
+def load(out, spec, world=2):
+    """Every rank's saved arrays of scenario `spec` run with OUT `out`."""
+    return [dict(np.load(os.path.join(out, spec.replace(":", "_"), f"rank_{r}.npz"))) for r in range(world)]
+
+
 def main():
-    out, mode, cell_kind, windows, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
-    overflow = tuple(int(v) for v in sys.argv[6:9]) if len(sys.argv) > 6 else None
-    refusal = ""
+    out, specs = sys.argv[1], sys.argv[2:]
     ms.set_device("CPU")
-    set_mode(mode)
-    if mode == "graph":
-        ms.set_context(save_graphs=1, save_graphs_path=os.path.join(out, f"graphs_{os.environ.get('RANK_ID', 'x')}"))
     init()
     rank, world = get_rank(), get_group_size()
-    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
-                                 gradients_mean=cell_kind != "mean_false", device_num=world)
+    for index, spec in enumerate(specs):
+        mode, cell_kind, windows, steps, *overflow = spec.split(":")
+        set_mode(mode)
+        ms.set_context(save_graphs=1 if index == 0 and mode == "graph" else 0,
+                       save_graphs_path=os.path.join(out, f"graphs_{os.environ.get('RANK_ID', 'x')}"))
+        ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
+                                     gradients_mean=cell_kind != "mean_false", device_num=world)
+        target = os.path.join(out, spec.replace(":", "_"))
+        os.makedirs(target, exist_ok=True)
+        arrays = run_scenario(rank, world, cell_kind, int(windows), int(steps),
+                              tuple(int(v) for v in overflow) or None)
+        np.savez(os.path.join(target, f"rank_{rank}.npz"), **arrays)
+        print(f"rank {rank}/{world} {spec} done", flush=True)
+    print(f"rank {rank}/{world} done", flush=True)
+    release()
+
+
+def run_scenario(rank, world, cell_kind, windows, steps, overflow):
+    """One scenario on this rank; the arrays it saves."""
     if cell_kind == "plan":
-        plan_on_every_rank(out, rank, world)
-        release()
-        return
+        return plan_on_every_rank(rank, world)
+    refusal = ""
     if cell_kind == "tokens":
         net, loss_net, opt = build_tagger("momentum")
     else:
@@ -126,22 +152,20 @@ def main():
     arrays["refusal"] = np.array(refusal)
     arrays["global_step"] = opt.global_step.asnumpy()
     arrays["accu_grads_zero"] = np.array(all(not g.asnumpy().any() for g in cell.accu_grads))
-    np.savez(os.path.join(out, f"rank_{rank}.npz"), **arrays)
-    print(f"rank {rank}/{world} done", flush=True)
-    release()
+    return arrays
 
 
 PLAN_PEAKS_MIB = {0: (100, 10), 1: (100, 14)}  # (fixed, per sample) by rank: rank 1's micro-batches cost more
 
 
-def plan_on_every_rank(out, rank, world):
+def plan_on_every_rank(rank, world):
     """plan_micro_batch with world=2, each rank measuring its own peaks (PLAN_PEAKS_MIB): rank 0 alone would take
     micro-batch 8 of a 200 MiB budget (180 MiB), rank 1 only 4 (212 MiB at 8); both must take 4."""
     fixed, per_sample = PLAN_PEAKS_MIB[rank]
     plan = ms_accum.plan_micro_batch(lambda b: ms_accum.Measurement(b, (fixed + per_sample * b) * 2 ** 20), 32,
                                      "200MiB", devices=world, world=world, verbose=False)
-    np.savez(os.path.join(out, f"rank_{rank}.npz"), plan=np.array([plan.micro_batch, plan.steps]))
     print(f"rank {rank}/{world} planned {plan}", flush=True)
+    return {"plan": np.array([plan.micro_batch, plan.steps])}
 
 
 def train_accumulator(batches, steps, flush=False):

@@ -1,8 +1,9 @@
 """Elastic resume through the API: Model_ACCU with a global batch, on msrun ranks or on one device.
 
-As a script, one msrun rank: ``elastic_worker.py OUT ROLE [RESUME]``; ROLE ``full`` trains the whole run, ``cut``
-the same run stopped by a callback after CUT_AT updates (its state written at that boundary), ``resume`` the run
-resumed from the state file RESUME. Each saves its final parameters to OUT/<role>_rank_<r>.npz. The test module
+As a script, one msrun rank: ``elastic_worker.py OUT ROLE [ROLE ...]``, the roles run one after another in the
+same processes (one launch); ROLE ``full`` trains the whole run, ``cut`` the same run stopped by a callback after
+CUT_AT updates (its state written at that boundary), ``resume=RESUME`` the run resumed from the state file RESUME.
+Each saves its final parameters to OUT/<role>_rank_<r>.npz. The test module
 imports the same pieces to run them on one device (test_elastic.py).
 
 The data is one shuffled data set sharded with MindSpore's distributed sampler (num_shards/shard_id, one device
@@ -83,16 +84,19 @@ def train(rank, world, state_path=None, save_state_every=0, resume_from=None, st
     return params
 
 
-def main(out, role, resume=None):
+def main(out, *roles):
     from mindspore.communication import get_group_size, get_rank, init, release  # noqa: E402
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
     init()
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
     rank, world = get_rank(), get_group_size()
-    state = os.path.join(out, role, f"rank_{rank}", "state.ckpt")
-    params = train(rank, world, state_path=state, save_state_every=1, resume_from=resume,
-                   stop_at=CUT_AT if role == "cut" else None)
-    np.savez(os.path.join(out, f"{role}_rank_{rank}.npz"), **params)
+    for argument in roles:
+        role, _, resume = argument.partition("=")
+        state = os.path.join(out, role, f"rank_{rank}", "state.ckpt")
+        params = train(rank, world, state_path=state, save_state_every=1, resume_from=resume or None,
+                       stop_at=CUT_AT if role == "cut" else None)
+        np.savez(os.path.join(out, f"{role}_rank_{rank}.npz"), **params)
+        print(f"rank {rank}/{world}: {role} done", flush=True)
     release()
 
 

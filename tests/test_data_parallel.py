@@ -15,7 +15,7 @@ from mindspore import Tensor, nn
 
 import ms_accum
 from conftest import ZOO
-from dp_worker import CLIP_NORM, rank_batches, rank_token_batches, union_windows
+from dp_worker import CLIP_NORM, load, rank_batches, rank_token_batches, scenario, union_windows
 from helpers import (ACCURACY, SAMPLE, assert_params_close, build, functional_reference, msrun_argv, msrun_env,
                      params_of, reference_train, run_script, token_reference, train_py_worker)
 from src.dataset import create_dataset
@@ -55,10 +55,17 @@ def msrun(out_dir, script, *args, timeout=300):
     return logs
 
 
-def run_workers(out_dir, *worker_args):
-    """dp_worker.py on both ranks; return each rank's saved arrays."""
-    msrun(out_dir, os.path.join(HERE, "dp_worker.py"), out_dir, *worker_args)
-    return [dict(np.load(out_dir / f"rank_{r}.npz")) for r in range(WORLD)]
+PLAIN = scenario("graph", "plain", 3, 3)  # first: its graphs are the ones saved
+OVERFLOW = {mode: scenario(mode, "dynamic", 2, 3, 1, 0, 1) for mode in ("graph", "pynative")}  # rank 1, window 0,
+TOKENS = scenario("graph", "tokens", 2, 3)                                                        # micro-step 1
+NOISE = scenario("graph", "noise", 3, 1)
+MEAN_FALSE = scenario("graph", "mean_false", 2, 2)
+UNEVEN_FLUSH = scenario("graph", "uneven_flush", 2, 2)
+UNEVEN_EPOCHS = scenario("graph", "uneven_epochs", 2, 2)
+CLIP = scenario("graph", "clip", 2, 3)
+PLAN = scenario("graph", "plan", 0, 0)
+SCENARIOS = (PLAIN, OVERFLOW["graph"], TOKENS, NOISE, MEAN_FALSE, UNEVEN_FLUSH, UNEVEN_EPOCHS, CLIP, PLAN,
+             OVERFLOW["pynative"])
 
 
 def params(rank_arrays):
@@ -66,10 +73,18 @@ def params(rank_arrays):
 
 
 @pytest.fixture(scope="module")
-def plain_graph_run(tmp_path_factory):
+def worker_runs(tmp_path_factory):
+    """Every scenario of dp_worker.py these tests read, one after another in one msrun job of two workers (a
+    launch costs both workers MindSpore's start and the communication's set-up); the output directory."""
+    out = tmp_path_factory.mktemp("dp_scenarios")
+    msrun(out, os.path.join(HERE, "dp_worker.py"), out, *SCENARIOS, timeout=900)
+    return out
+
+
+@pytest.fixture(scope="module")
+def plain_graph_run(worker_runs):
     """3 windows of 3 micro-steps per rank, GRAPH_MODE, TrainAccuStepsCell; graphs saved."""
-    out = tmp_path_factory.mktemp("dp_plain")
-    return out, run_workers(out, "graph", "plain", 3, 3)
+    return worker_runs, load(worker_runs, PLAIN)
 
 
 def test_two_ranks_equal_single_process_training_on_their_union(plain_graph_run):
@@ -101,9 +116,9 @@ def test_accumulation_graph_has_no_allreduce_and_no_optimizer(plain_graph_run):
 
 
 @pytest.mark.parametrize("mode", ["pynative", "graph"])
-def test_overflow_on_one_rank_makes_both_skip(tmp_path, mode):
+def test_overflow_on_one_rank_makes_both_skip(worker_runs, mode):
     windows, steps = 2, 3
-    ranks = run_workers(tmp_path, mode, "dynamic", windows, steps, 1, 0, 1)  # rank 1, window 0, micro-step 1
+    ranks = load(worker_runs, OVERFLOW[mode])
     for r, arrays in enumerate(ranks):
         loss, overflow, scale = arrays["outputs"][0]
         assert overflow == 1.0 and scale == 512.0, f"rank {r} window 0: overflow {overflow}, scale {scale}"
@@ -116,11 +131,11 @@ def test_overflow_on_one_rank_makes_both_skip(tmp_path, mode):
         assert err <= 1e-5, f"{name}: relative difference {err:.3g} after the skipped window"
 
 
-def test_token_counts_are_summed_over_ranks(tmp_path):
+def test_token_counts_are_summed_over_ranks(worker_runs):
     """Each rank's micro-batches hold different numbers of real tokens: the window applies the token mean over
     both ranks' tokens, as one process on their union does."""
     windows, steps = 2, 3
-    ranks = run_workers(tmp_path, "graph", "tokens", windows, steps)
+    ranks = load(worker_runs, TOKENS)
     per_rank = [rank_token_batches(r, WORLD, windows, steps) for r in range(WORLD)]
     union = [[per_rank[r][w * steps + s] for r in range(WORLD) for s in range(steps)] for w in range(windows)]
     rank_tokens = [[float(b[2].sum()) for b in batches] for batches in per_rank]
@@ -132,12 +147,12 @@ def test_token_counts_are_summed_over_ranks(tmp_path):
         assert err <= 1e-5, f"{name}: relative difference {err:.3g} to one process on the union's token mean"
 
 
-def test_noise_scale_counts_every_micro_batch_of_both_ranks(tmp_path):
+def test_noise_scale_counts_every_micro_batch_of_both_ranks(worker_runs):
     """One micro-batch per rank and window: alone, a rank has no estimate (one micro-batch); the estimate sums
     both ranks' micro-batches, and equals one process's on their union (whose estimator test_noise_scale.py checks
     against numpy per-sample truth)."""
     windows = 3
-    ranks = run_workers(tmp_path, "graph", "noise", windows, 1)
+    ranks = load(worker_runs, NOISE)
     net, loss, optimizer = build("momentum")
     cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=WORLD,
                                        noise_scale=True)
@@ -151,10 +166,10 @@ def test_noise_scale_counts_every_micro_batch_of_both_ranks(tmp_path):
         np.testing.assert_allclose(arrays["outputs"], expected, rtol=1e-4, err_msg=f"rank {r}: (grad_sq, trace)")
 
 
-def test_the_window_is_the_large_batchs_mean_whatever_gradients_mean_says(tmp_path):
+def test_the_window_is_the_large_batchs_mean_whatever_gradients_mean_says(worker_runs):
     """With gradients_mean=False MindSpore's reducer sums the devices' gradients: the window is still the mean over
     both ranks' samples (it was 2 times that), for TrainAccuStepsCell and for an Accumulator in a jit step."""
-    ranks = run_workers(tmp_path, "graph", "mean_false", 2, 2)
+    ranks = load(worker_runs, MEAN_FALSE)
     expected = reference_train("momentum", union_windows(2, 2))
     for rank, arrays in enumerate(ranks):
         for prefix in ("param:", "accumulator:"):
@@ -162,10 +177,10 @@ def test_the_window_is_the_large_batchs_mean_whatever_gradients_mean_says(tmp_pa
             assert_params_close(got, expected, rtol=1e-5, context=f"rank {rank}, {prefix[:-1]}")
 
 
-def test_a_flush_with_the_open_window_on_one_device_only_applies_it_on_both(tmp_path):
+def test_a_flush_with_the_open_window_on_one_device_only_applies_it_on_both(worker_runs):
     """Rank 0 holds one micro-batch more: its flush reduced alone and hung until MindSpore's collective timed out,
     rank 1's returned at once. Both now apply the last window, rank 0's micro-batch alone, as one process would."""
-    ranks = run_workers(tmp_path, "graph", "uneven_flush", 2, 2)
+    ranks = load(worker_runs, UNEVEN_FLUSH)
     extra = rank_batches(0, WORLD, 3, 2)[4]
     expected = reference_train("momentum", union_windows(2, 2) + [[extra]])
     for rank, arrays in enumerate(ranks):
@@ -173,19 +188,19 @@ def test_a_flush_with_the_open_window_on_one_device_only_applies_it_on_both(tmp_
         assert_params_close(got, expected, rtol=1e-5, context=f"rank {rank}")
 
 
-def test_model_accu_refuses_devices_with_unequal_epochs_before_training(tmp_path):
+def test_model_accu_refuses_devices_with_unequal_epochs_before_training(worker_runs):
     """Rank 0's dataset holds one micro-batch more: its last window's reduction waited alone until MindSpore's
     collective timed out. Every rank now refuses before training, naming the sizes and the fix."""
-    ranks = run_workers(tmp_path, "graph", "uneven_epochs", 2, 2)
+    ranks = load(worker_runs, UNEVEN_EPOCHS)
     for rank, arrays in enumerate(ranks):
         assert "every device's dataset must hold as many micro-batches, but they hold [5, 4] (by rank)" in \
             str(arrays["refusal"]) and "num_shards=<devices>" in str(arrays["refusal"]), f"rank {rank}"
         assert arrays["global_step"][0] == 0, f"rank {rank} trained"
 
 
-def test_the_reduced_window_gradient_is_clipped_once(tmp_path):
+def test_the_reduced_window_gradient_is_clipped_once(worker_runs):
     """Clipping sees the window's gradient averaged over both ranks, as one process on the union would."""
-    ranks = run_workers(tmp_path, "graph", "clip", 2, 3)
+    ranks = load(worker_runs, CLIP)
     expected, norms = functional_reference("momentum", union_windows(2, 3), clip_norm=CLIP_NORM)
     assert min(norms) > 2 * CLIP_NORM, f"the windows' norms {norms} must be well above clip_norm"
     for name, want in expected.items():
@@ -273,10 +288,10 @@ def test_lenet_data_parallel_checkpoint_evaluates_and_resumes_on_one_device(tmp_
         assert err <= 1e-4, f"{name}: resumed run differs from the direct computation by {err:.3g}"
 
 
-def test_every_rank_takes_the_same_plan_from_the_largest_peaks(tmp_path):
+def test_every_rank_takes_the_same_plan_from_the_largest_peaks(worker_runs):
     """plan_micro_batch(world=2) on two real processes whose peaks differ: each rank alone would plan otherwise
     (rank 0: micro-batch 8, rank 1: 4); both take 4 x N 4 x 2 devices = 32, the plan of the larger peaks."""
-    ranks = run_workers(tmp_path, "graph", "plan", 0, 0)
+    ranks = load(worker_runs, PLAN)
     alone = [ms_accum.plan_micro_batch(lambda b, f=f, s=s: ms_accum.Measurement(b, (f + s * b) * 2 ** 20), 32,
                                        "200MiB", devices=2, verbose=False).micro_batch
              for f, s in ((100, 10), (100, 14))]

@@ -15,7 +15,7 @@ import pytest
 import mindspore as ms
 
 from conftest import ROOT, ZOO
-from dp_worker import union_windows
+from dp_worker import load, scenario, union_windows
 from helpers import SAMPLE, msrun_argv, msrun_env, reference_train, train_py_worker
 from src.lenet import LeNet5
 from two_hosts import MASTER_PORT, TwoHosts, stop, unavailable_reason
@@ -79,12 +79,24 @@ def test_the_namespaces_and_links_are_removed_also_after_a_failure():
     assert made.leftovers() == []
 
 
-def test_two_nodes_through_model_accu_equal_one_process_on_their_union(hosts, tmp_path):
+MODEL_ACCU = scenario("graph", "model_accu", 3, 3)
+OVERFLOW = scenario("graph", "dynamic", 2, 3, 1, 0, 1)  # an inf on rank 1 (node 1), window 0, micro-step 1
+
+
+@pytest.fixture(scope="module")
+def worker_runs(hosts, tmp_path_factory):
+    """dp_worker.py's scenarios the tests below read, in one job on the two nodes; its output directory and the
+    workers' logs."""
+    out = tmp_path_factory.mktemp("two_node_scenarios")
+    logs = run_job(hosts, out / "logs", os.path.join(HERE, "dp_worker.py"), out, MODEL_ACCU, OVERFLOW)
+    return out, logs
+
+
+def test_two_nodes_through_model_accu_equal_one_process_on_their_union(worker_runs):
     windows, steps = 3, 3
-    logs = run_job(hosts, tmp_path / "logs", os.path.join(HERE, "dp_worker.py"), tmp_path, "graph", "model_accu",
-                   windows, steps)
+    out, logs = worker_runs
     assert "rank 0/2 done" in logs and "rank 1/2 done" in logs, logs
-    ranks = [dict(np.load(tmp_path / f"rank_{r}.npz")) for r in range(2)]
+    ranks = load(out, MODEL_ACCU)
     for name, value in params(ranks[0]).items():
         np.testing.assert_array_equal(params(ranks[1])[name], value, err_msg=f"{name} differs between the nodes")
     for name, want in reference_train("momentum", union_windows(windows, steps)).items():
@@ -93,11 +105,9 @@ def test_two_nodes_through_model_accu_equal_one_process_on_their_union(hosts, tm
     assert all(r["global_step"][0] == windows and bool(r["accu_grads_zero"]) for r in ranks)
 
 
-def test_an_overflow_on_node_1_skips_the_window_on_both_nodes(hosts, tmp_path):
+def test_an_overflow_on_node_1_skips_the_window_on_both_nodes(worker_runs):
     windows, steps = 2, 3
-    run_job(hosts, tmp_path / "logs", os.path.join(HERE, "dp_worker.py"), tmp_path, "graph", "dynamic", windows,
-            steps, 1, 0, 1)  # an inf on rank 1 (node 1), window 0, micro-step 1
-    ranks = [dict(np.load(tmp_path / f"rank_{r}.npz")) for r in range(2)]
+    ranks = load(worker_runs[0], OVERFLOW)
     for rank, arrays in enumerate(ranks):
         _, overflow, scale = arrays["outputs"][0]
         assert overflow == 1.0 and scale == 512.0, f"node {rank} window 0: overflow {overflow}, scale {scale}"
