@@ -276,9 +276,39 @@ def test_a_cell_with_nonfinite_raise_applies_clean_windows_and_refuses_the_bad_o
 @pytest.mark.parametrize("path", sorted(OWNERS))
 @pytest.mark.filterwarnings("ignore:For 'Accumulator', MindSpore's compile cache is on")  # test_functional's
 def test_with_the_compile_cache_nonfinite_raise_stops_before_the_update(path, monkeypatch, exec_mode):
-    """With MindSpore's compile cache on, the finiteness check is MindSpore's Assert (a raise cannot be cached)."""
+    """With MindSpore's compile cache on, a check inside the graph is MindSpore's Assert (a raise cannot be cached);
+    the parallel cells raise from Python after their window-end graph, so their message stays theirs."""
     monkeypatch.setattr(ms_accum.core.engine, "compile_cache_on", lambda: True)
-    raise_at_the_third_window(path, RuntimeError, "assert failed", exec_mode)
+    if path == "parallel":
+        raise_at_the_third_window(path, ValueError, r"For 'TrainAccuStepsCell', the window's gradient must be finite",
+                                  exec_mode)
+    else:
+        raise_at_the_third_window(path, RuntimeError, "assert failed", exec_mode)
+
+
+def test_a_parallel_cell_that_raised_skipped_the_window_and_goes_on(exec_mode):
+    """TrainAccuStepsCell(nonfinite="raise") skips the bad window in its graph, then raises: the window cleared and
+    counted as skipped, the cell goes on, and its later windows equal their large batches. Model_ACCU leaves the
+    cell's setting as it was built (it raises its own error, naming the micro-batches, from the same skip)."""
+    batches = poisoned((4,) * 9, bad=[4])
+    net, loss, opt = build("momentum")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=N,
+                                       nonfinite="raise")
+    with pytest.raises(ms_accum.NonFiniteWindowError, match=r"window 2 had a non-finite gradient"):
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches[:6]))
+    assert cell.nonfinite == "raise"
+    with pytest.raises(ValueError, match=r"For 'TrainAccuStepsCell', the window's gradient must be finite, but it "
+                                         r"holds a NaN or an inf \(nonfinite='raise'\)\. The window was not applied: "
+                                         r"it was skipped and its buffers cleared, so the cell can go on\."):
+        for x, y in batches[3:6]:
+            cell(Tensor(x), Tensor(y))
+    assert int(cell.accu_micro_steps.asnumpy()) == 0 and not any(g.asnumpy().any() for g in cell.accu_grads)
+    assert float(cell.accu_skipped_windows.asnumpy()) == 2.0
+    for x, y in batches[6:]:
+        cell(Tensor(x), Tensor(y))
+    expected, steps = reference([batches[0:3], batches[6:9]])
+    assert_params_close(params_of(net), expected, context=exec_mode)
+    assert int(opt.global_step.asnumpy()[0]) == steps == 2
 
 
 def test_the_arguments_are_checked():

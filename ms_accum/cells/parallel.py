@@ -34,6 +34,8 @@ class AccumulationModes:
     each. Expects `accumulation_steps`, `accu_micro_steps`, `owner_name` and `network` (a LossAndItems).
     """
 
+    NONFINITE_RAISED_IN_GRAPH = False  # nonfinite="raise": the window skipped in the graph, raised by end_window
+
     def _init_modes(self):
         self._mode = None            # None: automatic; True/False: chosen by the user or a trainer
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
@@ -119,9 +121,18 @@ class AccumulationModes:
 
         Returns:
             The update call's outputs.
+
+        Raises:
+            NonFiniteWindowSkipped: (a ValueError) With ``nonfinite="raise"``, if the window's gradient was not
+                finite: the graph skipped the window (parameters and optimizer state unchanged, buffers cleared,
+                the skip counted), so the cell can go on. A trainer names the window's micro-batches instead.
         """
         self._select(False)
-        return super().__call__()
+        outputs = super().__call__()
+        if self.nonfinite == "raise" and self.scale_kind is None:
+            if int(float(self.accu_skip_history.asnumpy())) & 1:  # the newest window was skipped
+                raise window.NonFiniteWindowSkipped(window.nonfinite_message(self.owner_name, skipped=True), outputs)
+        return outputs
 
     def __call__(self, *args, **kwargs):
         warn_eval_mode(self)
@@ -189,8 +200,11 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             does). ``False`` excludes `noise_scale`. Default: ``True``.
         nonfinite (str): A window whose gradient holds a NaN or an inf (without a loss scale) is skipped,
             parameters and optimizer state untouched, and counted in ``accu_skipped_windows`` and
-            ``accu_nonfinite_streak``: ``"skip"`` goes on, ``"raise"`` raises instead; ``"apply"`` checks nothing
-            and applies it, as :class:`mindspore.nn.TrainOneStepCell` does. Default: ``"skip"``.
+            ``accu_nonfinite_streak``: ``"skip"`` goes on, ``"raise"`` then raises a ValueError (see
+            :meth:`end_window`: the window is skipped and cleared first, so the cell can go on; a trainer that
+            knows the data raises its own error instead, naming the window's micro-batches);
+            ``"apply"`` checks nothing and applies it, as :class:`mindspore.nn.TrainOneStepCell` does.
+            Default: ``"skip"``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.

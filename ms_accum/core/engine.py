@@ -106,6 +106,10 @@ class WindowEngine(CompiledCall, NoiseMeasure):
     :func:`data_parallel_reducer` or, on one device, from :meth:`_init_engine`'s defaults.
     """
 
+    # nonfinite="raise": a front end whose windows end in a graph of their own (the parallel cells) skips the
+    # window in its graph and raises from Python once the graph has run; the others raise inside the graph
+    NONFINITE_RAISED_IN_GRAPH = True
+
     def _init_engine(self, owner, buffers, state, clip_norm=None, average=True, noise=None, loss_scale=None,
                      count_windows=True, items_source="returned by the loss network", rebuild="new cells",
                      nonfinite="skip", divide_in_place=True):
@@ -309,8 +313,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             if self.nonfinite == "apply":  # no check: the window is applied whatever it holds
                 return False
             overflow = ops.logical_not(ops.isfinite(norm))
-            if self.nonfinite == "raise" and self.compile_cache_on:  # else raised in the skip's branch (_step_unless)
-                overflow = window.assert_finite(overflow, norm)
+            if self.nonfinite == "raise" and self.compile_cache_on and self.NONFINITE_RAISED_IN_GRAPH:
+                overflow = window.assert_finite(overflow, norm)  # else raised in the skip's branch (_step_unless)
             return overflow
         return self._sum_over_devices(self._local_overflow()) > 0.0
 
@@ -331,9 +335,10 @@ class WindowEngine(CompiledCall, NoiseMeasure):
 
     def _raises_nonfinite(self):
         """Whether a window whose gradient is not finite raises in the skip's branch: nonfinite="raise" without a
-        loss scale (whose overflows are skipped), and without the compile cache (there MindSpore's ``Assert``
-        checks it, in :meth:`_window_overflow`)."""
-        return self.nonfinite == "raise" and self.scale_kind is None and not self.compile_cache_on
+        loss scale (whose overflows are skipped), in a cell that raises in its graph, and without the compile cache
+        (there MindSpore's ``Assert`` checks it, in :meth:`_window_overflow`)."""
+        return self.nonfinite == "raise" and self.scale_kind is None and self.NONFINITE_RAISED_IN_GRAPH and \
+            not self.compile_cache_on
 
     def _step_unless(self, overflow, refused, shown, optimizer, grads, result):
         """One optimizer step unless the window overflowed or is `refused` (None: checked already). The skip's

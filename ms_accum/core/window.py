@@ -257,14 +257,37 @@ def assert_finite(overflow, norm):
     return ops.depend(overflow, runtime_checks.assert_in_graph(ops.logical_not(overflow), [norm]))
 
 
+def nonfinite_message(owner, skipped=False):
+    """The error of a window whose gradient is not finite under nonfinite="raise"; `skipped`: raised once the
+    window was skipped and cleared (the cell can go on), not from inside its graph."""
+    applied = "The window was not applied: it was skipped and its buffers cleared, so the cell can go on." \
+        if skipped else "The window was not applied."
+    return (f"For '{owner}', the window's gradient must be finite, but it holds a NaN or an inf (nonfinite='raise'). "
+            f"{applied} Find the micro-batch whose loss or gradient is not finite, or pass nonfinite='skip' to skip "
+            f"such windows.")
+
+
 def check_finite(owner, overflow):
     """Raise if `overflow`: the window's gradient is not finite, under nonfinite="raise" (from the skip's runtime
     branch, before the update; a raise there must still test a run-time value, or MindSpore raises it while
     compiling). As for :func:`check_items`, the error ends training with these cells."""
     if overflow:
-        raise ValueError(f"For '{owner}', the window's gradient must be finite, but it holds a NaN or an inf "
-                         f"(nonfinite='raise'). The window was not applied. Find the micro-batch whose loss or "
-                         f"gradient is not finite, or pass nonfinite='skip' to skip such windows.")
+        raise ValueError(nonfinite_message(owner))
+
+
+class NonFiniteWindowSkipped(ValueError):
+    """
+    Raised by a cell built with ``nonfinite="raise"`` whose window's end runs in a graph of its own (the parallel
+    cells), once that graph has skipped a window whose gradient was not finite: parameters and optimizer state
+    unchanged, buffers cleared, the skip counted in the cell's skip records. The cell can go on.
+
+    Attributes:
+        outputs: What the window's end returned (its mean loss, or the loss-scale cell's tuple).
+    """
+
+    def __init__(self, message, outputs):
+        super().__init__(message)
+        self.outputs = outputs
 
 
 def reset_window(buffers, counters, result):

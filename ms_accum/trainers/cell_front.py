@@ -7,6 +7,7 @@ graph and then the window's end (no network in it), so the network is compiled o
 """
 from functools import partial
 
+from ..core.window import NonFiniteWindowSkipped
 from .loop import LoopFrontEnd
 from .nonfinite import NonFiniteGuard
 from .telemetry import window_record
@@ -19,8 +20,9 @@ class CellFront(LoopFrontEnd):
     Args:
         owner (str): The trainer's method, named in errors and warnings.
         cell (Cell): The engine cell (its ``accumulation`` mode is set before each call).
-        nonfinite (str): The trainer's `nonfinite` ("skip", "raise" or "apply"); "raise" is decided here, on the
-            host, where the window's micro-batches are known (the cell skips such a window).
+        nonfinite (str): The cell's `nonfinite` ("skip", "raise" or "apply"). Under "raise" the cell skips a
+            window whose gradient is not finite and raises; the trainer's guard raises instead, naming the window's
+            micro-batches, which the cell does not know.
         max_nonfinite_windows (int): Windows skipped in a row that stop training.
     """
 
@@ -35,7 +37,18 @@ class CellFront(LoopFrontEnd):
     def run_cell(self, data, accumulate):
         """Call the cell on micro-batch `data`, accumulating only, or ending the window after it."""
         self.cell.set_accumulation(accumulate)
-        return self.cell(*data)
+        return self.unless_skipped(lambda: self.cell(*data))
+
+    def unless_skipped(self, run):
+        """`run()`, the outputs of a call that may end a window. With nonfinite="raise", a window the cell skipped
+        and raised (:class:`NonFiniteWindowSkipped`) gives its outputs instead: the trainer's guard, which reads
+        every window under "raise", then stops with the window's micro-batches named (the cell cannot name them)."""
+        try:
+            return run()
+        except NonFiniteWindowSkipped as skipped:
+            if self.nonfinite != "raise":
+                raise
+            return skipped.outputs
 
     def accumulate(self, data):
         self.run_cell(data, True)
@@ -48,7 +61,7 @@ class CellFront(LoopFrontEnd):
 
     def end_window(self):
         """End the open window on the device (the cell's window-end graph); returns its outputs."""
-        return self.cell.end_window()
+        return self.unless_skipped(self.cell.end_window)
 
     def window_record(self, cb_params, outputs, micro_batches, window_steps):
         """A function building the update's WindowRecord on demand (it reads the device only when called)."""

@@ -166,20 +166,18 @@ class GradientAccumulation:
         self.optimizer = optimizer
         self.loss_network = loss_network
         # The engine cell, its errors naming this trainer, its buffers and counters under the names of grad_sum
-        # (those of the state files written before it drove one cell). "raise" is decided on the host, where the
-        # window's micro-batches are known (CellFront): the cell skips such a window.
+        # (those of the state files written before it drove one cell).
         naming = CellNaming(OWNER, "a new GradientAccumulation", "grad_sum", "grad_sum", float32_buffers=True)
-        cell_nonfinite = "skip" if nonfinite == "raise" else nonfinite
         with warnings.catch_warnings():  # the optimizer's foreign parameters were warned of above, in our name
             warnings.filterwarnings("ignore", message=".* of the optimizer's .* are not parameters of 'network'")
             if scale_sense is None:
                 self.cell = TrainAccuStepsCell(loss_network, optimizer, sens, clip_norm=clip_norm,
-                                               noise_scale=noise_scale, average=average, nonfinite=cell_nonfinite,
+                                               noise_scale=noise_scale, average=average, nonfinite=nonfinite,
                                                _naming=naming)
             else:
                 self.cell = TrainAccuStepsWithLossScaleCell(loss_network, optimizer, scale_sense, clip_norm=clip_norm,
                                                             noise_scale=noise_scale, average=average,
-                                                            nonfinite=cell_nonfinite, _naming=naming)
+                                                            nonfinite=nonfinite, _naming=naming)
         self.grad_sum = self.cell.accu_grads
         self.train_state = TrainState(self.loss_network, optimizer, self.cell.accu_scale,
                                       self.cell.loss_scale_manager)

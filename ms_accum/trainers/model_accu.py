@@ -60,7 +60,8 @@ class _ModelFront(CellFront):
     :class:`mindspore.train.Model` does around epochs (evaluation during training, the dataset's reset)."""
 
     def __init__(self, model, train_dataset, valid_infos):
-        super().__init__("Model_ACCU.train", train_network(model), model._nonfinite,  # pylint: disable=protected-access
+        cell = train_network(model)
+        super().__init__("Model_ACCU.train", cell, cell.nonfinite,
                          model._max_nonfinite)  # pylint: disable=protected-access
         self.model, self.train_dataset, self.valid_infos = model, train_dataset, valid_infos
 
@@ -103,10 +104,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     be a multiple of N.
 
     Args:
-        network (Cell): A :class:`TrainAccuStepsCell` or :class:`TrainAccuStepsWithLossScaleCell`. A cell built
-            with ``nonfinite="raise"`` is switched to ``"skip"`` here and Model_ACCU raises instead, with a
-            :class:`NonFiniteWindowError` that names the window's micro-batches (the cell's own error, raised inside
-            its graph, cannot).
+        network (Cell): A :class:`TrainAccuStepsCell` or :class:`TrainAccuStepsWithLossScaleCell`. With a cell
+            built with ``nonfinite="raise"``, a window whose gradient is not finite stops training with a
+            :class:`NonFiniteWindowError` that names the window's micro-batches (the cell skips the window, then
+            raises its own error, which Model_ACCU replaces); the cell is left as it was built.
         gradient_accumulation_steps (Union[int, dict, str, AccumulationSchedule, AdaptiveAccumulation], optional):
             N, replacing the cell's: an int, a schedule (a dict, its text such as ``'0:1,2:2'``, or an
             :class:`AccumulationSchedule`) or a policy. Without sink mode each window is laid out with the cell's N
@@ -174,10 +175,6 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._trained, self._batch_size, self._sharded = False, 1, True
         self._partial_window = "flush"
         self._max_nonfinite = DEFAULT_MAX_NONFINITE_WINDOWS
-        # the cell's nonfinite="raise" is decided here, on the host, where the window's micro-batches are known
-        self._nonfinite = network.nonfinite
-        if network.nonfinite == "raise":
-            network.nonfinite = "skip"
 
     @property
     def gradient_accumulation_steps(self):
@@ -408,7 +405,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         cb_params.batch_num = cycles
         cb_params.total_updates = epoch * cycles
         self.batch_num = cycles
-        front = CellFront("Model_ACCU.train", train_network(self), self._nonfinite, self._max_nonfinite)
+        front = CellFront("Model_ACCU.train", train_network(self), train_network(self).nonfinite,
+                          self._max_nonfinite)
         guard = front.nonfinite_guard(None)
         helper = self._make_sink_helper(train_dataset, sink_size, dataset_sink_num)
         sink_net = self._connect(helper)
@@ -428,7 +426,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 store_training_step_info(self, cb_params)
                 list_callback.on_train_step_begin(run_context)
                 self._run_sink_graph(sink_net, train_dataset, loop=n)
-                cb_params.net_outputs = self._end_window()
+                cb_params.net_outputs = front.unless_skipped(self._end_window)
                 cb_params.window_record = front.window_record(cb_params, cb_params.net_outputs, n, n)
                 list_callback.on_train_step_end(run_context)
                 guard.after_window(cb_params.cur_step_num, (cb_params.cur_step_num - 1) * n, n, sink_size,
