@@ -3,10 +3,11 @@ import numpy as np
 import pytest
 
 import mindspore as ms
-from mindspore import Tensor, nn
+from mindspore import nn
 
 import ms_accum
-from helpers import (assert_params_close, build, functional_reference, micro_batches, numpy_dataset, params_of)
+import paths
+from helpers import assert_params_close, build, functional_reference, micro_batches, params_of
 
 pytestmark = pytest.mark.slow  # every path in both modes: about a minute
 N = 4
@@ -23,82 +24,8 @@ def window_norm():
     return functional_reference("momentum", windows()[:1])[1][0]
 
 
-def three_cells(clip_norm):
-    net, loss, opt = build("momentum")
-    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-    forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum)
-    optim, clear = ms_accum.TrainOptim(opt, grad_sum, clip_norm=clip_norm), ms_accum.TrainClear(grad_sum)
-    records = []
-    for window in windows():
-        for x, y in window:
-            forward_backward(Tensor(x), Tensor(y))
-        optim()
-        records.append((float(optim.accu_last_grad_norm.asnumpy()), bool(optim.accu_last_clipped.asnumpy())))
-        clear()
-    return params_of(net), records
-
-
-def driver(clip_norm):
-    net, loss, opt = build("momentum")
-    telemetry = ms_accum.WindowTelemetry()
-    trainer = ms_accum.GradientAccumulation(net, loss, opt, clip_norm=clip_norm)
-    trainer.train_process(1, numpy_dataset(sum(windows(), [])), N, callbacks=[telemetry], ckpt_path=None,
-                          log_every=0)
-    return params_of(net), [(r.grad_norm, r.clipped) for r in telemetry.records]
-
-
-def accu_cell(kind, clip_norm):
-    net, loss, opt = build("momentum")
-    if kind == "plain":
-        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, accumulation_steps=N,
-                                           clip_norm=clip_norm)
-    else:
-        cell = ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt,
-                                                        nn.DynamicLossScaleUpdateCell(2.0 ** 10, 2, 100),
-                                                        accumulation_steps=N, clip_norm=clip_norm)
-    return cell, net
-
-
-def accu_steps(kind, clip_norm):
-    cell, net = accu_cell(kind, clip_norm)
-    records = []
-    for window in windows():
-        for x, y in window:
-            cell(Tensor(x), Tensor(y))
-        records.append((float(cell.accu_last_grad_norm.asnumpy()), bool(cell.accu_last_clipped.asnumpy())))
-    return params_of(net), records
-
-
-def model_accu(clip_norm):
-    cell, net = accu_cell("dynamic", clip_norm)
-    telemetry = ms_accum.WindowTelemetry()
-    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(sum(windows(), [])), callbacks=[telemetry],
-                                    dataset_sink_mode=False)
-    return params_of(net), [(r.grad_norm, r.clipped) for r in telemetry.records]
-
-
-def accumulator(clip_norm):
-    net, loss, opt = build("momentum")
-    loss_net = nn.WithLossCell(net, loss)
-    grad_fn = ms.value_and_grad(loss_net, None, opt.parameters)
-    acc = ms_accum.Accumulator(opt, N, clip_norm=clip_norm)
-    records = []
-    for window in windows():
-        for x, y in window:
-            _, grads = grad_fn(Tensor(x), Tensor(y))
-            acc(grads, len(y))
-        records.append((float(acc.accu_last_grad_norm.asnumpy()), bool(acc.accu_last_clipped.asnumpy())))
-    return params_of(net), records
-
-
-PATHS = {
-    "three_cells": three_cells,
-    "driver": driver,
-    "accu_steps": lambda clip: accu_steps("plain", clip),
-    "accu_steps_loss_scale": lambda clip: accu_steps("dynamic", clip),
-    "model_accu_loss_scale": model_accu,
-    "accumulator": accumulator,
-}
+# the paths (tests/paths.py); Model_ACCU over the loss-scale cell, whose window's end unscales before clipping
+PATHS = ("three_cells", "driver", "accu_steps", "accu_steps_loss_scale", "model_accu_loss_scale", "accumulator")
 
 
 @pytest.mark.parametrize("active, exec_mode", [(True, "pynative"), (True, "graph"), (False, "pynative")],
@@ -107,7 +34,9 @@ PATHS = {
 def test_window_gradient_is_clipped_like_the_large_batch_gradient(path, active, exec_mode, window_norm):
     ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "graph" else ms.PYNATIVE_MODE)
     clip_norm = window_norm * (0.2 if active else 5.0)
-    got, records = PATHS[path](clip_norm)
+    net, loss, opt = build("momentum")
+    trained = paths.train(path, nn.WithLossCell(net, loss), opt, sum(windows(), []), N, clip_norm=clip_norm)
+    got, records = params_of(net), [(window.grad_norm, window.clipped) for window in trained.windows]
     expected, norms = functional_reference("momentum", windows(), clip_norm)
     assert_params_close(got, expected, context=f"{path}, clip_norm {clip_norm:.3g}, {exec_mode}")
     unclipped, _ = functional_reference("momentum", windows())

@@ -6,8 +6,8 @@ import pytest
 import mindspore as ms
 from mindspore import Tensor, amp, nn
 
-import ms_accum
-from helpers import SmallConvNet, assert_params_close, micro_batches, numpy_dataset, params_of
+import paths
+from helpers import SmallConvNet, assert_params_close, micro_batches, params_of
 
 pytestmark = pytest.mark.slow  # every path in both modes: about a minute
 N = 3
@@ -45,80 +45,19 @@ def large_batch(level):
     return params_of(net)
 
 
-def scale():
-    return Tensor(2.0 ** 10, ms.float32)
-
-
-def three_cells(level):
-    net, loss_net, opt = build(level)
-    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-    sense = scale()
-    forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum, scale_sense=sense)
-    optim, clear = ms_accum.TrainOptim(opt, grad_sum, scale_sense=sense), ms_accum.TrainClear(grad_sum)
-    for window in windows():
-        for x, y in window:
-            forward_backward(Tensor(x), Tensor(y))
-        optim()
-        clear()
-    return params_of(net)
-
-
-def driver(level):
-    net, loss_net, opt = build(level)
-    ms_accum.GradientAccumulation(loss_net, None, opt, scale_sense=scale()).train_process(
-        1, numpy_dataset(sum(windows(), [])), N, ckpt_path=None, log_every=0)
-    return params_of(net)
-
-
-def accu_steps(level, kind):
-    net, loss_net, opt = build(level)
-    if kind == "plain":
-        cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=N)
-    else:
-        cell = ms_accum.TrainAccuStepsWithLossScaleCell(loss_net, opt, nn.DynamicLossScaleUpdateCell(2.0 ** 10, 2, 100),
-                                                        accumulation_steps=N)
-    for x, y in sum(windows(), []):
-        cell(Tensor(x), Tensor(y))
-    return params_of(net)
-
-
-def model_accu(level):
-    net, loss_net, opt = build(level)
-    cell = ms_accum.TrainAccuStepsWithLossScaleCell(loss_net, opt, scale(), accumulation_steps=N)
-    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(sum(windows(), [])), dataset_sink_mode=False)
-    return params_of(net)
-
-
-def accumulator(level):
-    net, loss_net, opt = build(level)
-    scaler = amp.StaticLossScaler(2.0 ** 10)
-
-    def scaled_loss(x, y):
-        return scaler.scale(loss_net(x, y))
-
-    grad_fn = ms.value_and_grad(scaled_loss, None, opt.parameters)
-    acc = ms_accum.Accumulator(opt, N, loss_scaler=scaler)
-    for x, y in sum(windows(), []):
-        _, grads = grad_fn(Tensor(x), Tensor(y))
-        acc(grads, len(y))
-    return params_of(net)
-
-
-PATHS = {
-    "three_cells": three_cells,
-    "driver": driver,
-    "accu_steps": lambda level: accu_steps(level, "plain"),
-    "accu_steps_loss_scale": lambda level: accu_steps(level, "dynamic"),
-    "model_accu": model_accu,
-    "accumulator": accumulator,
-}
+# the paths (tests/paths.py) and their loss scales: a static 2^10 where the path takes one, none for the plain
+# parallel cell, the loss-scale cell's dynamic scale (None: its default)
+PATHS = {"three_cells": 2.0 ** 10, "driver": 2.0 ** 10, "accu_steps": None, "accu_steps_loss_scale": None,
+         "model_accu": 2.0 ** 10, "accumulator": 2.0 ** 10}
 
 
 @pytest.mark.parametrize("level, exec_mode", [("O1", "pynative"), ("O2", "graph")])
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_mixed_precision_window_equals_the_large_batch(path, level, exec_mode):
     ms.set_context(mode=ms.GRAPH_MODE if exec_mode == "graph" else ms.PYNATIVE_MODE)
-    got = PATHS[path](level)
+    net, loss_net, opt = build(level)
+    paths.train(path, loss_net, opt, sum(windows(), []), N, scale=PATHS[path])
+    got = params_of(net)
     assert_params_close(got, large_batch(level), rtol=SAME_NETWORK_RTOL, context=f"{path}, {level}, {exec_mode}")
     assert_params_close(got, large_batch("float32"), rtol=FLOAT32_RTOL, context=f"{path}, {level} vs float32")
 

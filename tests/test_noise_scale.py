@@ -20,6 +20,7 @@ from mindspore import Tensor, nn
 
 import ms_accum
 from ms_accum.core.noise_scale import NOISE_SMOOTHING
+import paths
 
 FEATURES, CLASSES = 3, 4
 Z_LIMIT = 4.0  # standard errors: a correct estimator fails by chance about once in 16 000 checks
@@ -132,100 +133,24 @@ def loss_network(net, tokens):
 # ----------------------------------------------------------------- each path's per-window estimates
 
 
-def run_driver(net, windows, tokens, scale_sense=None, measure=True):
-    """GradientAccumulation over `windows` (one dataset row per micro-batch); the WindowRecords."""
-    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
-    data = _dataset(windows, tokens)
-    trainer = ms_accum.GradientAccumulation(loss_network(net, tokens), None, optimizer, noise_scale=measure,
-                                            scale_sense=scale_sense)
-    telemetry = ms_accum.WindowTelemetry()
-    trainer.train_process(1, data, len(windows[0]), callbacks=[telemetry], ckpt_path=None, log_every=0)
-    return [(r.grad_sq, r.noise_trace, r.noise_scale) for r in telemetry.records]
+PATHS = {"driver": ("driver", None), "driver_loss_scaled": ("driver", 512.0), "cell": ("accu_steps", None),
+         "loss_scale_cell": ("accu_steps_loss_scale", 1024.0), "accumulator": ("accumulator", None),
+         "cells": ("three_cells", 256.0), "model_accu": ("model_accu", None)}  # tests/paths.py's, a loss scale
 
 
-def run_model_accu(net, windows, tokens):
-    """Model_ACCU (no sink) over a TrainAccuStepsCell; the WindowRecords."""
+def run(path, net, windows, tokens, measure=True):
+    """`path` (this file's name for it) over `windows` at fixed weights (SGD at learning rate 0), measuring the
+    noise scale (`measure`: True or "first"); each window's (grad_sq, noise_trace, noise_scale)."""
+    name, scale = PATHS[path]
     optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
-    cell = ms_accum.TrainAccuStepsCell(loss_network(net, tokens), optimizer, accumulation_steps=len(windows[0]),
-                                       noise_scale=True)
-    telemetry = ms_accum.WindowTelemetry()
-    ms_accum.Model_ACCU(cell).train(1, _dataset(windows, tokens), callbacks=[telemetry], dataset_sink_mode=False)
-    return [(r.grad_sq, r.noise_trace, r.noise_scale) for r in telemetry.records]
+    trained = paths.train(name, loss_network(net, tokens), optimizer, [batch for window in windows for batch in window],
+                          len(windows[0]), scale=scale, noise_scale=measure, returns_items=tokens)
+    return [(window.grad_sq, window.noise_trace, window.noise_scale) for window in trained.windows]
 
 
 def _dataset(windows, tokens):
     rows = [batch for window in windows for batch in window]
     return ds.GeneratorDataset(lambda: iter(rows), ["x", "y", "mask"] if tokens else ["x", "y"], shuffle=False)
-
-
-def _records(cell):
-    """The last window's two estimates and the cell's own B_simple (its ``b_simple``, from the smoothed pair)."""
-    grad_sq, trace = (float(v.asnumpy()) for v in cell.noise_records[:2])
-    return grad_sq, trace, cell.b_simple
-
-
-def run_cell(net, windows, tokens, loss_scaled=False, measure=True):
-    """TrainAccuStepsCell (or its loss-scale variant, fixed scale 1024) choosing its own mode."""
-    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
-    steps = len(windows[0])
-    if loss_scaled:
-        cell = ms_accum.TrainAccuStepsWithLossScaleCell(loss_network(net, tokens), optimizer,
-                                                        nn.FixedLossScaleUpdateCell(1024.0),
-                                                        accumulation_steps=steps, noise_scale=measure)
-    else:
-        cell = ms_accum.TrainAccuStepsCell(loss_network(net, tokens), optimizer, accumulation_steps=steps,
-                                           noise_scale=measure)
-    return _window_by_window(cell, cell, windows)
-
-
-def _window_by_window(call, measured, windows):
-    """Every micro-batch through `call`; `measured`'s records after each window."""
-    out = []
-    for window in windows:
-        for batch in window:
-            call(*map(Tensor, batch))
-        out.append(_records(measured))
-    return out
-
-
-def run_accumulator(net, windows, tokens, measure=True):
-    """Accumulator in a value_and_grad loop (jit-compiled in GRAPH_MODE)."""
-    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
-    accumulator = ms_accum.Accumulator(optimizer, len(windows[0]), noise_scale=measure)
-    loss_net = loss_network(net, tokens)
-    grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters, has_aux=tokens)
-
-    def step(*batch):
-        out, grads = grad_fn(*batch)
-        items = out[1] if tokens else batch[0].shape[0]
-        return accumulator(grads, items)
-    if ms.get_context("mode") == ms.GRAPH_MODE:
-        step = ms.jit(step)
-    return _window_by_window(step, accumulator, windows)
-
-
-def run_cells(net, windows, tokens):
-    """The three single-device cells with a loss-scale Tensor of 256."""
-    optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
-    grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
-    scale = Tensor(256.0, ms.float32)
-    forward_backward = ms_accum.TrainForwardBackward(loss_network(net, tokens), optimizer, grad_sum,
-                                                     scale_sense=scale, noise_scale=True)
-    optim = ms_accum.TrainOptim(optimizer, grad_sum, scale_sense=scale, noise_scale=True)
-    clear = ms_accum.TrainClear(grad_sum)
-    out = []
-    for window in windows:
-        for batch in window:
-            forward_backward(*map(Tensor, batch))
-        optim()
-        clear()
-        out.append(_records(optim))
-    return out
-
-
-PATHS = {"driver": run_driver, "driver_loss_scaled": lambda net, w, t: run_driver(net, w, t, Tensor(512.0)),
-         "cell": run_cell, "loss_scale_cell": lambda net, w, t: run_cell(net, w, t, loss_scaled=True),
-         "accumulator": run_accumulator, "cells": run_cells, "model_accu": run_model_accu}
 
 
 def truth_per_window(net, windows, first_only=False):
@@ -241,7 +166,7 @@ def test_each_window_matches_the_formula_on_per_sample_gradients(path, tokens, e
         pytest.skip("the three cells run in GRAPH_MODE through the driver (driver, driver_loss_scaled)")
     windows = draws([2, 5, 3], 3, seed=11, padded=7 if tokens else None)
     net = make_net()
-    got = PATHS[path](net, windows, tokens)
+    got = run(path, net, windows, tokens)
     want = truth_per_window(net, windows)
     assert len(got) == len(want)
     for index, ((grad_sq, trace, _), (true_sq, true_trace)) in enumerate(zip(got, want)):
@@ -260,8 +185,7 @@ def test_first_micro_batch_mode_matches_the_two_batch_formula(path, tokens, exec
     included."""
     windows = draws([2, 5, 3], 3, seed=12, padded=7 if tokens else None)
     net = make_net()
-    got = {"driver": run_driver, "cell": run_cell, "accumulator": run_accumulator}[path](net, windows, tokens,
-                                                                                        measure="first")
+    got = run(path, net, windows, tokens, measure="first")
     for index, ((grad_sq, trace, _), (true_sq, true_trace)) in enumerate(zip(got, truth_per_window(
             net, windows, first_only=True))):
         scale = abs(true_trace) + abs(true_sq)
@@ -276,7 +200,7 @@ def test_the_noise_scale_reads_0_while_the_smoothed_trace_is_negative():
     net = make_net()
     want = truth_per_window(net, windows, first_only=True)
     assert smoothed_estimates(want)[0][1] < 0.0 < smoothed_estimates(want)[0][0], "the data no longer tests it"
-    got = run_driver(net, windows, False, measure="first")
+    got = run("driver", net, windows, False, measure="first")
     assert got[0][1] < 0.0 and got[0][2] == 0.0, got
     assert [noise for _, _, noise in got] == pytest.approx(smoothed_ratios(want), rel=1e-4)
     assert all(noise >= 0.0 for _, _, noise in got)
@@ -289,7 +213,7 @@ def test_a_window_of_one_micro_batch_has_no_estimate(exec_mode):
     with pytest.warns(UserWarning, match=r"For 'GradientAccumulation.train_process', the noise scale needs windows of "
                                          r"at least 2 micro-batches .* every window of this run holds 1 "
                                          r"\('gradient_accumulation_steps'\): every estimate will be NaN"):
-        got = run_driver(make_net(), windows, tokens=False)
+        got = run("driver", make_net(), windows, tokens=False)
     assert all(math.isnan(value) for record in got for value in record), got
 
 
@@ -326,7 +250,7 @@ def population_truth(net, pop_size=48):
 def test_mean_estimates_match_the_population_truth_within_their_standard_error(sizes, padded, measure):
     windows = draws(sizes, 300, seed=2024, padded=padded)
     net = make_net(seed=1)
-    got = np.array([record[:2] for record in run_accumulator(net, windows, padded is not None, measure)])
+    got = np.array([record[:2] for record in run("accumulator", net, windows, padded is not None, measure)])
     truth = population_truth(net)
     for column, name in enumerate(("grad_sq", "noise_trace")):
         values = got[:, column]

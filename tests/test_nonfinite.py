@@ -17,6 +17,7 @@ import mindspore.dataset as ds
 from mindspore import Tensor, nn
 
 import ms_accum
+import paths
 from helpers import assert_params_close, build, micro_batches, numpy_dataset, params_of
 from test_model_accu import fake_device  # noqa: F401  (the sink tests' device seams)
 
@@ -45,47 +46,18 @@ def reference(windows):
     return params_of(net), int(opt.global_step.asnumpy()[0])
 
 
-def run_path(path, batches, nonfinite="skip", parts=None):
-    """Train `batches` in windows of N through `path` (on `parts`, a (net, loss, optimizer), or new ones); returns
-    (net, optimizer, the engine's cell)."""
-    net, loss, opt = parts or build("momentum")
-    loss_net = nn.WithLossCell(net, loss)
-    if path == "cells":
-        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-        forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
-        optim, clear = ms_accum.TrainOptim(opt, grad_sum, nonfinite=nonfinite), ms_accum.TrainClear(grad_sum)
-        for index, (x, y) in enumerate(batches):
-            forward_backward(Tensor(x), Tensor(y))
-            if index % N == N - 1:
-                optim()
-                clear()
-        return net, opt, optim
-    if path == "parallel":
-        cell = ms_accum.TrainAccuStepsCell(loss_net, opt, gradient_accumulation_steps=N, nonfinite=nonfinite)
-        for x, y in batches:
-            cell(Tensor(x), Tensor(y))
-        return net, opt, cell
-    if path == "accumulator":
-        accumulator = ms_accum.Accumulator(opt, N, nonfinite=nonfinite)
-        grad_fn = ms.value_and_grad(loss_net, None, opt.parameters)
+PATHS = {"cells": "three_cells", "parallel": "accu_steps", "accumulator": "accumulator", "driver": "driver",
+         "model_accu": "model_accu", "model_accu_sink": "model_accu_sink"}  # this file's names: tests/paths.py's
 
-        def step(x, y):
-            return accumulator(grad_fn(x, y)[1], x.shape[0])
-        step = ms.jit(step) if ms.get_context("mode") == ms.GRAPH_MODE else step
-        for x, y in batches:
-            step(Tensor(x), Tensor(y))
-        return net, opt, accumulator
-    if path == "driver":
-        trainer = ms_accum.GradientAccumulation(net, loss, opt)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", ms_accum.NonFiniteWindowWarning)
-            trainer.train_process(1, numpy_dataset(batches), N, ckpt_path=None, log_every=0)
-        return net, opt, trainer.cell
-    cell = ms_accum.TrainAccuStepsCell(loss_net, opt, gradient_accumulation_steps=N)
+
+def run_path(path, batches, nonfinite="skip", parts=None):
+    """Train `batches` in windows of N through `path` (on `parts`, a (net, loss, optimizer), or new ones), the
+    trainers' warnings of skipped windows silenced; returns (net, optimizer, the engine's cell)."""
+    net, loss, opt = parts or build("momentum")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ms_accum.NonFiniteWindowWarning)
-        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), dataset_sink_mode=path == "model_accu_sink")
-    return net, opt, cell
+        trained = paths.train(PATHS[path], nn.WithLossCell(net, loss), opt, batches, N, nonfinite=nonfinite)
+    return net, opt, trained.engine
 
 
 @pytest.mark.parametrize("path", ["cells", "parallel", "accumulator", "driver", "model_accu"])
@@ -353,13 +325,8 @@ def test_with_a_loss_scale_only_skip_is_taken(owner, nonfinite):
 def test_nonfinite_apply_checks_nothing_as_train_one_step_cell(path, exec_mode):
     """nonfinite='apply' (the comparison point of benchmarks/nonfinite_cost.py): the NaN reaches the weights."""
     batches = poisoned((4,) * 3, bad=[1])
-    if path == "driver":
-        net, loss, opt = build("momentum")
-        ms_accum.GradientAccumulation(net, loss, opt, nonfinite="apply").train_process(
-            1, numpy_dataset(batches), N, ckpt_path=None, log_every=0)
-    else:
-        net, opt, cell = run_path(path, batches, nonfinite="apply")
-        assert float(cell.accu_skipped_windows.asnumpy()) == 0.0
+    net, _, cell = run_path(path, batches, nonfinite="apply")
+    assert float(cell.accu_skipped_windows.asnumpy()) == 0.0
     assert any(np.isnan(value).any() for value in params_of(net).values())
 
 

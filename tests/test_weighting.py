@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 import mindspore as ms
-import mindspore.dataset as ds
 from mindspore import Tensor, nn, ops
 
 import ms_accum
+import paths
 from helpers import (assert_params_close, build_tagger, params_of, token_batches, token_reference)
 from test_model_accu import fake_device  # noqa: F401  (fixture)
 
@@ -20,59 +20,6 @@ def windows():
     return [batches[:N], batches[N:]]
 
 
-def token_dataset(batches):
-    def generate():
-        yield from batches
-    return ds.GeneratorDataset(generate, ["x", "labels", "mask"], shuffle=False)
-
-
-def three_cells(window_list, optimizer="momentum"):
-    net, loss, opt = build_tagger(optimizer)
-    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-    forward_backward = ms_accum.TrainForwardBackward(loss, opt, grad_sum)
-    optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
-    losses = []
-    for window in window_list:
-        for batch in window:
-            forward_backward(*map(Tensor, batch))
-        losses.append(float(optim().asnumpy()))
-        clear()
-    return params_of(net), losses
-
-
-def driver():
-    net, loss, opt = build_tagger()
-    trainer = ms_accum.GradientAccumulation(loss, None, opt)  # the loss network returns (loss, num_items)
-    trainer_losses = trainer.train_process(1, token_dataset(token_batches(REAL_TOKENS)), N, ckpt_path=None,
-                                           log_every=0)
-    return params_of(net), trainer_losses
-
-
-def accu_cell(kind):
-    net, loss, opt = build_tagger()
-    if kind == "plain":
-        return ms_accum.TrainAccuStepsCell(loss, opt, accumulation_steps=N), net
-    return ms_accum.TrainAccuStepsWithLossScaleCell(loss, opt, nn.DynamicLossScaleUpdateCell(2.0 ** 12, 2, 100),
-                                                    accumulation_steps=N), net
-
-
-def accu_steps(kind):
-    cell, net = accu_cell(kind)
-    losses = []
-    for batch in token_batches(REAL_TOKENS):
-        out = cell(*map(Tensor, batch))  # the cell updates on every N-th call by itself
-        losses.append(out)
-    window_losses = [float(np.asarray((out[0] if isinstance(out, tuple) else out).asnumpy()))
-                     for out in losses[N - 1::N]]
-    return params_of(net), window_losses
-
-
-def model_accu(kind, sink=False):
-    cell, net = accu_cell(kind)
-    ms_accum.Model_ACCU(cell).train(1, token_dataset(token_batches(REAL_TOKENS)), dataset_sink_mode=sink)
-    return params_of(net), None
-
-
 def token_mean_losses():
     """Each window's mean loss over its real tokens, from the initial parameters (first window) - computed
     directly on the large batch."""
@@ -81,26 +28,26 @@ def token_mean_losses():
     return float(loss(*(Tensor(np.concatenate(parts)) for parts in zip(*first))).asnumpy())
 
 
-PATHS = {
-    "three_cells": lambda: three_cells(windows()),
-    "driver": driver,
-    "accu_steps": lambda: accu_steps("plain"),
-    "accu_steps_loss_scale": lambda: accu_steps("dynamic"),
-    "model_accu": lambda: model_accu("plain"),
-    "model_accu_loss_scale": lambda: model_accu("dynamic"),
-}
+PATHS = ("three_cells", "driver", "accu_steps", "accu_steps_loss_scale", "model_accu", "model_accu_loss_scale")
 
 
-@pytest.mark.parametrize("path", sorted(PATHS))
+def train(path, optimizer="momentum", batches=None):
+    """The tagger trained through `path` (tests/paths.py) on `batches` (the two windows by default); its parameters
+    and what each window reported."""
+    net, loss, opt = build_tagger(optimizer)
+    trained = paths.train(path, loss, opt, batches or token_batches(REAL_TOKENS), N, returns_items=True)
+    return params_of(net), trained.windows
+
+
+@pytest.mark.parametrize("path", PATHS)
 def test_token_weighted_window_equals_the_large_batch_token_mean(path, exec_mode):
-    got, losses = PATHS[path]()
+    got, records = train(path)
     assert_params_close(got, token_reference("momentum", windows()), context=f"{path}, {exec_mode}")
-    if losses is not None:
-        assert losses[0] == pytest.approx(token_mean_losses(), rel=1e-5), "window loss is not the token mean"
+    assert records[0].loss == pytest.approx(token_mean_losses(), rel=1e-5), "window loss is not the token mean"
 
 
 def test_sink_mode_weighs_tokens_too(fake_device):  # noqa: F811
-    got, _ = model_accu("plain", sink=True)
+    got, _ = train("model_accu_sink")
     assert_params_close(got, token_reference("momentum", windows()), context="sink")
 
 
@@ -117,7 +64,7 @@ def test_averaging_micro_batch_means_would_be_wrong_here(optimizer):
     expected = token_reference(optimizer, windows()[:1])
     worst = max(np.abs(params_of(net)[k] - v).max() / np.abs(v).max() for k, v in expected.items())
     assert worst > 1e-3, f"sample weighting came within {worst:.2g} of the token mean: the test data are too even"
-    got, _ = three_cells(windows()[:1], optimizer)
+    got, _ = train("three_cells", optimizer, windows()[0])
     assert_params_close(got, expected, context=f"token weighting, {optimizer}")
 
 
@@ -183,7 +130,7 @@ def test_no_items_in_a_window_names_the_driver(exec_mode):
     """The driver's error names what the user built, not the cells it builds inside."""
     net, loss, opt = build_tagger()
     before = params_of(net)
-    data = token_dataset(token_batches((5, 0)))
+    data = paths.dataset(token_batches((5, 0)))
     with pytest.raises(ValueError, match=r"For 'GradientAccumulation', 'num_items' returned by the loss network must "
                                          r"be > 0 for every micro-batch, but a micro-batch of this window had 0.*"
                                          r"build a new GradientAccumulation\."):
