@@ -13,4 +13,4 @@ WORKERS=${TEST_WORKERS:-2}
 if [ "$WORKERS" = "0" ]; then
     exec "$PY" -m pytest "$@"
 fi
-exec "$PY" -m pytest -n "$WORKERS" --dist loadfile "$@"
+exec "$PY" -m pytest -n "$WORKERS" --dist loadfile --no-loadscope-reorder "$@"

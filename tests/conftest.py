@@ -56,3 +56,19 @@ def _freeze_what_earlier_tests_left(_collect_once_a_module):
     releases later are collected when the module ends."""
     gc.collect()
     gc.freeze()
+
+
+# The files that take longest, longest first (test time of a CI run, 2026-11-28): scripts/run_tests.sh hands whole
+# files to its workers in collection order (--no-loadscope-reorder; pytest-xdist otherwise orders them by their
+# count of tests), so a long file starts early and the short ones fill the end, instead of one worker running a
+# long file alone at the end while the other waits.
+LONGEST_FIRST = ("test_benchmarks.py", "test_ecosystem_mindcv.py", "test_lenet_zoo.py", "test_two_nodes.py",
+                 "test_resume.py", "test_data_parallel.py", "test_elastic.py", "test_paths.py", "test_accu_cells.py",
+                 "test_weighting.py", "test_docs.py", "test_check.py", "test_mixed_precision.py", "test_functional.py",
+                 "test_noise_scale.py", "test_clipping.py", "test_nonfinite.py", "test_single_device.py")
+
+
+def pytest_collection_modifyitems(items):
+    """Order the collected tests by file, :data:`LONGEST_FIRST` first, keeping each file's own order."""
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(rank)))
