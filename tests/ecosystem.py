@@ -8,10 +8,9 @@ over its tokens) and one optimizer step, in PYNATIVE_MODE, without ms_accum.
 import numpy as np
 
 import mindspore as ms
-import mindspore.dataset as ds
 from mindspore import Tensor, nn
 
-import ms_accum
+import paths
 
 PATHS = ["driver", "model_accu", "cells", "accumulator"]
 
@@ -33,69 +32,24 @@ def load_weights(net, weights):
     return net
 
 
-def dataset_of(batches):
-    """A dataset yielding exactly `batches` in order, one micro-batch (a tuple of arrays) per row."""
-    return ds.GeneratorDataset(lambda: iter(batches), [f"column{i}" for i in range(len(batches[0]))], shuffle=False)
-
-
 def loss_network(net, loss):
     return net if loss is None else nn.WithLossCell(net, loss)
 
 
 def train_path(path, make, batches, steps, token_loss=False):
-    """Train on `batches` (tuples of numpy arrays, one per micro-batch) through `path` with `steps` micro-batches per
-    update, in the current execution mode; returns the network's trained parameters."""
+    """Train on `batches` (tuples of numpy arrays, one per micro-batch) through `path` (tests/paths.py; "cells" is
+    its "three_cells") with `steps` micro-batches per update, in the current execution mode; returns the network's
+    trained parameters."""
     net, loss, optimizer = make()
-    if path == "driver":
-        ms_accum.GradientAccumulation(net, loss, optimizer).train_process(1, dataset_of(batches), steps,
-                                                                          ckpt_path=None, log_every=0)
-    elif path == "model_accu":
-        cell = ms_accum.TrainAccuStepsCell(loss_network(net, loss), optimizer, accumulation_steps=steps)
-        ms_accum.Model_ACCU(cell).train(1, dataset_of(batches))
-    elif path == "cells":
-        _train_cells(loss_network(net, loss), optimizer, batches, steps)
-    elif path == "accumulator":
-        _train_accumulator(loss_network(net, loss), optimizer, batches, steps, token_loss)
-    else:
-        raise ValueError(f"unknown path {path!r}")
+    paths.train({"cells": "three_cells"}.get(path, path), loss_network(net, loss), optimizer, batches, steps,
+                returns_items=token_loss)
     return trained_parameters(net)
-
-
-def _train_cells(loss_net, optimizer, batches, steps, average=True):
-    grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
-    forward_backward = ms_accum.TrainForwardBackward(loss_net, optimizer, grad_sum, average=average)
-    optim, clear = ms_accum.TrainOptim(optimizer, grad_sum, average=average), ms_accum.TrainClear(grad_sum)
-    forward_backward.set_train(True)
-    for index, batch in enumerate(batches):
-        forward_backward(*map(Tensor, batch))
-        if (index + 1) % steps == 0:
-            optim()
-            clear()
-
-
-def _train_accumulator(loss_net, optimizer, batches, steps, token_loss):
-    loss_net.set_train(True)
-    grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters, has_aux=token_loss)
-    accumulator = ms_accum.Accumulator(optimizer, steps)
-
-    def step(*batch):
-        if token_loss:
-            (_, items), grads = grad_fn(*batch)
-        else:
-            _, grads = grad_fn(*batch)
-            items = batch[0].shape[0]
-        return accumulator(grads, items)
-
-    if ms.get_context("mode") == ms.GRAPH_MODE:
-        step = ms.jit(step)
-    for batch in batches:
-        step(*map(Tensor, batch))
 
 
 def train_raw_sum(make, batches, steps):
     """The tutorial's raw sum of micro-batch gradients (average=False): a wrong update the comparison must catch."""
     net, loss, optimizer = make()
-    _train_cells(loss_network(net, loss), optimizer, batches, steps, average=False)
+    paths.train("three_cells", loss_network(net, loss), optimizer, batches, steps, average=False)
     return trained_parameters(net)
 
 

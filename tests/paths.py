@@ -129,6 +129,7 @@ def _three_cells(loss_net, optimizer, batches, steps, scale, features):
                                                      scale_sense=sense, noise_scale=features["noise_scale"])
     optim = ms_accum.TrainOptim(optimizer, grad_sum, scale_sense=sense, **features)
     clear = ms_accum.TrainClear(grad_sum)
+    forward_backward.set_train(True)  # as a user's loop does (BatchNorm and dropout in training mode)
     windows = []
     for index, batch in enumerate(batches):
         forward_backward(*map(Tensor, batch))
@@ -165,6 +166,7 @@ def _model_accu(cell, batches, sink):
 def _accumulator(loss_net, optimizer, batches, steps, scale, features, returns_items):
     scaler = None if scale is None else amp.StaticLossScaler(float(scale))
     accumulator = ms_accum.Accumulator(optimizer, steps, loss_scaler=scaler, **features)
+    loss_net.set_train(True)
 
     def scaled_loss(*inputs):
         out = loss_net(*inputs)

@@ -13,7 +13,8 @@ from mindspore import Tensor, nn
 
 import ms_accum
 from ms_accum.core import compiled
-from helpers import assert_params_close, build, concat, micro_batches, numpy_dataset, params_of, reference_train
+import paths
+from helpers import assert_params_close, build, concat, micro_batches, params_of, reference_train
 
 SIZES = (3, 5, 4)  # one window of three unequal micro-batches
 
@@ -43,63 +44,27 @@ def compiled_calls(monkeypatch):
     return calls
 
 
-# Each runs `windows` (lists of equal length of micro-batches) through one front end built once.
-def _three_cells(net, loss, opt, windows):
-    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-    forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum)
-    optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
-    for window in windows:
-        for x, y in window:
-            forward_backward(Tensor(x), Tensor(y))
-        optim()
-        clear()
+def _through(path, scale=None):
+    """A function running `windows` (lists of equal length of micro-batches) through `path` (tests/paths.py)."""
+    def run(net, loss, opt, windows):
+        paths.train(path, nn.WithLossCell(net, loss), opt, sum(windows, []), len(windows[0]), scale=scale)
+    return run
 
 
-def _each_micro_batch(cell, windows):
-    for window in windows:
-        for x, y in window:
-            cell(Tensor(x), Tensor(y))
-
-
-def _parallel(net, loss, opt, windows):
-    _each_micro_batch(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt,
-                                                  accumulation_steps=len(windows[0])), windows)
-
-
-def _parallel_loss_scale(net, loss, opt, windows):
-    _each_micro_batch(ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt,
-                                                               nn.FixedLossScaleUpdateCell(1024.0),
-                                                               accumulation_steps=len(windows[0])), windows)
-
-
-def _driver(net, loss, opt, windows):
-    trainer = ms_accum.GradientAccumulation(net, loss, opt)
-    trainer.train_process(1, numpy_dataset(sum(windows, [])), len(windows[0]), ckpt_path=None, log_every=0)
-
-
-def _model_accu(net, loss, opt, windows):
-    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, accumulation_steps=len(windows[0]))
-    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(sum(windows, [])), dataset_sink_mode=False)
-
-
-def _accumulator(net, loss, opt, windows):
-    accumulator = ms_accum.Accumulator(opt, accumulation_steps=len(windows[0]))
-    grad_fn = ms.value_and_grad(lambda x, y: loss(net(x), y), None, opt.parameters)
-    for window in windows:
-        for x, y in window:
-            _, grads = grad_fn(Tensor(x), Tensor(y))
-            accumulator(grads, x.shape[0])
-
-
+# each path, and the (cell, graph phase) pairs it must run through mindspore.jit
 PATHS = {
-    "three-cells": (_three_cells, {("TrainForwardBackward", "train"), ("TrainOptim", "train"),
-                                   ("TrainClear", "train")}),
-    "driver": (_driver, {("TrainAccuStepsCell", "train_accumulate"), ("TrainAccuStepsCell", "train_update")}),
-    "parallel": (_parallel, {("TrainAccuStepsCell", "train_accumulate"), ("TrainAccuStepsCell", "train_update")}),
-    "parallel-loss-scale": (_parallel_loss_scale, {("TrainAccuStepsWithLossScaleCell", "train_accumulate"),
-                                                   ("TrainAccuStepsWithLossScaleCell", "train_update")}),
-    "model-accu": (_model_accu, {("TrainAccuStepsCell", "train_accumulate"), ("TrainAccuStepsCell", "train_update")}),
-    "accumulator": (_accumulator, {("Accumulator", "train")}),
+    "three-cells": (_through("three_cells"), {("TrainForwardBackward", "train"), ("TrainOptim", "train"),
+                                              ("TrainClear", "train")}),
+    "driver": (_through("driver"), {("TrainAccuStepsCell", "train_accumulate"),
+                                    ("TrainAccuStepsCell", "train_update")}),
+    "parallel": (_through("accu_steps"), {("TrainAccuStepsCell", "train_accumulate"),
+                                          ("TrainAccuStepsCell", "train_update")}),
+    "parallel-loss-scale": (_through("accu_steps_loss_scale", 1024.0),
+                            {("TrainAccuStepsWithLossScaleCell", "train_accumulate"),
+                             ("TrainAccuStepsWithLossScaleCell", "train_update")}),
+    "model-accu": (_through("model_accu"), {("TrainAccuStepsCell", "train_accumulate"),
+                                            ("TrainAccuStepsCell", "train_update")}),
+    "accumulator": (_through("accumulator"), {("Accumulator", "train")}),
 }
 
 
