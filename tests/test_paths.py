@@ -12,6 +12,7 @@ import mindspore as ms
 from mindspore import Tensor, amp, nn
 
 import ms_accum
+import paths
 from helpers import assert_params_close, build, micro_batches, numpy_dataset, params_of
 
 SCALE = 2.0 ** 10
@@ -26,24 +27,24 @@ PATHS = ("cells", "parallel", "accumulator")
 
 
 class _Path:
-    """One front end, driven window by window; `scale` is the loss-scale form or None."""
+    """One front end, driven window by window under a loss-scale form `scale` (or None), reporting each window's
+    overflow decision (tests/paths.py trains whole runs; the forms' test needs the decision of each window)."""
 
-    def __init__(self, path, scale=None, average=True):
+    def __init__(self, path, scale=None):
         self.net, loss, self.opt = build("momentum")
         self.path = path
         loss_net = nn.WithLossCell(self.net, loss)
         if path == "cells":
             grad_sum = self.opt.parameters.clone(prefix="grad_sum", init="zeros")
-            self.forward_backward = ms_accum.TrainForwardBackward(loss_net, self.opt, grad_sum, average=average,
-                                                                  scale_sense=scale)
-            self.optim = ms_accum.TrainOptim(self.opt, grad_sum, average=average, scale_sense=scale)
+            self.forward_backward = ms_accum.TrainForwardBackward(loss_net, self.opt, grad_sum, scale_sense=scale)
+            self.optim = ms_accum.TrainOptim(self.opt, grad_sum, scale_sense=scale)
             self.clear = ms_accum.TrainClear(grad_sum)
         elif path == "parallel":
             cls = ms_accum.TrainAccuStepsCell if scale is None else ms_accum.TrainAccuStepsWithLossScaleCell
             extra = {} if scale is None else {"scale_sense": scale}
-            self.cell = cls(loss_net, self.opt, average=average, **extra)
+            self.cell = cls(loss_net, self.opt, **extra)
         else:
-            self.accumulator = ms_accum.Accumulator(self.opt, 100, loss_scaler=scale, average=average)
+            self.accumulator = ms_accum.Accumulator(self.opt, 100, loss_scaler=scale)
             net, accumulator, seed = self.net, self.accumulator, self.accumulator.accu_scale
 
             def forward(x, y):
@@ -133,30 +134,26 @@ def test_the_driver_takes_every_loss_scale_form(form, exec_mode):
     assert_params_close(params_of(net), _reference([batches[3:]]), context=f"driver/{form}/{exec_mode}")
 
 
-@pytest.mark.parametrize("path", PATHS)
-def test_the_raw_sum_on_every_path(path, exec_mode):
+RAW_SUM_PATHS = {"cells": "three_cells", "parallel": "accu_steps", "accumulator": "accumulator", "driver": "driver",
+                 "model_accu": "model_accu"}  # this file's names: tests/paths.py's
+
+
+def _trains_the_raw_sum(path, context):
     """average=False applies the sum of the micro-batches' mean-loss gradients (the tutorial's behaviour)."""
     batches = micro_batches((4, 3, 4, 4, 2, 4), seed=7)
-    windows = [batches[:3], batches[3:]]
-    run = _Path(path, average=False)
-    for window in windows:
-        run.window(window)
-    assert_params_close(params_of(run.net), _reference(windows, average=False), context=f"{path}/{exec_mode}")
+    net, loss, opt = build("momentum")
+    paths.train(RAW_SUM_PATHS[path], nn.WithLossCell(net, loss), opt, batches, 3, average=False)
+    assert_params_close(params_of(net), _reference([batches[:3], batches[3:]], average=False), context=context)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_raw_sum_on_every_path(path, exec_mode):
+    _trains_the_raw_sum(path, f"{path}/{exec_mode}")
 
 
 @pytest.mark.parametrize("trainer", ["driver", "model_accu"])
 def test_the_raw_sum_through_both_trainers(trainer, exec_mode):
-    batches = micro_batches((4, 3, 4, 4, 2, 4), seed=7)
-    net, loss, opt = build("momentum")
-    if trainer == "driver":
-        ms_accum.GradientAccumulation(net, loss, opt, average=False).train_process(
-            1, numpy_dataset(batches), 3, ckpt_path=None, log_every=0)
-    else:
-        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=3,
-                                           average=False)
-        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches))
-    assert_params_close(params_of(net), _reference([batches[:3], batches[3:]], average=False),
-                        context=f"{trainer}/{exec_mode}")
+    _trains_the_raw_sum(trainer, f"{trainer}/{exec_mode}")
 
 
 @pytest.mark.parametrize("path", ["parallel", "accumulator"])
