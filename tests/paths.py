@@ -67,7 +67,7 @@ def _scale_of(path, scale):
 
 
 def _update_cell(scale):
-    """The loss-scale cells' `scale_sense`: a DynamicLossScaleUpdateCell, or a fixed Tensor."""
+    """A cell's or the driver's `scale_sense`: a DynamicLossScaleUpdateCell, or a fixed Tensor."""
     if scale == "dynamic":
         return nn.DynamicLossScaleUpdateCell(*DYNAMIC)
     return Tensor(float(scale), ms.float32)
@@ -124,7 +124,7 @@ def train(path, loss_net, optimizer, batches, steps, *, scale=None, clip_norm=No
 
 def _three_cells(loss_net, optimizer, batches, steps, scale, features):
     grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
-    sense = None if scale is None else Tensor(float(scale), ms.float32)
+    sense = None if scale is None else _update_cell(scale)  # one scale, shared by the two cells
     forward_backward = ms_accum.TrainForwardBackward(loss_net, optimizer, grad_sum, average=features["average"],
                                                      scale_sense=sense, noise_scale=features["noise_scale"])
     optim = ms_accum.TrainOptim(optimizer, grad_sum, scale_sense=sense, **features)
@@ -141,7 +141,7 @@ def _three_cells(loss_net, optimizer, batches, steps, scale, features):
 
 def _driver(loss_net, optimizer, batches, steps, scale, features):
     telemetry = ms_accum.WindowTelemetry()
-    sense = None if scale is None else Tensor(float(scale), ms.float32)
+    sense = None if scale is None else _update_cell(scale)
     trainer = ms_accum.GradientAccumulation(loss_net, None, optimizer, scale_sense=sense, **features)
     trainer.train_process(1, dataset(batches), steps, callbacks=[telemetry], ckpt_path=None, log_every=0)
     return Trained(_from_telemetry(telemetry), trainer.cell)
@@ -164,7 +164,8 @@ def _model_accu(cell, batches, sink):
 
 
 def _accumulator(loss_net, optimizer, batches, steps, scale, features, returns_items):
-    scaler = None if scale is None else amp.StaticLossScaler(float(scale))
+    scaler = None if scale is None else \
+        amp.DynamicLossScaler(*DYNAMIC) if scale == "dynamic" else amp.StaticLossScaler(float(scale))
     accumulator = ms_accum.Accumulator(optimizer, steps, loss_scaler=scaler, **features)
     loss_net.set_train(True)
 
