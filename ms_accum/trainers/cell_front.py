@@ -19,16 +19,14 @@ class CellFront(LoopFrontEnd):
 
     Args:
         owner (str): The trainer's method, named in errors and warnings.
-        cell (Cell): The engine cell (its ``accumulation`` mode is set before each call).
-        nonfinite (str): The cell's `nonfinite` ("skip", "raise" or "apply"). Under "raise" the cell skips a
-            window whose gradient is not finite and raises; the trainer's guard raises instead, naming the window's
-            micro-batches, which the cell does not know.
+        cell (Cell): The engine cell (its ``accumulation`` mode is set before each call). Its `nonfinite` is the
+            trainer's: under "raise" the cell skips a window whose gradient is not finite and raises, and the
+            trainer's guard raises instead, naming the window's micro-batches, which the cell does not know.
         max_nonfinite_windows (int): Windows skipped in a row that stop training.
     """
 
-    def __init__(self, owner, cell, nonfinite, max_nonfinite_windows):
-        self.owner, self.cell = owner, cell
-        self.nonfinite, self.max_nonfinite_windows = nonfinite, max_nonfinite_windows
+    def __init__(self, owner, cell, max_nonfinite_windows):
+        self.owner, self.cell, self.max_nonfinite_windows = owner, cell, max_nonfinite_windows
 
     def window_steps(self, update):
         """The N of the window that opens: the cell's, from the device for a schedule or a policy."""
@@ -40,14 +38,13 @@ class CellFront(LoopFrontEnd):
         return self.unless_skipped(lambda: self.cell(*data))
 
     def unless_skipped(self, run):
-        """`run()`, the outputs of a call that may end a window. With nonfinite="raise", a window the cell skipped
-        and raised (:class:`NonFiniteWindowSkipped`) gives its outputs instead: the trainer's guard, which reads
-        every window under "raise", then stops with the window's micro-batches named (the cell cannot name them)."""
+        """`run()`, the outputs of a call that may end a window. A window the cell skipped and raised
+        (:class:`NonFiniteWindowSkipped`: the cell's nonfinite="raise") gives its outputs instead: the trainer's
+        guard, which reads every window under "raise", then stops with the window's micro-batches named (the cell
+        cannot name them)."""
         try:
             return run()
         except NonFiniteWindowSkipped as skipped:
-            if self.nonfinite != "raise":
-                raise
             return skipped.outputs
 
     def accumulate(self, data):
@@ -72,6 +69,6 @@ class CellFront(LoopFrontEnd):
 
     def nonfinite_guard(self, save_state):
         cell = self.cell
-        return NonFiniteGuard(self.owner, self.nonfinite, self.max_nonfinite_windows,
+        return NonFiniteGuard(self.owner, cell.nonfinite, self.max_nonfinite_windows,
                               (cell.accu_nonfinite_streak, cell.accu_skip_history), cell.scale_kind is not None,
                               save_state)

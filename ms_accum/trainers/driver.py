@@ -412,8 +412,7 @@ class _Run(CellFront):
     lines and the micro-batch halving on out-of-memory."""
 
     def __init__(self, owner, plan):
-        super().__init__("GradientAccumulation.train_process", owner.cell, owner.nonfinite,
-                         plan.max_nonfinite_windows)
+        super().__init__("GradientAccumulation.train_process", owner.cell, plan.max_nonfinite_windows)
         self.trainer = owner
         self.plan = plan
         self.history = []  # each update's mean-loss tensor, read from the device only when printed or at the end

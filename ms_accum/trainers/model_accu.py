@@ -60,8 +60,7 @@ class _ModelFront(CellFront):
     :class:`mindspore.train.Model` does around epochs (evaluation during training, the dataset's reset)."""
 
     def __init__(self, model, train_dataset, valid_infos):
-        cell = train_network(model)
-        super().__init__("Model_ACCU.train", cell, cell.nonfinite,
+        super().__init__("Model_ACCU.train", train_network(model),
                          model._max_nonfinite)  # pylint: disable=protected-access
         self.model, self.train_dataset, self.valid_infos = model, train_dataset, valid_infos
 
@@ -405,8 +404,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         cb_params.batch_num = cycles
         cb_params.total_updates = epoch * cycles
         self.batch_num = cycles
-        front = CellFront("Model_ACCU.train", train_network(self), train_network(self).nonfinite,
-                          self._max_nonfinite)
+        front = CellFront("Model_ACCU.train", train_network(self), self._max_nonfinite)
         guard = front.nonfinite_guard(None)
         helper = self._make_sink_helper(train_dataset, sink_size, dataset_sink_num)
         sink_net = self._connect(helper)
