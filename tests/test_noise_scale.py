@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import mindspore as ms
-import mindspore.dataset as ds
 from mindspore import Tensor, nn
 
 import ms_accum
@@ -146,11 +145,6 @@ def run(path, net, windows, tokens, measure=True):
     trained = paths.train(name, loss_network(net, tokens), optimizer, [batch for window in windows for batch in window],
                           len(windows[0]), scale=scale, noise_scale=measure, returns_items=tokens)
     return [(window.grad_sq, window.noise_trace, window.noise_scale) for window in trained.windows]
-
-
-def _dataset(windows, tokens):
-    rows = [batch for window in windows for batch in window]
-    return ds.GeneratorDataset(lambda: iter(rows), ["x", "y", "mask"] if tokens else ["x", "y"], shuffle=False)
 
 
 def truth_per_window(net, windows, first_only=False):
@@ -319,7 +313,7 @@ def test_telemetry_shows_the_noise_scale(tmp_path, capsys):
     windows = draws([3, 3, 3], 4, seed=8)
     net = make_net()
     optimizer = nn.SGD(net.trainable_params(), learning_rate=0.0)
-    data = _dataset(windows, False)
+    data = paths.dataset([batch for window in windows for batch in window])
     trainer = ms_accum.GradientAccumulation(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
                                             optimizer, noise_scale=True)
     telemetry = ms_accum.WindowTelemetry(csv_path=str(tmp_path / "t.csv"), print_every=1)
