@@ -68,7 +68,45 @@ LONGEST_FIRST = ("test_benchmarks.py", "test_ecosystem_mindcv.py", "test_lenet_z
                  "test_noise_scale.py", "test_clipping.py", "test_nonfinite.py", "test_single_device.py")
 
 
-def pytest_collection_modifyitems(items):
-    """Order the collected tests by file, :data:`LONGEST_FIRST` first, keeping each file's own order."""
+# The parameters that vary the numbers a test trains on, not what ms_accum builds: which MindSpore optimizer, N, the
+# micro-batches' sizes, where a run stops or updates, the learning rate. With --data-cases=first each test runs
+# the first value of each (every path, mode, trainer and feature case still runs): .ci/run runs the oldest
+# MindSpore release so, and the newest every case (docs/tests.md, CI).
+DATA_PARAMETERS = ("optimizer", "sizes", "steps", "stop_after", "update", "lr")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--data-cases", choices=("all", "first"), default="all",
+                     help="all (default): every case of a parametrized test; first: only the first value of the "
+                          "parameters that vary a test's numbers, not what it builds (" + ", ".join(DATA_PARAMETERS)
+                          + ")")
+
+
+def first_data_case(item):
+    """Whether `item` takes the first value of each of :data:`DATA_PARAMETERS` that it is parametrized by on its
+    own (a parameter listed with others, as in ``parametrize("steps, error, message", ...)``, names a case of its
+    own on each row, and every row runs)."""
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return True
+    for mark in item.iter_markers("parametrize"):
+        names = mark.args[0].split(",") if isinstance(mark.args[0], str) else list(mark.args[0])
+        name = names[0].strip()
+        if len(names) == 1 and name in DATA_PARAMETERS and name in callspec.params:
+            first = mark.args[1][0]
+            first = first.values[0] if hasattr(first, "values") and hasattr(first, "marks") else first
+            if callspec.params[name] != first:
+                return False
+    return True
+
+
+def pytest_collection_modifyitems(config, items):
+    """Order the collected tests by file, :data:`LONGEST_FIRST` first, keeping each file's own order; with
+    ``--data-cases=first`` deselect the other data cases (:func:`first_data_case`)."""
+    if config.getoption("--data-cases") == "first":
+        dropped = [item for item in items if not first_data_case(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if first_data_case(item)]
     rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(os.path.basename(str(item.fspath)), len(rank)))

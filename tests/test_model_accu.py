@@ -383,12 +383,12 @@ def test_sink_mode_carries_the_cells_features(fake_device, feature):
     np.testing.assert_allclose(finals[0][1], finals[1][1], rtol=1e-5, err_msg="noise records")
 
 
-@pytest.mark.parametrize("steps", [{0: 1, 2: 2}, "adaptive"])
-def test_sink_mode_refuses_n_that_changes(fake_device, steps):
+@pytest.mark.parametrize("changing", [{0: 1, 2: 2}, "adaptive"], ids=["schedule", "adaptive"])
+def test_sink_mode_refuses_n_that_changes(fake_device, changing):
     """Sink mode compiles its accumulation graph for a loop of N: a schedule or a policy is refused, naming what to
     use instead (the same cell trains without sink: tests/test_schedule.py)."""
     net, loss, optimizer = build("momentum")
-    steps = ms_accum.AdaptiveAccumulation(2, 4) if steps == "adaptive" else steps
+    steps = ms_accum.AdaptiveAccumulation(2, 4) if changing == "adaptive" else changing
     cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=steps,
                                        noise_scale=True)
     with pytest.raises(ValueError, match=r"For 'Model_ACCU.train', the cell's 'gradient_accumulation_steps' must be "
