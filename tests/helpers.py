@@ -255,11 +255,21 @@ def msrun_argv(node, master, port, script, *args, log_dir, workers_per_node=1, n
             f"--log_dir={log_dir}", script, *map(str, args)]
 
 
-def msrun_env():
+# The msrun scheduler's heartbeat timeout (MS_NODE_TIMEOUT, seconds; MindSpore's default is 30) in a launch whose
+# worker a test kills: the scheduler ends the job this long after the worker's heartbeats stop (test_data_parallel's
+# kill test took 84 s with the default and 66 s with 8, alone on the machine).
+KILL_NODE_TIMEOUT = 10
+
+
+def msrun_env(node_timeout=None):
     """The environment of an msrun launch: the venv's bin first on PATH (msrun starts workers with the `python`
-    found there) and the repository importable."""
+    found there) and the repository importable; with `node_timeout`, the scheduler's heartbeat timeout in seconds
+    (:data:`KILL_NODE_TIMEOUT` for a job a test kills a worker of)."""
     bin_dir = os.path.dirname(sys.executable)
-    return dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
+    env = dict(os.environ, PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""), PYTHONPATH=ROOT)
+    if node_timeout is not None:
+        env["MS_NODE_TIMEOUT"] = str(node_timeout)
+    return env
 
 
 def train_py_worker(launcher, rank=None):

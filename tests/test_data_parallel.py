@@ -16,8 +16,8 @@ from mindspore import Tensor, nn
 import ms_accum
 from conftest import ZOO
 from dp_worker import CLIP_NORM, load, rank_batches, rank_token_batches, scenario, union_windows
-from helpers import (ACCURACY, SAMPLE, assert_params_close, build, functional_reference, msrun_argv, msrun_env,
-                     params_of, reference_train, run_script, token_reference, train_py_worker)
+from helpers import (ACCURACY, KILL_NODE_TIMEOUT, SAMPLE, assert_params_close, build, functional_reference,
+                     msrun_argv, msrun_env, params_of, reference_train, run_script, token_reference, train_py_worker)
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
@@ -32,12 +32,13 @@ def free_port():
         return s.getsockname()[1]
 
 
-def launch(out_dir, script, *args):
-    """`script` on 2 local CPU workers under msrun (127.0.0.1), in its own process group; the Popen."""
+def launch(out_dir, script, *args, node_timeout=None):
+    """`script` on 2 local CPU workers under msrun (127.0.0.1), in its own process group; the Popen (`node_timeout`:
+    see helpers.msrun_env)."""
     cmd = msrun_argv(0, "127.0.0.1", free_port(), script, *args, log_dir=out_dir / "logs", workers_per_node=WORLD,
                      nodes=1)
-    return subprocess.Popen(cmd, cwd=HERE, env=msrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    return subprocess.Popen(cmd, cwd=HERE, env=msrun_env(node_timeout), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def msrun(out_dir, script, *args, timeout=300):
@@ -209,9 +210,9 @@ def test_the_reduced_window_gradient_is_clipped_once(worker_runs):
         assert err <= 1e-5, f"{name}: relative difference {err:.3g} to the clipped large batch on the union"
 
 
-def msrun_train_py(out_dir, *args):
+def msrun_train_py(out_dir, *args, node_timeout=None):
     """train.py on 2 msrun CPU workers; return the Popen (its own process group)."""
-    return launch(out_dir, os.path.join(ZOO, "train.py"), *args)
+    return launch(out_dir, os.path.join(ZOO, "train.py"), *args, node_timeout=node_timeout)
 
 
 def test_data_parallel_train_py_killed_on_one_rank_resumes_exactly(tmp_path):
@@ -224,7 +225,7 @@ def test_data_parallel_train_py_killed_on_one_rank_resumes_exactly(tmp_path):
     assert full.returncode == 0, out[-3000:]
 
     cut = tmp_path / "cut"
-    victim = msrun_train_py(tmp_path / "cut_logs", "--ckpt_path", cut, *common)
+    victim = msrun_train_py(tmp_path / "cut_logs", "--ckpt_path", cut, *common, node_timeout=KILL_NODE_TIMEOUT)
     deadline = time.time() + 300
     while not (cut / "rank_1" / "train_state.prev.ckpt").exists() and time.time() < deadline \
             and victim.poll() is None:

@@ -22,7 +22,8 @@ from mindspore import nn
 import ms_accum
 from ms_accum.trainers.elastic import RunLayout, check_same_global_batch, dataset_shards, elastic_position
 from conftest import ZOO
-from helpers import SAMPLE, micro_batches, msrun_argv, msrun_env, own_loop, params_of, train_py_worker
+from helpers import (KILL_NODE_TIMEOUT, SAMPLE, micro_batches, msrun_argv, msrun_env, own_loop, params_of,
+                     train_py_worker)
 import elastic_worker as ew
 from src.lenet import LeNet5
 
@@ -355,15 +356,15 @@ COMMON = ("--data_path", SAMPLE, "--num_samples", 3000, "--batch_size", 16, "--g
 FINAL = "checkpoint_lenet-2_46.ckpt"  # 3000 samples: 46 windows of 64 an epoch (named by update in the epoch)
 
 
-def _launch_two(out_dir, *args):
+def _launch_two(out_dir, *args, node_timeout=None):
     import socket  # pylint: disable=import-outside-toplevel
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     cmd = msrun_argv(0, "127.0.0.1", port, os.path.join(ZOO, "train.py"), "--parallel_mode", "data_parallel",
                      *args, log_dir=out_dir / "logs", workers_per_node=2, nodes=1)
-    return subprocess.Popen(cmd, cwd=HERE, env=msrun_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    return subprocess.Popen(cmd, cwd=HERE, env=msrun_env(node_timeout), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
 def _finish(proc, timeout=300):
@@ -413,7 +414,8 @@ def test_train_py_runs_survive_a_change_of_device_count(tmp_path):
 
     # 2 -> 1: one of two workers SIGKILLed mid-run; msrun ends the job; the state resumes on one process
     cut = tmp_path / "cut2"
-    proc = _launch_two(tmp_path / "cut2_logs", "--ckpt_path", cut, "--save_state_every", 1, *COMMON)
+    proc = _launch_two(tmp_path / "cut2_logs", "--ckpt_path", cut, "--save_state_every", 1, *COMMON,
+                       node_timeout=KILL_NODE_TIMEOUT)
     assert _kill_when(proc, cut / "rank_1" / "train_state.prev.ckpt", lambda: train_py_worker(proc, 1)), \
         "the run ended before a worker could be killed"
     code, _ = _finish(proc, timeout=120)

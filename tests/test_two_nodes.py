@@ -16,7 +16,7 @@ import mindspore as ms
 
 from conftest import ROOT, ZOO
 from dp_worker import load, scenario, union_windows
-from helpers import SAMPLE, msrun_argv, msrun_env, reference_train, train_py_worker
+from helpers import KILL_NODE_TIMEOUT, SAMPLE, msrun_argv, msrun_env, reference_train, train_py_worker
 from src.lenet import LeNet5
 from two_hosts import MASTER_PORT, TwoHosts, stop, unavailable_reason
 
@@ -34,11 +34,13 @@ def hosts():
         yield made
 
 
-def start_job(hosts, log_dir, script, *args):
-    """Both nodes' launchers (node 1 first); node 0 runs the scheduler at its own address."""
+def start_job(hosts, log_dir, script, *args, node_timeout=None):
+    """Both nodes' launchers (node 1 first); node 0 runs the scheduler at its own address (`node_timeout`: see
+    helpers.msrun_env)."""
     return [hosts.launch(node, msrun_argv(node, hosts.addresses[0], MASTER_PORT, script, *args,
                                           log_dir=log_dir / f"node{node}"),
-                         env=msrun_env(), cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                         env=msrun_env(node_timeout), cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
             for node in (1, 0)][::-1]
 
 
@@ -143,7 +145,8 @@ def test_a_killed_worker_on_node_1_ends_both_launchers_and_both_resume_exactly(h
     full, _ = demo_run
     cut = tmp_path / "cut"
     train_py = os.path.join(ZOO, "train.py")
-    launchers = start_job(hosts, tmp_path / "cut_logs", train_py, "--ckpt_path", cut, *TRAIN_ARGS)
+    launchers = start_job(hosts, tmp_path / "cut_logs", train_py, "--ckpt_path", cut, *TRAIN_ARGS,
+                          node_timeout=KILL_NODE_TIMEOUT)
     deadline = time.time() + 300
     while not (cut / "rank_1" / "train_state.prev.ckpt").exists() and time.time() < deadline \
             and all(launcher.poll() is None for launcher in launchers):
