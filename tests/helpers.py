@@ -261,10 +261,11 @@ def msrun_argv(node, master, port, script, *args, log_dir, workers_per_node=1, n
 KILL_NODE_TIMEOUT = 10
 
 
-# MindSpore's cluster waits 3 to 5 s (random) between its retries while the workers join the scheduler and again
-# while they leave it (MS_RETRY_INTERVAL_LOWER/UPPER, seconds); the tests' jobs run on one machine or two network
-# namespaces of it, where 1 to 2 s is plenty: an msrun launch of two workers that only join and leave took 15.4 and
-# 15.7 s with MindSpore's default, 11.3 s with these (2026-11-28). A value the caller's environment sets is kept.
+# MindSpore's cluster waits a random interval between its retries while the workers join the scheduler and again
+# while they leave it, drawn between MS_RETRY_INTERVAL_LOWER and _UPPER seconds (its own defaults when unset); the
+# tests' jobs run on one machine or two network namespaces of it, where 1 to 2 s is plenty: an msrun launch of two
+# workers that only join and leave took 15.4 and 15.7 s with MindSpore's defaults, 11.3 s twice with these
+# (2026-11-28). A value the caller's environment sets is kept.
 RETRY_INTERVALS = {"MS_RETRY_INTERVAL_LOWER": "1", "MS_RETRY_INTERVAL_UPPER": "2"}
 
 
