@@ -281,6 +281,23 @@ def msrun_env(node_timeout=None):
     return env
 
 
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (for a local msrun scheduler)."""
+    import socket  # pylint: disable=import-outside-toplevel
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def launch_local(out_dir, script, *args, node_timeout=None):
+    """`script` on 2 local CPU workers under msrun (127.0.0.1, logs in `out_dir`/logs), in its own process group;
+    the Popen (`node_timeout`: see :func:`msrun_env`)."""
+    cmd = msrun_argv(0, "127.0.0.1", free_port(), script, *args, log_dir=out_dir / "logs", workers_per_node=2,
+                     nodes=1)
+    return subprocess.Popen(cmd, cwd=os.path.dirname(os.path.abspath(__file__)), env=msrun_env(node_timeout),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
 def train_py_worker(launcher, rank=None):
     """The train.py worker process an msrun launcher started (for `rank`, when it started several), or None."""
     import psutil  # pylint: disable=import-outside-toplevel  (a MindSpore dependency)

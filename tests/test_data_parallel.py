@@ -3,7 +3,6 @@ import glob
 import os
 import re
 import signal
-import socket
 import subprocess
 import time
 
@@ -17,7 +16,7 @@ import ms_accum
 from conftest import ZOO
 from dp_worker import CLIP_NORM, load, rank_batches, rank_token_batches, scenario, union_windows
 from helpers import (ACCURACY, KILL_NODE_TIMEOUT, SAMPLE, assert_params_close, build, functional_reference,
-                     msrun_argv, msrun_env, params_of, reference_train, run_script, token_reference, train_py_worker)
+                     launch_local, params_of, reference_train, run_script, token_reference, train_py_worker)
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
@@ -26,24 +25,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD = 2
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(out_dir, script, *args, node_timeout=None):
-    """`script` on 2 local CPU workers under msrun (127.0.0.1), in its own process group; the Popen (`node_timeout`:
-    see helpers.msrun_env)."""
-    cmd = msrun_argv(0, "127.0.0.1", free_port(), script, *args, log_dir=out_dir / "logs", workers_per_node=WORLD,
-                     nodes=1)
-    return subprocess.Popen(cmd, cwd=HERE, env=msrun_env(node_timeout), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
 def msrun(out_dir, script, *args, timeout=300):
     """Run `script` on 2 local CPU workers with msrun; fail with the workers' logs on error."""
-    proc = launch(out_dir, script, *args)
+    proc = launch_local(out_dir, script, *args)
     try:
         output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -212,7 +196,7 @@ def test_the_reduced_window_gradient_is_clipped_once(worker_runs):
 
 def msrun_train_py(out_dir, *args, node_timeout=None):
     """train.py on 2 msrun CPU workers; return the Popen (its own process group)."""
-    return launch(out_dir, os.path.join(ZOO, "train.py"), *args, node_timeout=node_timeout)
+    return launch_local(out_dir, os.path.join(ZOO, "train.py"), *args, node_timeout=node_timeout)
 
 
 def test_data_parallel_train_py_killed_on_one_rank_resumes_exactly(tmp_path):

@@ -22,8 +22,8 @@ from mindspore import nn
 import ms_accum
 from ms_accum.trainers.elastic import RunLayout, check_same_global_batch, dataset_shards, elastic_position
 from conftest import ZOO
-from helpers import (KILL_NODE_TIMEOUT, SAMPLE, micro_batches, msrun_argv, msrun_env, own_loop, params_of,
-                     train_py_worker)
+from helpers import (KILL_NODE_TIMEOUT, SAMPLE, free_port, launch_local, micro_batches, msrun_argv, msrun_env,
+                     own_loop, params_of, train_py_worker)
 import elastic_worker as ew
 from src.lenet import LeNet5
 
@@ -248,11 +248,8 @@ def test_a_users_own_loop_keeps_its_global_batch_in_its_state(path, tmp_path):
 # ---------------------------------------------------------------------------------------------- msrun: the API
 def _msrun(out_dir, script, *args, timeout=300):
     """`script` on 2 local CPU workers; fail with the logs on error; return the workers' logs."""
-    import socket  # pylint: disable=import-outside-toplevel
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    cmd = msrun_argv(0, "127.0.0.1", port, script, *args, log_dir=out_dir / "logs", workers_per_node=2, nodes=1)
+    cmd = msrun_argv(0, "127.0.0.1", free_port(), script, *args, log_dir=out_dir / "logs", workers_per_node=2,
+                     nodes=1)
     done = subprocess.run(cmd, cwd=HERE, env=msrun_env(), capture_output=True, text=True, timeout=timeout,
                           check=False)
     logs = "".join(open(out_dir / "logs" / f"worker_{r}.log", encoding="utf-8", errors="replace").read()
@@ -357,14 +354,8 @@ FINAL = "checkpoint_lenet-2_46.ckpt"  # 3000 samples: 46 windows of 64 an epoch 
 
 
 def _launch_two(out_dir, *args, node_timeout=None):
-    import socket  # pylint: disable=import-outside-toplevel
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    cmd = msrun_argv(0, "127.0.0.1", port, os.path.join(ZOO, "train.py"), "--parallel_mode", "data_parallel",
-                     *args, log_dir=out_dir / "logs", workers_per_node=2, nodes=1)
-    return subprocess.Popen(cmd, cwd=HERE, env=msrun_env(node_timeout), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return launch_local(out_dir, os.path.join(ZOO, "train.py"), "--parallel_mode", "data_parallel", *args,
+                        node_timeout=node_timeout)
 
 
 def _finish(proc, timeout=300):
