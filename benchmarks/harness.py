@@ -388,12 +388,18 @@ def jit_step(name, loss_net, optimizer, steps):
     return train_step
 
 
-def two_graph_steps(loss_net, optimizer, steps):
+def two_graph_steps(loss_net, optimizer, steps, checked=False):
     """The tutorial's accumulation in two ``ms.jit`` functions: (value_and_grad of loss / N and the addition into
     the buffers, per micro-batch; the optimizer on the buffers and their reset from zeros, per window). The
-    gradient function and the buffers are the tutorial step's own (:func:`step_parts`)."""
+    gradient function and the buffers are the tutorial step's own (:func:`step_parts`).
+
+    With `checked` the window's end does what ms_accum's must for its promises, written with MindSpore and the
+    per-parameter helpers of ``ms_accum/core/grad_ops.py`` only (no engine): the gradient's global norm (no
+    temporary of a parameter's size), the buffers divided in place by a run-time divisor (1 here: the tutorial's
+    loss is already divided by N), the optimizer in a run-time branch that a non-finite norm skips, and the
+    buffers cleared one after another instead of from a zeros copy (one parameter's zeros at a time)."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import ops  # pylint: disable=import-outside-toplevel
+    from mindspore import Parameter, Tensor, ops  # pylint: disable=import-outside-toplevel
     grad_fn, tutorial, _ = step_parts("tutorial", loss_net, optimizer, steps)
 
     @ms.jit
@@ -405,7 +411,23 @@ def two_graph_steps(loss_net, optimizer, steps):
     def window_end():
         done = optimizer(tutorial.inner_grads)
         return ops.depend(done, tutorial.map(ops.partial(ops.assign), tutorial.inner_grads, tutorial.zeros))
-    return micro_step, window_end
+
+    if not checked:
+        return micro_step, window_end
+    from ms_accum.core import grad_ops  # pylint: disable=import-outside-toplevel
+    divisor = Parameter(Tensor(1.0, ms.float32), "checked_divisor")
+    last_norm = Parameter(Tensor(0.0, ms.float32), "checked_last_norm")
+
+    @ms.jit
+    def checked_window_end():
+        inverse = 1.0 / divisor
+        norm = grad_ops.global_norm(tutorial.map, tutorial.inner_grads) * inverse
+        done = ops.depend(inverse, tutorial.map(ops.partial(grad_ops.scale_in_place, inverse), tutorial.inner_grads))
+        done = ops.depend(done, ops.assign(last_norm, norm))
+        if ops.isfinite(last_norm):
+            done = ops.depend(done, optimizer(tutorial.inner_grads))
+        return ops.depend(done, grad_ops.clear_in_turn(tutorial.inner_grads, done))
+    return micro_step, checked_window_end
 
 
 def _tutorial_class():

@@ -24,8 +24,12 @@ momentum optimizer and label-smoothed cross-entropy, on the same micro-batches, 
   without the network's activations) written with MindSpore alone: its start-up against the tutorial's is what
   MindSpore charges for the second graph. (Its micro-step has no runtime branch, which MindSpore's CPU runs
   slowly: see jit_branch.py; compare its start-up, not its steady speed.)
+- `checked-two-graphs`: `tutorial-two-graphs` whose window's end also takes the gradient's global norm, divides
+  the buffers in place, skips a non-finite window in a run-time branch and clears the buffers one after another
+  (no zeros copy), written with MindSpore and ms_accum's per-parameter helpers, without its engine: what the
+  second graph costs when it keeps ms_accum's memory and its non-finite skip, the floor of the driver's start-up.
 
-The loops over tensors (tutorial, three-cells, parallel, accumulator, tutorial-two-graphs) read the same dataset's
+The loops over tensors (tutorial, three-cells, parallel, accumulator and the two-graph peers) read the same dataset's
 iterator.
 
 Three figures per peer:
@@ -49,7 +53,7 @@ import numpy as np
 import harness
 
 PEERS = ("mindcv-trainstep", "tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator",
-         "tutorial-two-graphs")
+         "tutorial-two-graphs", "checked-two-graphs")
 
 
 def build(args):
@@ -105,8 +109,9 @@ def make_peer(name, args):
 
         def train_step(x, y, _):
             cell(x, y)
-    elif name == "tutorial-two-graphs":
-        micro_step, window_end = harness.two_graph_steps(nn.WithLossCell(net, loss), optimizer, steps)
+    elif name in ("tutorial-two-graphs", "checked-two-graphs"):
+        micro_step, window_end = harness.two_graph_steps(nn.WithLossCell(net, loss), optimizer, steps,
+                                                         checked=name == "checked-two-graphs")
 
         def train_step(x, y, index):
             micro_step(x, y)

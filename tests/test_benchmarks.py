@@ -92,7 +92,8 @@ PEERS = os.path.join(ROOT, "benchmarks", "peers.py")
 @pytest.mark.ecosystem
 def test_peers_benchmark_prints_every_peer_with_its_distance():
     pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
-    peers = ["tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator", "tutorial-two-graphs"]
+    peers = ["tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator", "tutorial-two-graphs",
+             "checked-two-graphs"]
     done = run("--mode", "pynative", "--model", "lenet", "--micro-batch", 2, "--steps", 2,
                "--first-windows", 2, "--windows", 1, "--rounds", 1, "--starts", 1, "--peers", ",".join(peers),
                script=PEERS)
