@@ -7,7 +7,10 @@ import re
 import subprocess
 import sys
 
+import mindspore as ms
+import numpy as np
 import pytest
+from mindspore import Tensor, nn, ops
 
 from conftest import ROOT
 from helpers import msrun_env
@@ -104,6 +107,39 @@ def test_peers_benchmark_prints_every_peer_with_its_distance():
     for _, first, windows, speed, distance in rows:
         assert 0 < float(first) <= float(windows) and float(speed) > 0
         assert float(distance) < 1e-4, "equal micro-batches: every peer applies the large batch's update"
+
+
+def test_the_floor_peer_skips_a_nonfinite_window_and_clears_it():
+    """checked-two-graphs, the start-up floor of docs/performance.md, does what it is said to: a window whose
+    gradient is NaN leaves the parameters as they were and its buffers cleared, so that the next window applies
+    exactly the large batch's update (value_and_grad of the mean loss on both micro-batches, one Momentum step)."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import harness  # pylint: disable=import-outside-toplevel  (benchmarks/ is not a package)
+
+    def parts():
+        dense = nn.Dense(3, 2, weight_init="ones", bias_init="zeros")
+        return dense, nn.Momentum(dense.trainable_params(), learning_rate=0.1, momentum=0.9)
+    rng = np.random.default_rng(0)
+    xs = [Tensor(rng.standard_normal((4, 3)).astype(np.float32)) for _ in range(2)]
+    ys = [Tensor(rng.standard_normal((4, 2)).astype(np.float32)) for _ in range(2)]
+    net, optimizer = parts()
+    micro_step, window_end = harness.two_graph_steps(nn.WithLossCell(net, nn.MSELoss()), optimizer, 2,
+                                                     checked=True)
+    before = [p.asnumpy().copy() for p in net.trainable_params()]
+    micro_step(xs[0], ys[0])
+    micro_step(Tensor(np.full((4, 3), np.nan, np.float32)), ys[1])
+    window_end()
+    assert all(np.array_equal(a, p.asnumpy()) for a, p in zip(before, net.trainable_params())), "NaN applied"
+    micro_step(xs[0], ys[0])
+    micro_step(xs[1], ys[1])
+    window_end()
+
+    reference, reference_optimizer = parts()
+    grad_fn = ms.value_and_grad(nn.WithLossCell(reference, nn.MSELoss()), None, reference_optimizer.parameters)
+    _, grads = grad_fn(ops.concat(xs), ops.concat(ys))
+    reference_optimizer(grads)
+    for got, want in zip(net.trainable_params(), reference.trainable_params()):
+        np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("args, message", [(("--peers", "trainstep"), "--peers: unknown ['trainstep']"),
