@@ -407,12 +407,11 @@ def two_graph_steps(loss_net, optimizer, steps, checked=False):
         loss_value, grads = grad_fn(x, y)
         return ops.depend(loss_value, tutorial.map(ops.partial(ops.assign_add), tutorial.inner_grads, grads))
 
-    @ms.jit
-    def window_end():
-        done = optimizer(tutorial.inner_grads)
-        return ops.depend(done, tutorial.map(ops.partial(ops.assign), tutorial.inner_grads, tutorial.zeros))
-
     if not checked:
+        @ms.jit
+        def window_end():
+            done = optimizer(tutorial.inner_grads)
+            return ops.depend(done, tutorial.map(ops.partial(ops.assign), tutorial.inner_grads, tutorial.zeros))
         return micro_step, window_end
     from ms_accum.core import grad_ops  # pylint: disable=import-outside-toplevel
     divisor = Parameter(Tensor(1.0, ms.float32), "checked_divisor")

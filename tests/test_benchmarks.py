@@ -1,5 +1,6 @@
 """The data-parallel benchmark and the per-cell timer run end to end (tiny sizes) and refuse bad arguments; their
-figures are in docs/performance.md. Every benchmark is a script on benchmarks/harness.py, importing no other."""
+figures are in docs/performance.md. Every benchmark is a script on benchmarks/harness.py, importing no other. The
+start-up floor peer does what the docs say it does."""
 import ast
 import glob
 import os
