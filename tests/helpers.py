@@ -298,6 +298,26 @@ def launch_local(out_dir, script, *args, node_timeout=None):
     return subprocess.Popen(cmd, cwd=os.path.dirname(os.path.abspath(__file__)), env=msrun_env(node_timeout),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
+
+def run_local(out_dir, script, *args, timeout=300):
+    """`script` on 2 local CPU workers under msrun (:func:`launch_local`) to its end; fail with the workers' logs
+    if it fails or outlasts `timeout` s (its whole process group killed then); return every worker's log."""
+    import glob  # pylint: disable=import-outside-toplevel
+    import signal  # pylint: disable=import-outside-toplevel
+    import pytest  # pylint: disable=import-outside-toplevel
+    proc = launch_local(out_dir, script, *args)
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"msrun did not finish in {timeout} s; logs in {out_dir / 'logs'}")
+    logs = [open(path, encoding="utf-8", errors="replace").read()
+            for path in sorted(glob.glob(str(out_dir / "logs" / "worker_*.log")))]
+    assert proc.returncode == 0, f"msrun exited {proc.returncode}\n{output[-3000:]}\n" + \
+        "".join(log[-3000:] for log in logs)
+    return "".join(logs)
+
 def train_py_worker(launcher, rank=None):
     """The train.py worker process an msrun launcher started (for `rank`, when it started several), or None."""
     import psutil  # pylint: disable=import-outside-toplevel  (a MindSpore dependency)

@@ -16,28 +16,13 @@ import ms_accum
 from conftest import ZOO
 from dp_worker import CLIP_NORM, load, rank_batches, rank_token_batches, scenario, union_windows
 from helpers import (ACCURACY, KILL_NODE_TIMEOUT, SAMPLE, assert_params_close, build, functional_reference,
-                     launch_local, params_of, reference_train, run_script, token_reference, train_py_worker)
+                     launch_local, params_of, reference_train, run_local, run_script, token_reference, train_py_worker)
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
 pytestmark = pytest.mark.slow
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORLD = 2
-
-
-def msrun(out_dir, script, *args, timeout=300):
-    """Run `script` on 2 local CPU workers with msrun; fail with the workers' logs on error."""
-    proc = launch_local(out_dir, script, *args)
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        pytest.fail(f"msrun did not finish in {timeout} s; logs in {out_dir / 'logs'}")
-    logs = "".join(open(p, encoding="utf-8", errors="replace").read()[-3000:]
-                   for p in sorted(glob.glob(str(out_dir / "logs" / "worker_*.log"))))
-    assert proc.returncode == 0, f"msrun exited {proc.returncode}\n{output[-3000:]}\n{logs}"
-    return logs
 
 
 PLAIN = scenario("graph", "plain", 3, 3)  # first: its graphs are the ones saved
@@ -62,7 +47,7 @@ def worker_runs(tmp_path_factory):
     """Every scenario of dp_worker.py these tests read, one after another in one msrun job of two workers (a
     launch costs both workers MindSpore's start and the communication's set-up); the output directory."""
     out = tmp_path_factory.mktemp("dp_scenarios")
-    msrun(out, os.path.join(HERE, "dp_worker.py"), out, *SCENARIOS, timeout=900)
+    run_local(out, os.path.join(HERE, "dp_worker.py"), out, *SCENARIOS, timeout=900)
     return out
 
 
@@ -239,8 +224,8 @@ def test_data_parallel_train_py_killed_on_one_rank_resumes_exactly(tmp_path):
 def test_lenet_data_parallel_checkpoint_evaluates_and_resumes_on_one_device(tmp_path):
     common = ("--data_path", SAMPLE, "--num_samples", 1024, "--batch_size", 32, "--accumulation_steps", 4,
               "--lr", 0.05, "--lr_schedule", "constant", "--log_every", 0)
-    logs = msrun(tmp_path, os.path.join(ZOO, "train.py"), "--parallel_mode", "data_parallel", "--epoch_size", 1,
-                 "--ckpt_path", tmp_path / "dp", *common)
+    logs = run_local(tmp_path, os.path.join(ZOO, "train.py"), "--parallel_mode", "data_parallel", "--epoch_size", 1,
+                     "--ckpt_path", tmp_path / "dp", *common)
     assert "effective batch 256" in logs
     ckpts = [tmp_path / "dp" / f"rank_{r}" / "checkpoint_lenet-1_8.ckpt" for r in range(WORLD)]  # 32 x 32 each
     saved = [ms.load_checkpoint(str(c)) for c in ckpts]

@@ -22,8 +22,8 @@ from mindspore import nn
 import ms_accum
 from ms_accum.trainers.elastic import RunLayout, check_same_global_batch, dataset_shards, elastic_position
 from conftest import ZOO
-from helpers import (KILL_NODE_TIMEOUT, SAMPLE, free_port, launch_local, micro_batches, msrun_argv, msrun_env,
-                     own_loop, params_of, train_py_worker)
+from helpers import (KILL_NODE_TIMEOUT, SAMPLE, launch_local, micro_batches, msrun_env, own_loop, params_of,
+                     run_local, train_py_worker)
 import elastic_worker as ew
 from src.lenet import LeNet5
 
@@ -246,18 +246,6 @@ def test_a_users_own_loop_keeps_its_global_batch_in_its_state(path, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------- msrun: the API
-def _msrun(out_dir, script, *args, timeout=300):
-    """`script` on 2 local CPU workers; fail with the logs on error; return the workers' logs."""
-    cmd = msrun_argv(0, "127.0.0.1", free_port(), script, *args, log_dir=out_dir / "logs", workers_per_node=2,
-                     nodes=1)
-    done = subprocess.run(cmd, cwd=HERE, env=msrun_env(), capture_output=True, text=True, timeout=timeout,
-                          check=False)
-    logs = "".join(open(out_dir / "logs" / f"worker_{r}.log", encoding="utf-8", errors="replace").read()
-                   for r in range(2))
-    assert done.returncode == 0, f"msrun exited {done.returncode}\n{done.stdout[-2000:]}\n{logs[-4000:]}"
-    return logs
-
-
 def _relative(got, want):
     return max(float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want if k != "losses")
 
@@ -306,8 +294,8 @@ def api_runs(tmp_path_factory):
     finally:
         ms_accum.TrainAccuStepsCell.__call__ = real_call
     # the three runs on 2 devices in one launch (each launch costs both workers MindSpore's start)
-    resumed_logs = _msrun(out / "two", os.path.join(HERE, "elastic_worker.py"), out, "full", "cut",
-                          f"resume={out / 'one' / 'state.ckpt'}")
+    resumed_logs = run_local(out / "two", os.path.join(HERE, "elastic_worker.py"), out, "full", "cut",
+                             f"resume={out / 'one' / 'state.ckpt'}")
     two_to_one = ew.train(0, 1, resume_from=str(out / "cut" / "rank_1" / "state.ckpt"))
     ms.set_context(mode=ms.PYNATIVE_MODE)
     load = lambda name: dict(np.load(out / name))  # noqa: E731
