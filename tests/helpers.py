@@ -281,7 +281,6 @@ def msrun_env(node_timeout=None):
     return env
 
 
-
 def free_port():
     """A TCP port free on 127.0.0.1 now (for a local msrun scheduler)."""
     import socket  # pylint: disable=import-outside-toplevel
@@ -317,6 +316,7 @@ def run_local(out_dir, script, *args, timeout=300):
     assert proc.returncode == 0, f"msrun exited {proc.returncode}\n{output[-3000:]}\n" + \
         "".join(log[-3000:] for log in logs)
     return "".join(logs)
+
 
 def train_py_worker(launcher, rank=None):
     """The train.py worker process an msrun launcher started (for `rank`, when it started several), or None."""
