@@ -4,6 +4,8 @@
     .venv/bin/python benchmarks/peers.py --mode pynative --starts 1 --rounds 4 --windows 2
     .venv/bin/python benchmarks/peers.py --mode pynative --starts 0 --peers tutorial,three-cells,driver,\
         parallel,model-accu,accumulator --model block      # every path against the tutorial's jit step
+    .venv/bin/python benchmarks/peers.py --peers tutorial,checked-two-graphs,driver,mindcv-trainstep --starts 3 \
+        --rounds 1 --windows 2 --where                     # where each first update's time goes
 
 Every peer trains the same model (a MindCV model built by `mindcv.create_model`; `--model block`, four
 transformer encoder layers; or `--model lenet`, LeNet5 on 1 x 32 x 32) with the same initial weights, MindCV's
@@ -42,6 +44,10 @@ Three figures per peer:
   concatenated micro-batches, one step of the same optimizer), largest difference over the largest element. With
   BatchNorm (resnet18, say) every micro-batch normalises with its own statistics, so no peer equals the large
   batch there: the figure then measures that, not the accumulation.
+
+With --where each start-up process runs its first update under Python's profiler and the table adds where its
+time went: compiling graphs (MindSpore's compiler, its parser included), how many graphs were compiled, and
+ms_accum's own Python (the checks, records and compile-cache guard around the graphs).
 """
 import argparse
 import statistics
@@ -167,7 +173,10 @@ def start_up(args):
         net, train = make_peer(args.start_up, args)
         initial = parameters(net)
         began = time.perf_counter()
-        train(batches[:args.steps])
+        if args.where:
+            _, result["where"] = harness.where_the_time_goes(lambda: train(batches[:args.steps]))
+        else:
+            train(batches[:args.steps])
         result["first_update_s"] = time.perf_counter() - began
         after_first = parameters(net)
         train(batches[args.steps:])
@@ -229,9 +238,16 @@ def table(args, starts, baseline, window_s, ratios, failed):
         else:
             speed = "fails: " + failed.get(peer, "")
         note = f" ({errors[0]})" if errors and not runs else ""
-        rows.append((peer + note, first, windows, speed, distance))
-    harness.print_table(("peer", "first update, compile included (s)", f"first {args.first_windows} windows (s)",
-                         f"steady speed vs {baseline} (median, range)", "update distance from the large batch"), rows)
+        row = (peer + note, first, windows, speed, distance)
+        if args.where:
+            row += tuple(f"{statistics.median(r['where'][key] for r in runs):{form}}" if runs else "-"
+                         for key, form in (("compile_s", ".1f"), ("graphs", ".0f"), ("ms_accum_s", ".3f")))
+        rows.append(row)
+    header = ("peer", "first update, compile included (s)", f"first {args.first_windows} windows (s)",
+              f"steady speed vs {baseline} (median, range)", "update distance from the large batch")
+    if args.where:
+        header += ("first update: compiling (s)", "graphs compiled", "first update: ms_accum's Python (s)")
+    harness.print_table(header, rows)
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -246,6 +262,10 @@ def main():
     parser.add_argument("--rounds", type=int, default=8, help="steady blocks per peer")
     parser.add_argument("--starts", type=int, default=3, help="fresh start-up processes per peer (0: none)")
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of " + ", ".join(PEERS))
+    parser.add_argument("--where", action="store_true",
+                        help="profile each first update: the seconds compiling, the graphs compiled and the seconds "
+                             "in ms_accum's own Python (the profiler slows Python, so its first updates are not "
+                             "comparable with unprofiled runs)")
     parser.add_argument("--start-up", choices=PEERS, help=argparse.SUPPRESS)
     argv = sys.argv[1:]
     args = parser.parse_args()

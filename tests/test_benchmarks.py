@@ -1,6 +1,6 @@
 """The data-parallel benchmark and the per-cell timer run end to end (tiny sizes) and refuse bad arguments; their
 figures are in docs/performance.md. Every benchmark is a script on benchmarks/harness.py, importing no other. The
-start-up floor peer does what the docs say it does."""
+start-up floor peer does what the docs say it does, and the start-up profile counts what it says it counts."""
 import ast
 import glob
 import os
@@ -100,14 +100,43 @@ def test_peers_benchmark_prints_every_peer_with_its_distance():
              "checked-two-graphs"]
     done = run("--mode", "pynative", "--model", "lenet", "--micro-batch", 2, "--steps", 2,
                "--first-windows", 2, "--windows", 1, "--rounds", 1, "--starts", 1, "--peers", ",".join(peers),
-               script=PEERS)
+               "--where", script=PEERS)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = re.findall(r"^\| ([a-z-]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \([0-9.]+-[0-9.]+\) \| "
-                      r"([0-9.e+-]+) \|$", done.stdout, re.M)
+                      r"([0-9.e+-]+) \| ([0-9.]+) \| (\d+) \| ([0-9.]+) \|$", done.stdout, re.M)
     assert [r[0] for r in rows] == peers, done.stdout[-3000:]
-    for _, first, windows, speed, distance in rows:
+    for peer, first, windows, speed, distance, compiling, _, own in rows:
         assert 0 < float(first) <= float(windows) and float(speed) > 0
         assert float(distance) < 1e-4, "equal micro-batches: every peer applies the large batch's update"
+        assert float(compiling) + float(own) <= float(first) + 0.05, peer  # parts of the first update (rounded)
+        if peer.startswith("tutorial") or peer == "checked-two-graphs":
+            assert float(own) == 0.0, f"{peer} runs no ms_accum code"
+
+
+def test_where_the_time_goes_counts_the_graphs_compiled_and_ms_accums_python():
+    """benchmarks/peers.py --where: MindSpore's compilations counted once per graph (a second call of the same
+    shapes compiles nothing), their time part of the whole, and ms_accum's Python counted only when it runs."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    import harness  # pylint: disable=import-outside-toplevel  (benchmarks/ is not a package)
+    from ms_accum.core.schedule import AccumulationSchedule  # pylint: disable=import-outside-toplevel
+    ms.set_context(mode=ms.GRAPH_MODE)
+
+    @ms.jit
+    def double(x):
+        return x * 2
+
+    def compile_twice():
+        double(Tensor(np.ones(3, np.float32)))
+        double(Tensor(np.ones(3, np.float32)))  # the same shape: the graph compiled already
+        return double(Tensor(np.ones(4, np.float32))).asnumpy()  # another shape: another graph
+    result, found = harness.where_the_time_goes(compile_twice)
+    np.testing.assert_array_equal(result, np.full(4, 2.0, np.float32))
+    assert found["graphs"] == 2 and 0 < found["compile_s"] <= found["total_s"], found
+    assert found["ms_accum_s"] == 0.0, found
+
+    _, found = harness.where_the_time_goes(lambda: [AccumulationSchedule({0: 2, 3: 4}) for _ in range(2000)])
+    assert found["graphs"] == 0 and found["compile_s"] == 0.0, found
+    assert 0 < found["ms_accum_s"] <= found["total_s"], found
 
 
 def test_the_floor_peer_skips_a_nonfinite_window_and_clears_it():
