@@ -249,6 +249,7 @@ def table(args, starts, baseline, window_s, ratios, failed):
         header += ("first update: compiling (s)", "graphs compiled", "first update: ms_accum's Python (s)")
     harness.print_table(header, rows)
 
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="edgenext_xx_small", help="a mindcv.create_model name")
