@@ -4,7 +4,8 @@
     .venv/bin/python benchmarks/lab/window_end_parts.py --starts 1 --parts optimizer,all
 
 A probe kept in the lab: its figures are in docs/performance_history.md ("Start-up: where the time goes", the
-window's end part by part), measured with the first command.
+window's end part by part), measured with the first command, and in docs/performance.md (start-up), measured with
+``--starts 3 --parts optimizer,all,engine`` and ``--starts 3 --parts all,records,engine``.
 
 Each part is one graph over the model's optimizer and a buffer per parameter, compiled and run once in a fresh
 process (the parts take turns, so that a slow spell of the machine hits them all). ``optimizer`` is the tutorial's
@@ -14,8 +15,10 @@ adds one of ms_accum's steps to it, written with ms_accum's own per-parameter he
 ``division`` the buffers divided in place through ``HyperMap``; ``branch`` the optimizer in a run-time branch that a
 non-finite norm skips; ``clear`` the buffers zeroed one after another (``grad_ops.clear_in_turn``, one parameter's
 zeros at a time) instead of from the zeros copy; ``all`` every one of them together, ms_accum's window end without
-its records. ``engine`` is TrainAccuStepsCell's own window end (``end_window`` after one micro-batch, whose compile
-is not counted). The figure is the first call's seconds (compile and one run); the second call's is beside it.
+its records; ``records`` ``all`` with ten scalar Parameters written after the branch, as many as the engine's
+window end writes besides its window count (the window's items, norm and clipping, three skip records, four
+counters reset). ``engine`` is TrainAccuStepsCell's own window end (``end_window`` after one micro-batch, whose
+compile is not counted). The figure is the first call's seconds (compile and one run); the second call's is beside it.
 """
 import argparse
 import os
@@ -26,15 +29,17 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import harness  # noqa: E402  (benchmarks/, beside this folder)
 
-PARTS = ("optimizer", "norm", "division", "branch", "clear", "all", "engine")
+PARTS = ("optimizer", "norm", "division", "branch", "clear", "all", "records", "engine")
 STEPS = {"norm": ("norm",), "division": ("division",), "branch": ("norm", "branch"), "clear": ("clear",),
-         "all": ("norm", "division", "branch", "clear"), "optimizer": ()}
+         "all": ("norm", "division", "branch", "clear"), "records": ("norm", "division", "branch", "clear", "records"),
+         "optimizer": ()}
+RECORDS = 10  # the scalars the engine's window end writes: 3 of the window, 3 skip records, 4 counters reset
 
 
 def window_end(steps, optimizer):
     """A Cell whose call is the tutorial's window end with `steps` of ms_accum's added (see the module's text)."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import Parameter, Tensor, nn, ops  # pylint: disable=import-outside-toplevel
+    from mindspore import Parameter, ParameterTuple, Tensor, nn, ops  # pylint: disable=import-outside-toplevel
     from ms_accum.core import grad_ops  # pylint: disable=import-outside-toplevel
 
     class WindowEnd(nn.Cell):
@@ -50,6 +55,8 @@ def window_end(steps, optimizer):
             self.map = ops.HyperMap()
             self.norm, self.division = "norm" in steps, "division" in steps
             self.branch, self.clear = "branch" in steps, "clear" in steps
+            self.records = ParameterTuple([Parameter(Tensor(0.0, ms.float32), f"record_{index}")
+                                           for index in range(RECORDS if "records" in steps else 0)])
 
         def construct(self):
             result = self.items * 1.0
@@ -65,6 +72,8 @@ def window_end(steps, optimizer):
                     result = ops.depend(result, self.optimizer(self.buffers))
             else:
                 result = ops.depend(result, self.optimizer(self.buffers))
+            for record in self.records:
+                result = ops.depend(result, ops.assign_add(record, result))
             if self.clear:
                 return ops.depend(result, grad_ops.clear_in_turn(self.buffers, result))
             return ops.depend(result, self.map(ops.partial(ops.assign), self.buffers, self.zeros))
