@@ -360,18 +360,20 @@ TUTORIAL_CLIP_NORM = 1.0
 
 
 def step_parts(name, loss_net, optimizer, steps):
-    """What the MindSpore 2.x training step of `name` ("tutorial", "tutorial-clip" or "accumulator") runs per
-    micro-batch: (the value_and_grad function, the accumulator, whether the accumulator takes the micro-batch's
-    size). The tutorial divides the loss by N and calls its accumulator with the gradients ("tutorial-clip": the
-    window's gradient clipped by MindSpore's ``ops.clip_by_global_norm`` before the optimizer, a pass over it as
-    ms_accum's gradient norm is); ms_accum's takes the mean loss and ``Accumulator(grads, num_items)``."""
+    """What the MindSpore 2.x training step of `name` ("tutorial", "tutorial-clip", "tutorial-checked" or
+    "accumulator") runs per micro-batch: (the value_and_grad function, the accumulator, whether the accumulator
+    takes the micro-batch's size). The tutorial divides the loss by N and calls its accumulator with the gradients
+    ("tutorial-clip": the window's gradient clipped by MindSpore's ``ops.clip_by_global_norm`` before the
+    optimizer, a pass over it as ms_accum's gradient norm is; "tutorial-checked": its window's end is
+    :func:`checked_window_end`'s); ms_accum's takes the mean loss and ``Accumulator(grads, num_items)``."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
     loss_net.set_train(True)
-    if name in ("tutorial", "tutorial-clip"):
+    if name in ("tutorial", "tutorial-clip", "tutorial-checked"):
         def divided_loss(x, y):
             return loss_net(x, y) / steps
-        tutorial = _tutorial_class()(optimizer, steps, TUTORIAL_CLIP_NORM if name == "tutorial-clip" else None)
+        tutorial = _tutorial_class()(optimizer, steps, TUTORIAL_CLIP_NORM if name == "tutorial-clip" else None,
+                                     checked=name == "tutorial-checked")
         return ms.value_and_grad(divided_loss, None, optimizer.parameters), tutorial, False
     return ms.value_and_grad(loss_net, None, optimizer.parameters), ms_accum.Accumulator(optimizer, steps), True
 
@@ -415,16 +417,11 @@ def jit_step(name, loss_net, optimizer, steps):
 def two_graph_steps(loss_net, optimizer, steps, checked=False):
     """The tutorial's accumulation in two ``ms.jit`` functions: (value_and_grad of loss / N and the addition into
     the buffers, per micro-batch; the optimizer on the buffers and their reset from zeros, per window). The
-    gradient function and the buffers are the tutorial step's own (:func:`step_parts`).
-
-    With `checked` the window's end does what ms_accum's must for its promises, written with MindSpore and the
-    per-parameter helpers of ``ms_accum/core/grad_ops.py`` only (no engine): the gradient's global norm (no
-    temporary of a parameter's size), the buffers divided in place by a run-time divisor (1 here: the tutorial's
-    loss is already divided by N), the optimizer in a run-time branch that a non-finite norm skips, and the
-    buffers cleared one after another instead of from a zeros copy (one parameter's zeros at a time)."""
+    gradient function and the buffers are the tutorial step's own (:func:`step_parts`). With `checked` the
+    window's end is :func:`checked_window_end`'s."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import Parameter, Tensor, ops  # pylint: disable=import-outside-toplevel
-    grad_fn, tutorial, _ = step_parts("tutorial", loss_net, optimizer, steps)
+    from mindspore import ops  # pylint: disable=import-outside-toplevel
+    grad_fn, tutorial, _ = step_parts("tutorial-checked" if checked else "tutorial", loss_net, optimizer, steps)
 
     @ms.jit
     def micro_step(x, y):
@@ -437,20 +434,32 @@ def two_graph_steps(loss_net, optimizer, steps, checked=False):
             done = optimizer(tutorial.inner_grads)
             return ops.depend(done, tutorial.map(ops.partial(ops.assign), tutorial.inner_grads, tutorial.zeros))
         return micro_step, window_end
-    from ms_accum.core import grad_ops  # pylint: disable=import-outside-toplevel
-    divisor = Parameter(Tensor(1.0, ms.float32), "checked_divisor")
-    last_norm = Parameter(Tensor(0.0, ms.float32), "checked_last_norm")
 
     @ms.jit
-    def checked_window_end():
+    def checked_end():
+        return tutorial.checked_end()
+    return micro_step, checked_end
+
+
+def checked_window_end():
+    """A function (hyper_map, buffers, optimizer, divisor, last_norm) -> a Tensor once done: a window's end that
+    does what ms_accum's must for its promises, written with MindSpore and the per-parameter helpers of
+    ``ms_accum/core/grad_ops.py`` only (no engine): the gradient's global norm (no temporary of a parameter's
+    size) into `last_norm`, the buffers divided in place by the run-time `divisor`, the optimizer in a run-time
+    branch that a non-finite norm skips, and the buffers cleared one after another instead of from a zeros copy
+    (one parameter's zeros at a time). The start-up floor of docs/performance.md."""
+    from mindspore import ops  # pylint: disable=import-outside-toplevel
+    from ms_accum.core import grad_ops  # pylint: disable=import-outside-toplevel
+
+    def end(hyper_map, buffers, optimizer, divisor, last_norm):
         inverse = 1.0 / divisor
-        norm = grad_ops.global_norm(tutorial.map, tutorial.inner_grads) * inverse
-        done = ops.depend(inverse, tutorial.map(ops.partial(grad_ops.scale_in_place, inverse), tutorial.inner_grads))
+        norm = grad_ops.global_norm(hyper_map, buffers) * inverse
+        done = ops.depend(inverse, hyper_map(ops.partial(grad_ops.scale_in_place, inverse), buffers))
         done = ops.depend(done, ops.assign(last_norm, norm))
         if ops.isfinite(last_norm):
-            done = ops.depend(done, optimizer(tutorial.inner_grads))
-        return ops.depend(done, grad_ops.clear_in_turn(tutorial.inner_grads, done))
-    return micro_step, checked_window_end
+            done = ops.depend(done, optimizer(buffers))
+        return ops.depend(done, grad_ops.clear_in_turn(buffers, done))
+    return end
 
 
 def _tutorial_class():
@@ -462,25 +471,37 @@ def _tutorial_class():
     class _Tutorial:
         """The MindSpore tutorial's accumulator: buffers and a zeros copy beside the parameters, a counter from 1,
         the optimizer stepped on the summed (loss / N) gradients every N-th call (clipped by their global norm with
-        a `clip_norm`), the buffers reset from zeros."""
+        a `clip_norm`), the buffers reset from zeros. With `checked`, the window's end is
+        :func:`checked_window_end`'s (a divisor of 1: the loss is divided by N already), without the zeros copy."""
 
-        def __init__(self, optimizer, steps, clip_norm=None):
+        def __init__(self, optimizer, steps, clip_norm=None, checked=False):
             self.optimizer = optimizer
             self.clip_norm = clip_norm
             self.inner_grads = optimizer.parameters.clone(prefix="accumulate_", init="zeros")
-            self.zeros = optimizer.parameters.clone(prefix="zeros_", init="zeros")
+            self.zeros = None if checked else optimizer.parameters.clone(prefix="zeros_", init="zeros")
+            self.checked = checked
+            self.end = checked_window_end() if checked else None
+            self.divisor = Parameter(Tensor(1.0, ms.float32), "checked_divisor") if checked else None
+            self.last_norm = Parameter(Tensor(0.0, ms.float32), "checked_last_norm") if checked else None
             self.counter = Parameter(Tensor(1, ms.int32), "counter_")
             self.steps = steps
             self.map = ops.HyperMap()
 
+        def checked_end(self):
+            """The checked window's end on the buffers."""
+            return self.end(self.map, self.inner_grads, self.optimizer, self.divisor, self.last_norm)
+
         def __call__(self, grads):
             self.map(ops.partial(ops.assign_add), self.inner_grads, grads)
             if self.counter % self.steps == 0:
-                if self.clip_norm is None:
-                    self.optimizer(self.inner_grads)
+                if self.checked:  # a constant when compiled: the tutorial's own graph is unchanged
+                    self.checked_end()
                 else:
-                    self.optimizer(ops.clip_by_global_norm(self.inner_grads, self.clip_norm))
-                self.map(ops.partial(ops.assign), self.inner_grads, self.zeros)
+                    if self.clip_norm is None:
+                        self.optimizer(self.inner_grads)
+                    else:
+                        self.optimizer(ops.clip_by_global_norm(self.inner_grads, self.clip_norm))
+                    self.map(ops.partial(ops.assign), self.inner_grads, self.zeros)
             ops.assign_add(self.counter, Tensor(1, ms.int32))
             return True
     return _Tutorial

@@ -30,9 +30,11 @@ momentum optimizer and label-smoothed cross-entropy, on the same micro-batches, 
   the buffers in place, skips a non-finite window in a run-time branch and clears the buffers one after another
   (no zeros copy), written with MindSpore and ms_accum's per-parameter helpers, without its engine: what the
   second graph costs when it keeps ms_accum's memory and its non-finite skip, the floor of the driver's start-up.
+- `checked-one-graph`: the tutorial's one `jit` step whose window's end, in its every-N-th branch, is
+  `checked-two-graphs`' (the same code): that floor without a second graph.
 
-The loops over tensors (tutorial, three-cells, parallel, accumulator and the two-graph peers) read the same dataset's
-iterator.
+The loops over tensors (tutorial, three-cells, parallel, accumulator and the two-graph and one-graph floors) read
+the same dataset's iterator.
 
 Three figures per peer:
 
@@ -59,7 +61,7 @@ import numpy as np
 import harness
 
 PEERS = ("mindcv-trainstep", "tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator",
-         "tutorial-two-graphs", "checked-two-graphs")
+         "tutorial-two-graphs", "checked-two-graphs", "checked-one-graph")
 
 
 def build(args):
@@ -124,7 +126,8 @@ def make_peer(name, args):
             if index % steps == steps - 1:
                 window_end()
     else:
-        jitted = harness.jit_step(name, nn.WithLossCell(net, loss), optimizer, steps)
+        jitted = harness.jit_step("tutorial-checked" if name == "checked-one-graph" else name,
+                                  nn.WithLossCell(net, loss), optimizer, steps)
 
         def train_step(x, y, _):
             jitted(x, y)

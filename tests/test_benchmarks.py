@@ -97,7 +97,7 @@ PEERS = os.path.join(ROOT, "benchmarks", "peers.py")
 def test_peers_benchmark_prints_every_peer_with_its_distance():
     pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
     peers = ["tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator", "tutorial-two-graphs",
-             "checked-two-graphs"]
+             "checked-two-graphs", "checked-one-graph"]
     done = run("--mode", "pynative", "--model", "lenet", "--micro-batch", 2, "--steps", 2,
                "--first-windows", 2, "--windows", 1, "--rounds", 1, "--starts", 1, "--peers", ",".join(peers),
                "--where", script=PEERS)
@@ -109,7 +109,7 @@ def test_peers_benchmark_prints_every_peer_with_its_distance():
         assert 0 < float(first) <= float(windows) and float(speed) > 0
         assert float(distance) < 1e-4, "equal micro-batches: every peer applies the large batch's update"
         assert float(compiling) + float(own) <= float(first) + 0.05, peer  # parts of the first update (rounded)
-        if peer.startswith("tutorial") or peer == "checked-two-graphs":
+        if peer.startswith(("tutorial", "checked")):
             assert float(own) == 0.0, f"{peer} runs no ms_accum code"
 
 
@@ -139,10 +139,12 @@ def test_where_the_time_goes_counts_the_graphs_compiled_and_ms_accums_python():
     assert 0 < found["ms_accum_s"] <= found["total_s"], found
 
 
-def test_the_floor_peer_skips_a_nonfinite_window_and_clears_it():
-    """checked-two-graphs, the start-up floor of docs/performance.md, does what it is said to: a window whose
-    gradient is NaN leaves the parameters as they were and its buffers cleared, so that the next window applies
-    exactly the large batch's update (value_and_grad of the mean loss on both micro-batches, one Momentum step)."""
+@pytest.mark.parametrize("graphs", ["two", "one"])
+def test_the_floor_peers_skip_a_nonfinite_window_and_clear_it(graphs):
+    """checked-two-graphs and checked-one-graph, the start-up floors of docs/performance.md, do what they are said
+    to: a window whose gradient is NaN leaves the parameters as they were and its buffers cleared, so that the next
+    window applies exactly the large batch's update (value_and_grad of the mean loss on both micro-batches, one
+    Momentum step)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import harness  # pylint: disable=import-outside-toplevel  (benchmarks/ is not a package)
 
@@ -153,8 +155,14 @@ def test_the_floor_peer_skips_a_nonfinite_window_and_clears_it():
     xs = [Tensor(rng.standard_normal((4, 3)).astype(np.float32)) for _ in range(2)]
     ys = [Tensor(rng.standard_normal((4, 2)).astype(np.float32)) for _ in range(2)]
     net, optimizer = parts()
-    micro_step, window_end = harness.two_graph_steps(nn.WithLossCell(net, nn.MSELoss()), optimizer, 2,
-                                                     checked=True)
+    if graphs == "two":
+        micro_step, window_end = harness.two_graph_steps(nn.WithLossCell(net, nn.MSELoss()), optimizer, 2,
+                                                         checked=True)
+    else:
+        micro_step = harness.jit_step("tutorial-checked", nn.WithLossCell(net, nn.MSELoss()), optimizer, 2)
+
+        def window_end():
+            """Nothing: every 2nd micro-step ends the window itself."""
     before = [p.asnumpy().copy() for p in net.trainable_params()]
     micro_step(xs[0], ys[0])
     micro_step(Tensor(np.full((4, 3), np.nan, np.float32)), ys[1])
