@@ -10,6 +10,7 @@ on ``sys.path``, and each function imports what it needs.
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -137,6 +138,52 @@ def where_the_time_goes(run):
         elif os.path.abspath(filename).startswith(package):
             found["ms_accum_s"] += own
     return result, found
+
+
+PHASE_LINE = re.compile(r"^( {0}| {4})\[([a-z_0-9]+)\]: ([0-9.e+-]+)")
+
+
+def profile_compiles():
+    """Turn MindSpore's compile profile on for this process: before its first graph, as MindSpore reads the switch
+    once. Each graph compiled after it prints its phases on standard output (see :func:`compile_phases`)."""
+    from ms_accum.compat import compile_config  # pylint: disable=import-outside-toplevel
+    compile_config().COMPILE_PROFILE = "1"
+
+
+def compile_phases(run):
+    """Run `run()`; return (what it returned, {phase: seconds}) of the last graph it compiled, from MindSpore's
+    compile profile (on since :func:`profile_compiles`; an empty dict if `run` compiled nothing or the profile is
+    off): ``total`` and MindSpore's own phases, the top ones (``type_inference``, ``optimize``, ``task_emit``, ...)
+    and the passes within each as ``<phase>.<pass>`` (``optimize.opt_a``). The profile is MindSpore's C++ printing on this process's
+    standard output, which is taken aside while `run` runs."""
+    import tempfile  # pylint: disable=import-outside-toplevel
+    sys.stdout.flush()
+    saved = os.dup(1)
+    with tempfile.TemporaryFile(mode="w+") as aside:
+        os.dup2(aside.fileno(), 1)
+        try:
+            result = run()
+        finally:
+            sys.stdout.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
+        aside.seek(0)
+        text = aside.read()
+    block = text.rsplit("TotalTime = ", 1)
+    if len(block) < 2:
+        return result, {}
+    phases, parent = {"total": float(block[1].split(",", 1)[0].split()[0])}, None
+    for line in block[1].splitlines()[1:]:
+        found = PHASE_LINE.match(line)
+        if found is None:
+            continue
+        indent, name, seconds = found.groups()
+        if not indent:
+            parent = name
+            phases[name] = float(seconds)
+        elif parent is not None:
+            phases[f"{parent}.{name}"] = float(seconds)
+    return result, phases
 
 
 # ----------------------------------------------------------------------------------------------------- memory

@@ -3,6 +3,7 @@ figures are in docs/performance.md. Every benchmark is a script on benchmarks/ha
 start-up floor peer does what the docs say it does, and the start-up profile counts what it says it counts."""
 import ast
 import glob
+import json
 import os
 import re
 import subprocess
@@ -137,6 +138,46 @@ def test_where_the_time_goes_counts_the_graphs_compiled_and_ms_accums_python():
     _, found = harness.where_the_time_goes(lambda: [AccumulationSchedule({0: 2, 3: 4}) for _ in range(2000)])
     assert found["graphs"] == 0 and found["compile_s"] == 0.0, found
     assert 0 < found["ms_accum_s"] <= found["total_s"], found
+
+
+COMPILE_PHASES = """
+import json, os, sys
+import numpy as np
+sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
+import harness
+harness.start_mindspore("graph")
+harness.profile_compiles()
+from mindspore import Tensor, nn
+
+
+class Double(nn.Cell):
+    def construct(self, x):
+        return x * 2
+
+
+double, x = Double(), Tensor(np.ones(3, np.float32))
+value, first = harness.compile_phases(lambda: double(x).asnumpy())
+_, again = harness.compile_phases(lambda: double(x).asnumpy())
+print("PHASES " + json.dumps([value.tolist(), first, again]))
+"""
+
+
+def test_compile_phases_reads_mindspores_profile_of_the_graph_compiled(tmp_path):
+    """window_end_parts.py --passes: the phases of the graph a call compiles, read from MindSpore's compile profile
+    (in a fresh process: MindSpore reads its switch at the first graph), and none for a call that compiles
+    nothing; the call's own result passes through."""
+    script = tmp_path / "phases.py"  # a file: MindSpore's parser reads a jit function's source
+    script.write_text(COMPILE_PHASES)
+    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=msrun_env(), capture_output=True, text=True,
+                          timeout=300, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("PHASES ")]
+    assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-2000:]
+    value, first, again = json.loads(lines[-1][len("PHASES "):])
+    assert value == [2.0, 2.0, 2.0]
+    assert first["total"] > 0 and 0 < first["type_inference"] <= first["total"], first
+    passes = [name for name in first if name.startswith("optimize.")]  # a Cell's pipeline in GRAPH_MODE
+    assert passes and sum(first[name] for name in passes) <= first["optimize"] * 1.01 + 1e-6, first
+    assert again == {}, "the same shapes again: no graph compiled"
 
 
 @pytest.mark.parametrize("graphs", ["two", "one"])

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/lab/window_end_parts.py --starts 2       # EdgeNeXt xx_small, 2 fresh processes a part
     .venv/bin/python benchmarks/lab/window_end_parts.py --starts 1 --parts optimizer,all
+    .venv/bin/python benchmarks/lab/window_end_parts.py --starts 3 --parts all,engine --passes   # MindSpore's phases
 
 A probe kept in the lab: its figures are in docs/performance_history.md ("Start-up: where the time goes", the
 window's end part by part), measured with the first command, and in docs/performance.md (start-up), measured with
@@ -19,6 +20,8 @@ its records; ``records`` ``all`` with ten scalar Parameters written after the br
 window end writes besides its window count (the window's items, norm and clipping, three skip records, four
 counters reset). ``engine`` is TrainAccuStepsCell's own window end (``end_window`` after one micro-batch, whose
 compile is not counted). The figure is the first call's seconds (compile and one run); the second call's is beside it.
+With ``--passes`` the first call runs with MindSpore's compile profile on, and a second table gives the seconds of
+each of MindSpore's compile phases for the window end's graph (those of 0.05 s or more in some part).
 """
 import argparse
 import os
@@ -81,8 +84,11 @@ def window_end(steps, optimizer):
 
 
 def child(args):
-    """One part in this process: (first call's seconds, second call's)."""
+    """One part in this process: its first call's seconds, its second call's, and with --passes the first call's
+    compile phases."""
     harness.start_mindspore("graph")
+    if args.passes:
+        harness.profile_compiles()
     from mindspore import Tensor, nn  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
     net, loss, optimizer = harness.build(args.model, args.classes)
@@ -95,9 +101,16 @@ def child(args):
         call = cell.end_window
     else:
         call = window_end(STEPS[args.child], optimizer)
-    first, _ = harness.wall_and_cpu(call)
+    phases = {}
+    if args.passes:
+        began = time.perf_counter()
+        _, phases = harness.compile_phases(call)
+        first = time.perf_counter() - began
+    else:
+        first, _ = harness.wall_and_cpu(call)
     second, _ = harness.wall_and_cpu(call)
-    harness.report({"first_s": first, "second_s": second, "parameters": len(optimizer.parameters)})
+    harness.report({"first_s": first, "second_s": second, "parameters": len(optimizer.parameters),
+                    "phases": phases})
 
 
 def main():
@@ -108,6 +121,8 @@ def main():
     parser.add_argument("--micro_batch", type=int, default=8)
     parser.add_argument("--starts", type=int, default=3, help="fresh processes a part (default 3)")
     parser.add_argument("--parts", default=",".join(PARTS), help="comma-separated subset of " + ", ".join(PARTS))
+    parser.add_argument("--passes", action="store_true",
+                        help="also time MindSpore's compile phases of each part's graph (its compile profile)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -120,7 +135,7 @@ def main():
     if args.starts < 1:
         parser.error(f"--starts must be >= 1, but got {args.starts}")
     argv = ["--model", args.model, "--classes", args.classes, "--image_size", args.image_size,
-            "--micro_batch", args.micro_batch]
+            "--micro_batch", args.micro_batch] + (["--passes"] if args.passes else [])
     started = time.perf_counter()
     results = harness.take_turns(parts, args.starts, lambda part: harness.run_child(__file__, [*argv, "--child", part],
                                                                                      timeout=1800))
@@ -133,6 +148,24 @@ def main():
     print(f"{args.model}, {results[parts[0]][0]['parameters']} parameters, medians of {args.starts} fresh processes "
           f"({time.perf_counter() - started:.0f} s)")
     harness.print_table(("part", "first call s", f"against {parts[0]}", "second call ms"), rows)
+    if args.passes:
+        print_phases(parts, results)
+
+
+def print_phases(parts, results):
+    """Each part's median seconds in each of MindSpore's compile phases of its window end's graph."""
+    order = {}  # every phase, in MindSpore's order (each phase's passes after it)
+    for part in parts:
+        for r in results[part]:
+            order.update(dict.fromkeys(r["phases"]))
+    if not order:
+        raise RuntimeError("--passes: MindSpore printed no compile profile (its COMPILE_PROFILE switch)")
+    medians = {part: {name: statistics.median(r["phases"].get(name, 0.0) for r in results[part]) for name in order}
+               for part in parts}
+    names = [name for name in order if name == "total" or max(medians[part][name] for part in parts) >= 0.05]
+    print("MindSpore's compile phases of the window end's graph, seconds (medians)")
+    harness.print_table(("phase", *parts),
+                        [(name, *(f"{medians[part][name]:.2f}" for part in parts)) for name in names])
 
 
 if __name__ == "__main__":

@@ -132,6 +132,20 @@ def set_sink_loop_size(dataset, loop):
     dataset.__loop_size__ = loop
 
 
+def compile_config():
+    """MindSpore's compile settings module, whose ``COMPILE_PROFILE`` switch the start-up benchmarks turn on: in
+    mindspore._extends.parse up to 2.8, mindspore.graph._parse from 2.9. Looked up when asked, not at import: ms_accum
+    itself does not need it."""
+    names = ("mindspore.graph._parse.compile_config", "mindspore._extends.parse.compile_config")
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError(f"MindSpore {mindspore.__version__} has no compile settings module (looked for "
+                      f"{', '.join(names)}). Install a supported release: {INSTALL_HINT}")
+
+
 def forget_pynative_recording(cell):
     """Close the gradient recording a failed PYNATIVE forward of `cell` left open (same calls 2.7 to 2.10)."""
     cell.is_top_cell = False
