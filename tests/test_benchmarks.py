@@ -166,7 +166,7 @@ def test_compile_phases_reads_mindspores_profile_of_the_graph_compiled(tmp_path)
     """window_end_parts.py --passes: the phases of the graph a call compiles, read from MindSpore's compile profile
     (in a fresh process: MindSpore reads its switch at the first graph), and none for a call that compiles
     nothing; the call's own result passes through."""
-    script = tmp_path / "phases.py"  # a file: MindSpore's parser reads a jit function's source
+    script = tmp_path / "phases.py"  # a file: MindSpore's parser reads the Cell's source
     script.write_text(COMPILE_PHASES)
     done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=msrun_env(), capture_output=True, text=True,
                           timeout=300, check=False)

@@ -134,8 +134,8 @@ def set_sink_loop_size(dataset, loop):
 
 def compile_config():
     """MindSpore's compile settings module, whose ``COMPILE_PROFILE`` switch the start-up benchmarks turn on: in
-    mindspore._extends.parse up to 2.8, mindspore.graph._parse from 2.9. Looked up when asked, not at import: ms_accum
-    itself does not need it."""
+    mindspore._extends.parse in 2.7, mindspore.graph._parse in 2.10 (the newer place tried first). Looked up when
+    asked, not at import: ms_accum itself does not need it."""
     names = ("mindspore.graph._parse.compile_config", "mindspore._extends.parse.compile_config")
     for name in names:
         try:
