@@ -154,8 +154,8 @@ def compile_phases(run):
     """Run `run()`; return (what it returned, {phase: seconds}) of the last graph it compiled, from MindSpore's
     compile profile (on since :func:`profile_compiles`; an empty dict if `run` compiled nothing or the profile is
     off): ``total`` and MindSpore's own phases, the top ones (``type_inference``, ``optimize``, ``task_emit``, ...)
-    and the passes within each as ``<phase>.<pass>`` (``optimize.opt_a``). The profile is MindSpore's C++ printing on this process's
-    standard output, which is taken aside while `run` runs."""
+    and the passes within each as ``<phase>.<pass>`` (``optimize.opt_a``). The profile is MindSpore's C++ printing
+    on this process's standard output, which is taken aside while `run` runs."""
     import tempfile  # pylint: disable=import-outside-toplevel
     sys.stdout.flush()
     saved = os.dup(1)
@@ -526,7 +526,6 @@ def _tutorial_class():
             self.clip_norm = clip_norm
             self.inner_grads = optimizer.parameters.clone(prefix="accumulate_", init="zeros")
             self.zeros = None if checked else optimizer.parameters.clone(prefix="zeros_", init="zeros")
-            self.checked = checked
             self.end = checked_window_end() if checked else None
             self.divisor = Parameter(Tensor(1.0, ms.float32), "checked_divisor") if checked else None
             self.last_norm = Parameter(Tensor(0.0, ms.float32), "checked_last_norm") if checked else None
@@ -541,7 +540,7 @@ def _tutorial_class():
         def __call__(self, grads):
             self.map(ops.partial(ops.assign_add), self.inner_grads, grads)
             if self.counter % self.steps == 0:
-                if self.checked:  # a constant when compiled: the tutorial's own graph is unchanged
+                if self.end is not None:  # a constant when compiled: the tutorial's own graph is unchanged
                     self.checked_end()
                 else:
                     if self.clip_norm is None:
