@@ -14,7 +14,8 @@ from .cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, TrainAccuStepsCell
 from .tools.batchnorm import adjust_batchnorm_momentum
 from .trainers.checkpoint import (CheckpointError, is_accumulation_buffer, load_network_checkpoint, read_checkpoint,
                          save_checkpoint_atomic)
-from .trainers.driver import PARTIAL_WINDOW_POLICIES, GradientAccumulation, TrainState, updates_per_epoch
+from .trainers.driver import GradientAccumulation, TrainState, updates_per_epoch
+from .core.open_window import PARTIAL_WINDOW_POLICIES
 from .tools.equivalence import EquivalenceReport, check_equivalence
 from .cells.functional import Accumulator
 from .trainers.model_accu import Model_ACCU

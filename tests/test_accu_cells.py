@@ -188,7 +188,8 @@ class TestBadInput:
         net, loss, opt = build()
         args = (Tensor(1.0, ms.float32),) if cls == "TrainAccuStepsWithLossScaleCell" else ()
         text = ", or a schedule such as '0:1,2:2' as text" if isinstance(value, str) else ""
-        with pytest.raises(error, match=rf"For '{cls}', 'accumulation_steps' must be an int >= 1{re.escape(text)}, "
+        with pytest.raises(error, match=rf"For '{cls}', 'accumulation_steps' [(]gradient_accumulation_steps[)] must be "
+                                        rf"an int >= 1{re.escape(text)}, "
                                         rf"but got {value!r}"):
             getattr(ms_accum, cls)(nn.WithLossCell(net, loss), opt, *args, accumulation_steps=value)
 

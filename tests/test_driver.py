@@ -248,7 +248,8 @@ class TestBadInput:
     def test_mini_steps(self, value, error, name):
         trainer, _, _ = _trainer()
         text = ", or a schedule such as '0:1,2:2' as text" if isinstance(value, str) else ""
-        with pytest.raises(error, match=rf"For 'GradientAccumulation.train_process', '{name}' must be an int "
+        shown = "'mini_steps' [(]gradient_accumulation_steps[)]" if name == "mini_steps" else f"'{name}'"
+        with pytest.raises(error, match=rf"For 'GradientAccumulation.train_process', {shown} must be an int "
                                         rf">= 1{re.escape(text)}, but got {re.escape(repr(value))}"):
             trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), ckpt_path=None, **{name: value})
         if isinstance(value, str):  # the same words from the cells and Model_ACCU, which take N as text too
@@ -258,7 +259,7 @@ class TestBadInput:
                                                 r"type str\. Convert a number read from a command line: int\('4'\)"):
                 ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=value)
             cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt)
-            with pytest.raises(TypeError, match=rf"For 'Model_ACCU', '{name}' must be an int >= 1, or a schedule"):
+            with pytest.raises(TypeError, match=rf"For 'Model_ACCU', {shown} must be an int >= 1, or a schedule"):
                 ms_accum.Model_ACCU(cell, **{name: value})
 
     def test_mini_steps_and_epoch_accept_numpy_integers(self):
@@ -293,8 +294,8 @@ class TestBadInput:
 
     def test_mini_steps_larger_than_an_epoch(self):
         trainer, _, _ = _trainer()
-        with pytest.raises(ValueError, match=r"'mini_steps' must be <= the 4 micro-batches in an epoch, but got 5"
-                                             r".*partial_window='carry'"):
+        with pytest.raises(ValueError, match=r"'mini_steps' [(]gradient_accumulation_steps[)] must be <= the 4 "
+                                             r"micro-batches in an epoch, but got 5.*partial_window='carry'"):
             trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), mini_steps=5, ckpt_path=None)
 
     def test_dataset_of_another_type(self):

@@ -209,7 +209,9 @@ def test_accumulate_step_is_checked():
     with pytest.raises(ValueError, match="For 'Accumulator', 'gradient_accumulation_steps' must be an int >= 1, but "
                                          "got 0"):
         ms_accum.Accumulator(opt, 0)
-    with pytest.raises(ValueError, match="For 'Accumulator', 'accumulate_step' must be an int >= 1, but got 0"):
+    with pytest.raises(ValueError, match="For 'Accumulator', 'accumulate_step' [(]gradient_accumulation_steps[)] "
+                                         "must be "
+                                         "an int >= 1, but got 0"):
         ms_accum.Accumulator(opt, accumulate_step=0)  # the tutorial's name, accepted and named in the message
     with pytest.raises(TypeError, match="For 'Accumulator', N must be given once, as 'gradient_accumulation_steps', "
                                         "but got 'gradient_accumulation_steps' and 'accumulate_step'"):

@@ -162,7 +162,8 @@ class TestBadInput:
 
     def test_accumulation_steps(self):
         cell, _, _ = make_cell("plain")
-        with pytest.raises(ValueError, match="For 'Model_ACCU', 'accumulation_steps' must be an int >= 1, but got 0"):
+        with pytest.raises(ValueError, match="For 'Model_ACCU', 'accumulation_steps' [(]gradient_accumulation_steps[)] "
+                                                 "must be an int >= 1, but got 0"):
             ms_accum.Model_ACCU(cell, accumulation_steps=0)
 
     @pytest.mark.parametrize("epoch, error", [(0, ValueError), (1.0, TypeError), (True, TypeError)])
@@ -189,7 +190,8 @@ class TestBadInput:
 
     def test_more_steps_than_an_epoch(self):
         cell, _, _ = make_cell("plain", steps=8)
-        with pytest.raises(ValueError, match="'accumulation_steps' must be <= the 5 micro-batches in an epoch, "
+        with pytest.raises(ValueError, match="'accumulation_steps' [(]gradient_accumulation_steps[)] must be <= the 5 "
+                                             "micro-batches in an epoch, "
                                              "but got 8"):
             ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 5)), dataset_sink_mode=False)
 

@@ -337,10 +337,12 @@ def test_n_is_one_name_with_its_older_names_accepted():
                                         r"'gradient_accumulation_steps', but got 'gradient_accumulation_steps' and "
                                         r"'accumulation_steps'"):
         ms_accum.TrainAccuStepsCell(loss_net, optimizer, gradient_accumulation_steps=2, accumulation_steps=2)
-    with pytest.raises(ValueError, match=r"For 'Model_ACCU', 'accumulation_steps' must be an int >= 1, but got 0"):
+    with pytest.raises(ValueError, match=r"For 'Model_ACCU', 'accumulation_steps' "
+                                         r"[(]gradient_accumulation_steps[)] must be an int >= 1, but got 0"):
         ms_accum.Model_ACCU(cell, accumulation_steps=0)
     trainer = ms_accum.GradientAccumulation(net, loss, optimizer)
-    with pytest.raises(ValueError, match=r"For 'GradientAccumulation.train_process', 'mini_steps' must be an int >= "
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation.train_process', 'mini_steps' "
+                                         r"[(]gradient_accumulation_steps[)] must be an int >= "
                                          r"1, but got 0"):
         trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), mini_steps=0, ckpt_path=None)
 

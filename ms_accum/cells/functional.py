@@ -127,7 +127,7 @@ class Accumulator(WindowEngine, nn.Cell):
                           noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
                           loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
                           nonfinite=nonfinite)
-        self._init_steps(*steps)
+        self.set_gradient_accumulation_steps(*steps)
         self.loss_scaler = loss_scaler
         self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)
         self.last_overflow = Parameter(Tensor(False, mstype.bool_), name=f"{WINDOW_PREFIX}.last_overflow",

@@ -15,6 +15,7 @@ from ..core.checks import (check_bool, check_cell, check_clip_norm, check_optimi
                            check_sens, warn_eval_mode)
 from ..core.engine import CellNaming, WindowEngine
 from ..core.noise_scale import noise_state
+from ..core.open_window import OpenWindow
 from ..core.schedule import steps_argument
 from ..core.weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
@@ -31,16 +32,21 @@ def check_cell_arguments(owner, network, optimizer):
 class AccumulationModes:
     """
     Mixin for the parallel cells: which calls accumulate and which update, and the compiled graph that goes with
-    each. Expects `accumulation_steps`, `accu_micro_steps`, `owner_name` and `network` (a LossAndItems).
-    """
+    each.
 
-    NONFINITE_RAISED_IN_GRAPH = False  # nonfinite="raise": the window skipped in the graph, raised by end_window
+    Contract: composed before :class:`WindowEngine` and a :class:`mindspore.nn.TrainOneStepCell` (``class
+    Cell(AccumulationModes, WindowEngine, nn.TrainOneStepCell)``); the constructor calls ``_init_engine`` with
+    ``raise_nonfinite_in_graph=False`` (the window end raises from :meth:`end_window`, after its graph), then
+    ``set_gradient_accumulation_steps`` and :meth:`_init_modes`. It reads what those set: the engine's
+    ``accu_micro_steps``, ``accu_skip_history``, ``nonfinite``, ``scale_kind``, ``owner_name``,
+    ``next_window_steps()`` and ``_device_policy``, and the TrainOneStepCell's ``network`` (a LossAndItems); it
+    sets ``phase`` (MindSpore's graph phase) before every call.
+    """
 
     def _init_modes(self):
         self._mode = None            # None: automatic; True/False: chosen by the user or a trainer
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
-        self._auto_held = None       # micro-batches in the open window as the automatic mode counts them
-        self._auto_steps = None      # the N of the open window as the automatic mode knows it
+        self._auto_window = None     # the open window as the automatic mode counts it (an OpenWindow; None: unknown)
 
     @property
     def accumulation(self):
@@ -57,7 +63,7 @@ class AccumulationModes:
             raise TypeError(f"For '{self.owner_name}', 'accumulation' must be a bool, or None to let the cell update "
                             f"every accumulation_steps-th call, but got {value!r} of type {type(value).__name__}.")
         self._mode = value
-        self._auto_held = self._auto_steps = None
+        self._auto_window = None
         self._select(self._decide())
 
     def set_accumulation(self, accumulation):
@@ -85,19 +91,15 @@ class AccumulationModes:
         return self
 
     def _decide(self):
-        """Whether the next call accumulates only."""
+        """Whether the next call accumulates only. The automatic mode counts the open window on the host, read from
+        the device once after an explicit mode or a resume, and asks the N of each window as it opens."""
         if self._mode is not None:
             return self._mode
-        if self._auto_held is None:  # unknown after an explicit mode or a resume: ask the device once
-            self._auto_held = int(self.accu_micro_steps.asnumpy())
-        return self._auto_held + 1 < self._host_steps()
-
-    def _host_steps(self):
-        """The N of the open window, for the automatic mode (read from the device once per window for a schedule
-        or a policy)."""
-        if self._auto_steps is None:
-            self._auto_steps = self.next_window_steps()
-        return self._auto_steps
+        if self._auto_window is None:
+            self._auto_window = OpenWindow.of_cell(self)
+        if not self._auto_window.is_open:
+            self._auto_window.open(self.next_window_steps())
+        return self._auto_window.micro_batches + 1 < self._auto_window.steps
 
     def _holds_network(self):
         """The accumulation phase runs the network; the window's end does not (see ``compiled.py``)."""
@@ -114,22 +116,27 @@ class AccumulationModes:
             return UPDATE_PHASE
         return "_".join([UPDATE_PHASE, "adaptive", *(str(value).replace(".", "p") for value in self._device_policy)])
 
-    def end_window(self):
+    def end_window(self, raise_skipped=True):
         """
         End the open window (what an update call does after adding its micro-batch): reduce, clip, step the
         optimizer (or skip the window), reset. Runs the window-end graph, which holds no forward or backward.
+
+        Args:
+            raise_skipped (bool): With ``nonfinite="raise"``, raise once the graph has skipped a window whose
+                gradient was not finite. A trainer passes ``False`` and raises its own error, which names the
+                window's micro-batches (the cell does not know them). Default: ``True``.
 
         Returns:
             The update call's outputs.
 
         Raises:
-            NonFiniteWindowSkipped: (a ValueError) With ``nonfinite="raise"``, if the window's gradient was not
-                finite: the graph skipped the window (parameters and optimizer state unchanged, buffers cleared,
-                the skip counted), so the cell can go on. A trainer names the window's micro-batches instead.
+            NonFiniteWindowSkipped: (a ValueError) With ``nonfinite="raise"`` and `raise_skipped`, if the window's
+                gradient was not finite: the graph skipped the window (parameters and optimizer state unchanged,
+                buffers cleared, the skip counted), so the cell can go on.
         """
         self._select(False)
         outputs = super().__call__()
-        if self.nonfinite == "raise" and self.scale_kind is None:
+        if raise_skipped and self.nonfinite == "raise" and self.scale_kind is None:
             if int(float(self.accu_skip_history.asnumpy())) & 1:  # the newest window was skipped
                 raise window.NonFiniteWindowSkipped(window.nonfinite_message(self.owner_name, skipped=True), outputs)
         return outputs
@@ -143,13 +150,13 @@ class AccumulationModes:
             if not accumulate:
                 out = self.end_window()
         except BaseException:
-            self._auto_held = self._auto_steps = None
+            self._auto_window = None
             forget_failed_forward(self.network)
             raise
         if self._mode is None:
-            self._auto_held = self._auto_held + 1 if accumulate else 0
+            self._auto_window.add()
             if not accumulate:
-                self._auto_steps = None
+                self._auto_window.close()
         self._select(accumulate)
         return out
 
@@ -248,8 +255,8 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
         self._init_engine(owner, naming.buffers(self.weights), window.WindowState(naming.window_prefix),
                           check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
                           noise=noise_state(owner, naming.window_prefix, noise_scale, average), nonfinite=nonfinite,
-                          rebuild=naming.rebuild_hint)
-        self._init_steps(*steps)
+                          rebuild=naming.rebuild_hint, raise_nonfinite_in_graph=False)
+        self.set_gradient_accumulation_steps(*steps)
         self._init_modes()
 
     def construct(self, *inputs):

@@ -105,8 +105,9 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
                           window.WindowState(naming.window_prefix), check_clip_norm(owner, clip_norm),
                           check_bool(owner, "average", average),
                           noise=noise_state(owner, naming.window_prefix, noise_scale, average),
-                          loss_scale=(kind, updater, scale), nonfinite=nonfinite, rebuild=naming.rebuild_hint)
-        self._init_steps(*steps)
+                          loss_scale=(kind, updater, scale), nonfinite=nonfinite, rebuild=naming.rebuild_hint,
+                          raise_nonfinite_in_graph=False)
+        self.set_gradient_accumulation_steps(*steps)
         self._init_modes()
         self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{naming.window_prefix}.overflow",
                                        requires_grad=False)

@@ -167,6 +167,11 @@ def overflow_saturates(cell):
 # (the same names in 2.7.0 to 2.10.0, checked for the methods by check_model_internals below).
 
 
+def callbacks_of(cb_params):
+    """The callbacks ``Model._train`` put in `cb_params` (``cb_params.list_callback``, a list in 2.7 to 2.10)."""
+    return cb_params.list_callback
+
+
 def train_network(model):
     """The training cell a Model trains (``Model._train_network``)."""
     return model._train_network  # pylint: disable=protected-access

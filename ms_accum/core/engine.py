@@ -10,8 +10,8 @@ counters and its choices, decided once when the cell is built:
   devices (and by the loss scale), the one reduction across devices, clipping, the noise-scale record, the
   overflow decision taken on every device alike, the optimizer step or its skip, the loss-scale update once per
   window, and the reset;
-- choosing N (:meth:`WindowEngine._init_steps`, :meth:`WindowEngine._steps_now`): an int or a schedule
-  ``{first_update: N}`` counted in the ``accu_windows`` Parameter;
+- choosing N (:meth:`WindowEngine.set_gradient_accumulation_steps`, :meth:`WindowEngine._steps_now`): an int, a
+  schedule ``{first_update: N}`` counted in the ``accu_windows`` Parameter, or a policy;
 - running each call as a compiled graph in PYNATIVE_MODE too (:class:`compiled.CompiledCall`).
 
 The engine knows nothing of datasets, Model or training loops.
@@ -35,7 +35,7 @@ from .deprecation import renamed
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
 from .runtime_checks import assert_in_graph
-from .schedule import STEPS_NAME, AccumulationSchedule, check_steps
+from .schedule import STEPS_NAME, AccumulationSchedule, check_steps, shown_steps_name
 
 WINDOW_PREFIX = "accu_window"
 NONFINITE_POLICIES = ("skip", "raise", "apply")
@@ -106,17 +106,16 @@ class WindowEngine(CompiledCall, NoiseMeasure):
     :func:`data_parallel_reducer` or, on one device, from :meth:`_init_engine`'s defaults.
     """
 
-    # nonfinite="raise": a front end whose windows end in a graph of their own (the parallel cells) skips the
-    # window in its graph and raises from Python once the graph has run; the others raise inside the graph
-    NONFINITE_RAISED_IN_GRAPH = True
-
     def _init_engine(self, owner, buffers, state, clip_norm=None, average=True, noise=None, loss_scale=None,
                      count_windows=True, items_source="returned by the loss network", rebuild="new cells",
-                     nonfinite="skip", divide_in_place=True):
+                     nonfinite="skip", divide_in_place=True, raise_nonfinite_in_graph=True):
         """Bind the engine. `state`: the window's :class:`window.WindowState`; `noise`: a NoiseState or None;
         `loss_scale`: (kind, updater, scale Parameter) from ``loss_scale.py``, or None; `nonfinite`: what a window
         whose gradient is not finite does without a loss scale, ``"skip"``, ``"raise"`` or ``"apply"`` (no check,
-        as MindSpore's TrainOneStepCell); `divide_in_place`: the window's end divides (and clips) the buffers in
+        as MindSpore's TrainOneStepCell); `raise_nonfinite_in_graph`: under "raise", whether the window end's graph
+        raises (the cells whose window ends inside a step of the user's), or skips the window and leaves the raise to
+        the front end's Python once the graph has run (the parallel cells, whose window end is a graph of its own,
+        so that the cell can go on); `divide_in_place`: the window's end divides (and clips) the buffers in
         place and hands them to the optimizer, instead of a divided copy beside them."""
         self.owner_name, self.items_source, self.rebuild_hint = owner, items_source, rebuild
         # MindSpore's compile cache cannot store a raise in a graph: check with Assert instead (runtime_checks.py)
@@ -127,6 +126,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped = state.last
         self.accu_skipped_windows, self.accu_nonfinite_streak, self.accu_skip_history = state.skips
         self.nonfinite = check_nonfinite(owner, nonfinite, loss_scale is not None)
+        self.raise_nonfinite_in_graph = raise_nonfinite_in_graph
         self.accu_windows = Parameter(Tensor(0, mstype.int32), name=f"{state.prefix}.windows",
                                       requires_grad=False) if count_windows else None
         self.accu_steps = Parameter(Tensor(1, mstype.int32), name=f"{state.prefix}.steps",
@@ -139,7 +139,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         if not hasattr(self, "reducer_flag"):
             self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
                 ParallelMode.STAND_ALONE, False, 1, Identity()
-        self._device_policy = None  # an AdaptiveAccumulation's constants, once _init_steps is given one
+        self._device_policy = None  # an AdaptiveAccumulation's constants, once N is set to one
         self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
         # With `average`, the window's mean over every device's items whatever MindSpore's gradients_mean says: the
         # buffers are divided by the items over all devices, times the device count the reducer divides by again
@@ -178,36 +178,39 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self._cache_slot = check_cached_settings(self.owner_name, self._cache_slot, self._compile_settings())
 
     # ------------------------------------------------------------------ choosing N
-    def _init_steps(self, steps, steps_name=STEPS_NAME):
-        """N of the windows: an int, a schedule (see :class:`AccumulationSchedule`) or an
-        :class:`AdaptiveAccumulation` policy applied on the device; `steps_name` is the name the caller used, for
-        messages. Needs ``accu_windows`` (count_windows=True)."""
-        self.steps_name = steps_name
-        self.adaptive_policy = None
-        self.gradient_accumulation_steps = steps
+    def set_gradient_accumulation_steps(self, steps, arg_name=STEPS_NAME, owner=None):
+        """
+        Set N, the micro-batches of each window, before the window it governs opens. The one place N is checked:
+        the cells' constructors, the trainers and :class:`Model_ACCU` pass the user's value through here.
 
-    @property
-    def gradient_accumulation_steps(self):
-        """Micro-batches per update: an int, the :class:`AccumulationSchedule` when N changes between windows
-        (windows are counted from 0 in ``accu_windows``), or the :class:`AdaptiveAccumulation` policy (its N in
-        ``accu_steps``). Set it before the first call."""
-        if self.adaptive_policy is not None:
-            return self.adaptive_policy
-        schedule = self.accumulation_schedule
-        return schedule if schedule.constant is None else schedule.constant
+        Args:
+            steps (Union[int, dict, str, AccumulationSchedule, AdaptiveAccumulation]): An int >= 1, a schedule
+                ``{first_update: N}`` (windows counted from 0 in ``accu_windows``), or a policy applied on the device
+                (its N in ``accu_steps``; needs the noise scale).
+            arg_name (str): The argument as the user wrote it, for messages (an older name such as
+                ``'mini_steps'`` included). Default: ``'gradient_accumulation_steps'``.
+            owner (str, optional): The API the user called, for messages. Default: ``None``, the cell's.
 
-    @gradient_accumulation_steps.setter
-    def gradient_accumulation_steps(self, value):
+        Returns:
+            The cell itself.
+
+        Raises:
+            TypeError: If `steps` is not an int, a schedule or an :class:`AdaptiveAccumulation`.
+            ValueError: If `steps` is < 1, a schedule is malformed, or a policy is given to a cell that does not
+                measure the noise scale.
+        """
+        owner = owner or self.owner_name
         policy = None
-        if isinstance(value, AdaptiveAccumulation):
+        if isinstance(steps, AdaptiveAccumulation):
             if not self.measure_noise:
-                raise ValueError(f"For '{self.owner_name}', '{self.steps_name}' as an AdaptiveAccumulation policy "
-                                 f"needs the noise scale, but it is not measured. Pass noise_scale=True (or "
-                                 f"'first') as well.")
-            policy, value = value, value.initial_steps
+                raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as an AdaptiveAccumulation policy "
+                                 f"needs the noise scale, but {self.owner_name} does not measure it. Build it with "
+                                 f"noise_scale=True (or 'first').")
+            policy, steps = steps, steps.initial_steps
         else:
-            check_steps(self.owner_name, self.steps_name, value)
-        schedule = AccumulationSchedule(value, self.owner_name, self.steps_name)
+            check_steps(owner, arg_name, steps)
+        schedule = AccumulationSchedule(steps, owner, arg_name)
+        self.steps_name = arg_name
         self.adaptive_policy = policy
         self.accumulation_schedule = schedule
         # decided when compiled: no table lookup for a fixed N, the device's N for a policy
@@ -218,8 +221,30 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self.accu_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
         if self._cache_slot is not None:  # N changed after the cell was first called
             self._check_compile_cache()
+        return self
 
-    accumulation_steps = gradient_accumulation_steps  # the seed's name for N
+    @property
+    def gradient_accumulation_steps(self):
+        """Micro-batches per update: an int, the :class:`AccumulationSchedule` when N changes between windows
+        (windows are counted from 0 in ``accu_windows``), or the :class:`AdaptiveAccumulation` policy (its N in
+        ``accu_steps``). Set it before the first call (see :meth:`set_gradient_accumulation_steps`)."""
+        if self.adaptive_policy is not None:
+            return self.adaptive_policy
+        schedule = self.accumulation_schedule
+        return schedule if schedule.constant is None else schedule.constant
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, value):
+        self.set_gradient_accumulation_steps(value)
+
+    @property
+    def accumulation_steps(self):
+        """The seed's name for :attr:`gradient_accumulation_steps`."""
+        return self.gradient_accumulation_steps
+
+    @accumulation_steps.setter
+    def accumulation_steps(self, value):
+        self.set_gradient_accumulation_steps(value, "accumulation_steps")
 
     def _steps_now(self):
         """In a graph: the N of the open window (the policy's, or the schedule's entry for ``accu_windows``)."""
@@ -313,7 +338,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             if self.nonfinite == "apply":  # no check: the window is applied whatever it holds
                 return False
             overflow = ops.logical_not(ops.isfinite(norm))
-            if self.nonfinite == "raise" and self.compile_cache_on and self.NONFINITE_RAISED_IN_GRAPH:
+            if self.nonfinite == "raise" and self.compile_cache_on and self.raise_nonfinite_in_graph:
                 overflow = window.assert_finite(overflow, norm)  # else raised in the skip's branch (_step_unless)
             return overflow
         return self._sum_over_devices(self._local_overflow()) > 0.0
@@ -337,7 +362,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         """Whether a window whose gradient is not finite raises in the skip's branch: nonfinite="raise" without a
         loss scale (whose overflows are skipped), in a cell that raises in its graph, and without the compile cache
         (there MindSpore's ``Assert`` checks it, in :meth:`_window_overflow`)."""
-        return self.nonfinite == "raise" and self.scale_kind is None and self.NONFINITE_RAISED_IN_GRAPH and \
+        return self.nonfinite == "raise" and self.scale_kind is None and self.raise_nonfinite_in_graph and \
             not self.compile_cache_on
 
     def _step_unless(self, overflow, refused, shown, optimizer, grads, result):

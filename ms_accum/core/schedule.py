@@ -8,7 +8,8 @@ window would take). Each window is still exactly the large-batch step of its own
 import bisect
 import numbers
 
-from .checks import check_positive_int
+from .open_window import epoch_end_action
+
 
 
 STEPS_NAME = "gradient_accumulation_steps"  # N's one name, as in MindCV, MindFormers, Hugging Face and Keras
@@ -40,6 +41,14 @@ def steps_argument(owner, value, aliases, default=None):
                             f"Pass {STEPS_NAME}=N, a schedule {{first_update: N}} or an AdaptiveAccumulation.")
         return default, STEPS_NAME
     return given[0][1], given[0][0]
+
+
+def shown_steps_name(arg_name):
+    """N's argument as messages show it: as the user wrote it, quoted, with the one name beside an older one
+    (``'mini_steps' (gradient_accumulation_steps)``)."""
+    if arg_name in STEPS_ALIASES:
+        return f"'{arg_name}' ({STEPS_NAME})"
+    return f"'{arg_name}'"
 
 
 def is_int(value):
@@ -76,6 +85,7 @@ class AccumulationSchedule:
     """
 
     def __init__(self, steps, owner="AccumulationSchedule", arg_name="steps"):
+        name = shown_steps_name(arg_name)
         if isinstance(steps, AccumulationSchedule):
             self.points = steps.points
             return
@@ -83,26 +93,26 @@ class AccumulationSchedule:
             steps = _parse(owner, arg_name, steps)
         if is_int(steps):
             if steps < 1:
-                raise ValueError(f"For '{owner}', '{arg_name}' must be an int >= 1, but got {steps}.")
+                raise ValueError(f"For '{owner}', {name} must be an int >= 1, but got {steps}.")
             steps = {0: steps}
         if isinstance(steps, bool) or isinstance(steps, float):
-            raise TypeError(f"For '{owner}', '{arg_name}' must be an int >= 1 or a schedule {{first_update: N}}, but "
+            raise TypeError(f"For '{owner}', {name} must be an int >= 1 or a schedule {{first_update: N}}, but "
                             f"got {steps!r} of type {type(steps).__name__}.")
         if not isinstance(steps, dict):
-            raise TypeError(f"For '{owner}', '{arg_name}' must be an int or a schedule {{first_update: N}} (a dict, "
+            raise TypeError(f"For '{owner}', {name} must be an int or a schedule {{first_update: N}} (a dict, "
                             f"or text such as '0:1,2:2,4:3'), but got {type(steps).__name__}.")
         if not steps:
-            raise ValueError(f"For '{owner}', '{arg_name}' must hold at least one stage {{first_update: N}}, but got "
+            raise ValueError(f"For '{owner}', {name} must hold at least one stage {{first_update: N}}, but got "
                              f"an empty schedule.")
         for first, count in steps.items():
             if not is_int(first) or not is_int(count):
-                raise TypeError(f"For '{owner}', '{arg_name}' must map int first updates to int micro-batch counts, "
+                raise TypeError(f"For '{owner}', {name} must map int first updates to int micro-batch counts, "
                                 f"but got {first!r}: {count!r}.")
             if first < 0 or count < 1:
-                raise ValueError(f"For '{owner}', '{arg_name}' must map first updates >= 0 to micro-batch counts >= "
+                raise ValueError(f"For '{owner}', {name} must map first updates >= 0 to micro-batch counts >= "
                                  f"1, but got {first}: {count}.")
         if 0 not in steps:
-            raise ValueError(f"For '{owner}', '{arg_name}' must say how many micro-batches the first windows hold "
+            raise ValueError(f"For '{owner}', {name} must say how many micro-batches the first windows hold "
                              f"(an entry for update 0), but got {dict(sorted(steps.items()))}. Add 0: N.")
         self.points = tuple(sorted((int(first), int(count)) for first, count in steps.items()))
 
@@ -143,9 +153,9 @@ class AccumulationSchedule:
         """
         return self.points[bisect.bisect_right(self.firsts, update) - 1][1]
 
-    def run_plan(self, steps_per_epoch, epochs, partial_window):
+    def run_plan(self, micro_batches_per_epoch, epochs, partial_window):
         """
-        Windows that begin before each epoch, and in all, for a run of `epochs` epochs of `steps_per_epoch`
+        Windows that begin before each epoch, and in all, for a run of `epochs` epochs of `micro_batches_per_epoch`
         micro-batches under a trainer's `partial_window` policy (``"flush"``, ``"drop"`` or ``"carry"``).
 
         Returns:
@@ -154,7 +164,7 @@ class AccumulationSchedule:
         """
         update, pending, before = 0, 0, [0]
         for epoch in range(epochs):
-            left = steps_per_epoch
+            left = micro_batches_per_epoch
             while left:
                 need = self.steps_at(update) - pending
                 if need <= left:
@@ -162,9 +172,10 @@ class AccumulationSchedule:
                     update, pending = update + 1, 0
                 else:
                     pending, left = pending + left, 0
-            if pending and (partial_window == "flush" or (partial_window == "carry" and epoch == epochs - 1)):
-                update, pending = update + 1, 0
-            elif pending and partial_window == "drop":
+            action = epoch_end_action(partial_window, epoch == epochs - 1) if pending else "carry"
+            if action == "update":
+                update += 1
+            if action != "carry":
                 pending = 0
             before.append(update)
         return before, update
@@ -176,10 +187,14 @@ def check_steps(owner, arg_name, value):
     if is_schedule(value):
         return
     if isinstance(value, str):
-        raise TypeError(f"For '{owner}', '{arg_name}' must be an int >= 1, or a schedule such as '0:1,2:2' as text, "
-                        f"but got {value!r} of type str. Convert a number read from a command line: "
-                        f"int({value!r}).")
-    check_positive_int(owner, arg_name, value)
+        raise TypeError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, or a schedule such as "
+                        f"'0:1,2:2' as text, but got {value!r} of type str. Convert a number read from a command "
+                        f"line: int({value!r}).")
+    if not is_int(value):
+        raise TypeError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, but got {value!r} of type "
+                        f"{type(value).__name__}.")
+    if value < 1:
+        raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, but got {value}.")
 
 
 def is_schedule(value):
@@ -191,25 +206,26 @@ def is_schedule(value):
 
 def _parse(owner, arg_name, text):
     """'0:1,2:2,4:3' -> {0: 1, 2: 2, 4: 3}."""
+    name = shown_steps_name(arg_name)
     steps = {}
     for part in text.split(","):
         pieces = part.strip().split(":")
         try:
             first, count = (int(piece) for piece in pieces)
         except ValueError:
-            raise ValueError(f"For '{owner}', '{arg_name}' must be 'first_update:N' pairs separated by commas, such "
+            raise ValueError(f"For '{owner}', {name} must be 'first_update:N' pairs separated by commas, such "
                              f"as '0:1,2:2,4:3', but got {text!r}.") from None
         if first in steps:
-            raise ValueError(f"For '{owner}', '{arg_name}' must give each first update once, but {first} appears "
+            raise ValueError(f"For '{owner}', {name} must give each first update once, but {first} appears "
                              f"twice in {text!r}.")
         steps[first] = count
     return steps
 
 
-def max_updates(smallest, steps_per_epoch, epochs, partial_window):
+def max_updates(smallest, micro_batches_per_epoch, epochs, partial_window):
     """The most updates a run can make when no window holds fewer than `smallest` micro-batches (an adaptive N's
     min_steps): every window at it, laid out over the epochs by the run's `partial_window` policy."""
-    return AccumulationSchedule(smallest).run_plan(steps_per_epoch, epochs, partial_window)[1]
+    return AccumulationSchedule(smallest).run_plan(micro_batches_per_epoch, epochs, partial_window)[1]
 
 
 def schedule_argument(text):

@@ -7,7 +7,6 @@ graph and then the window's end (no network in it), so the network is compiled o
 """
 from functools import partial
 
-from ..core.window import NonFiniteWindowSkipped
 from .loop import LoopFrontEnd
 from .nonfinite import NonFiniteGuard
 from .telemetry import window_record
@@ -33,19 +32,12 @@ class CellFront(LoopFrontEnd):
         return self.cell.next_window_steps()
 
     def run_cell(self, data, accumulate):
-        """Call the cell on micro-batch `data`, accumulating only, or ending the window after it."""
-        self.cell.set_accumulation(accumulate)
-        return self.unless_skipped(lambda: self.cell(*data))
-
-    def unless_skipped(self, run):
-        """`run()`, the outputs of a call that may end a window. A window the cell skipped and raised
-        (:class:`NonFiniteWindowSkipped`: the cell's nonfinite="raise") gives its outputs instead: the trainer's
-        guard, which reads every window under "raise", then stops with the window's micro-batches named (the cell
-        cannot name them)."""
-        try:
-            return run()
-        except NonFiniteWindowSkipped as skipped:
-            return skipped.outputs
+        """Call the cell on micro-batch `data`, accumulating only, or ending the window after it (without the
+        cell's own raise for a skipped non-finite window: the trainer's guard, which reads every window under
+        "raise", stops with the window's micro-batches named)."""
+        self.cell.set_accumulation(True)
+        outputs = self.cell(*data)
+        return outputs if accumulate else self.end_window()
 
     def accumulate(self, data):
         self.run_cell(data, True)
@@ -58,7 +50,7 @@ class CellFront(LoopFrontEnd):
 
     def end_window(self):
         """End the open window on the device (the cell's window-end graph); returns its outputs."""
-        return self.unless_skipped(self.cell.end_window)
+        return self.cell.end_window(raise_skipped=False)
 
     def window_record(self, cb_params, outputs, micro_batches, window_steps):
         """A function building the update's WindowRecord on demand (it reads the device only when called)."""

@@ -1,32 +1,21 @@
 """GradientAccumulation: the one-device trainer, one engine cell driven over a dataset by the shared window loop."""
-import warnings
-from dataclasses import dataclass
-
-from mindspore import Tensor, nn
-from mindspore import dtype as mstype
+from mindspore import nn
 
 from ..cells.parallel import TrainAccuStepsCell
 from ..cells.parallel_loss_scale import TrainAccuStepsWithLossScaleCell
 from ..compat import CallbackManager, InternalCallbackParam
-from ..core.checks import (check_bool, check_cell, check_choice, check_clip_norm, check_optimizer,
-                           check_optimizer_trains, check_positive_int)
+from ..core.engine import CellNaming
+from ..core.schedule import AccumulationSchedule
+from ..core.checks import check_cell
 from ..core.deprecation import renamed
-from ..core.engine import CellNaming, check_nonfinite
-from ..core.global_batch import steps_or_global_batch
-from ..core.loss_scale import check_scale_sense
-from ..core.noise_scale import check_noise_scale
-from ..core.adaptive import AdaptiveAccumulation
-from ..core.schedule import AccumulationSchedule, check_steps
 from .cell_front import CellFront
 from .checkpoint import save_checkpoint_atomic
-from .elastic import RunLayout, dataset_shards
-from .loop import PARTIAL_WINDOW_POLICIES, WindowLoop, check_loss_monitor
+from .elastic import dataset_shards
+from .loop import WindowLoop
+from .out_of_memory import MicroBatchHalving
+from .run_plan import RunSettings, plan_run
+from .state import dataset_starting_at
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
-from .out_of_memory import OOM_POLICIES, MicroBatchHalving
-from .planner import steps_from_plan
-from .run_checks import (check_dataset, check_dataset_columns, check_resume_or_initial_epoch, check_run_learning_rate,
-                         check_state_saving, check_window_fits, largest_steps, plan_updates)
-from .state import StateWriter, dataset_starting_at, resume_training_state
 
 OWNER = "GradientAccumulation"
 
@@ -146,41 +135,38 @@ class GradientAccumulation:
 
     def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0, clip_norm=None, scale_sense=None,
                  noise_scale=False, nonfinite="skip"):
-        check_cell(OWNER, "network", network)
+        # The engine cell checks its own settings (the optimizer, average, clip_norm, noise_scale, nonfinite, the
+        # loss scale), naming this trainer; only what the cell never sees is checked here.
         if loss_fn is not None:
+            check_cell(OWNER, "network", network)
             check_cell(OWNER, "loss_fn", loss_fn)
         loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
-        # against the loss network: a loss with Parameters of its own trains them too
-        check_optimizer_trains(OWNER, check_optimizer(OWNER, optimizer), loss_network)
-        check_bool(OWNER, "average", average)
-        check_clip_norm(OWNER, clip_norm)
-        check_noise_scale(OWNER, noise_scale, average)
-        if scale_sense is not None:
-            check_scale_sense(OWNER, scale_sense)
-            if sens != 1.0:
-                raise ValueError(f"For '{OWNER}', 'sens' must be 1.0 with 'scale_sense', whose loss scale is the "
-                                 f"gradient's seed, but got {sens!r}. Multiply the loss by it instead, or drop "
-                                 f"'scale_sense'.")
-        self.nonfinite = check_nonfinite(OWNER, nonfinite, scale_sense is not None)
-        self.network = network
-        self.optimizer = optimizer
-        self.loss_network = loss_network
+        if scale_sense is not None and sens != 1.0:
+            raise ValueError(f"For '{OWNER}', 'sens' must be 1.0 with 'scale_sense', whose loss scale is the "
+                             f"gradient's seed, but got {sens!r}. Multiply the loss by it instead, or drop "
+                             f"'scale_sense'.")
         # The engine cell, its errors naming this trainer, its buffers and counters under the names of grad_sum
         # (those of the state files written before it drove one cell).
         naming = CellNaming(OWNER, "a new GradientAccumulation", "grad_sum", "grad_sum", float32_buffers=True)
-        with warnings.catch_warnings():  # the optimizer's foreign parameters were warned of above, in our name
-            warnings.filterwarnings("ignore", message=".* of the optimizer's .* are not parameters of 'network'")
-            if scale_sense is None:
-                self.cell = TrainAccuStepsCell(loss_network, optimizer, sens, clip_norm=clip_norm,
-                                               noise_scale=noise_scale, average=average, nonfinite=nonfinite,
-                                               _naming=naming)
-            else:
-                self.cell = TrainAccuStepsWithLossScaleCell(loss_network, optimizer, scale_sense, clip_norm=clip_norm,
-                                                            noise_scale=noise_scale, average=average,
-                                                            nonfinite=nonfinite, _naming=naming)
+        if scale_sense is None:
+            self.cell = TrainAccuStepsCell(loss_network, optimizer, sens, clip_norm=clip_norm,
+                                           noise_scale=noise_scale, average=average, nonfinite=nonfinite,
+                                           _naming=naming)
+        else:
+            self.cell = TrainAccuStepsWithLossScaleCell(loss_network, optimizer, scale_sense, clip_norm=clip_norm,
+                                                        noise_scale=noise_scale, average=average,
+                                                        nonfinite=nonfinite, _naming=naming)
+        self.network = network
+        self.optimizer = optimizer
+        self.loss_network = loss_network
         self.grad_sum = self.cell.accu_grads
         self.train_state = TrainState(self.loss_network, optimizer, self.cell.accu_scale,
                                       self.cell.loss_scale_manager)
+
+    @property
+    def nonfinite(self):
+        """What a window whose gradient is not finite does: the cell's ``nonfinite``."""
+        return self.cell.nonfinite
 
     # what ms_accum 0.1's driver held: its three cells, whose counters and records the engine cell now holds
     forward_backward = renamed("forward_backward", "cell", "now the engine cell")
@@ -283,82 +269,31 @@ class GradientAccumulation:
                 with MindSpore's compile cache on, if its stored graphs were compiled with other settings.
         """
         owner = "GradientAccumulation.train_process"
-        epoch = check_positive_int(owner, "epoch", epoch)
-        steps_per_epoch = check_dataset(owner, train_dataset)
-        loss_fn_none = self.loss_network is self.network
-        check_dataset_columns(owner, train_dataset, self.loss_network, hint="" if not loss_fn_none else (
-            " With loss_fn=None, 'network' is the loss network: its construct takes every column (the data, the "
-            "labels and any mask or weights) and returns the loss, or (loss, num_items) (docs/weighting.md)."))
-        aliases = dict(accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step)
-        if plan is not None:
-            given = [name for name, value in [("gradient_accumulation_steps", gradient_accumulation_steps),
-                                              ("global_batch_size", global_batch_size), *aliases.items()]
-                     if value is not None]
-            steps, steps_name = steps_from_plan(owner, plan, given, train_dataset.get_batch_size(), 1), "plan.steps"
-        else:
-            steps, steps_name = steps_or_global_batch(owner, gradient_accumulation_steps, aliases, global_batch_size,
-                                                      train_dataset.get_batch_size(), 1)
-        check_choice(owner, "on_out_of_memory", on_out_of_memory, OOM_POLICIES)
-        schedule, policy = self._schedule_of(owner, steps, steps_name)
-        check_choice(owner, "partial_window", partial_window, PARTIAL_WINDOW_POLICIES)
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
             raise ValueError(f"For '{owner}', 'log_every' must be an int >= 0, but got {log_every!r}.")
-        if isinstance(initial_epoch, bool) or not isinstance(initial_epoch, int) or not 0 <= initial_epoch < epoch:
-            raise ValueError(f"For '{owner}', 'initial_epoch' must be an int in [0, {epoch}), but got "
-                             f"{initial_epoch!r}.")
-        check_window_fits(owner, steps_name, policy or schedule, steps_per_epoch, partial_window)
-        if self.cell.measure_noise and largest_steps(policy or schedule) == 1:
-            warnings.warn(f"For '{owner}', the noise scale needs windows of at least 2 micro-batches (two batch "
-                          f"sizes to compare), but every window of this run holds 1 ('{steps_name}'): every "
-                          f"estimate will be NaN. Pass N >= 2 (halve the micro-batch for the same update), or build "
-                          f"the trainer with noise_scale=False.", UserWarning, stacklevel=2)
-        before, updates = plan_updates(schedule, steps_per_epoch, epoch, partial_window)
-        check_run_learning_rate(owner, self.optimizer, policy or schedule, steps_per_epoch, epoch, partial_window,
-                                from_start=initial_epoch == 0 and resume_from is None)
-        check_state_saving(owner, state_path, save_state_every)
-        check_positive_int(owner, "max_nonfinite_windows", max_nonfinite_windows)
-        check_resume_or_initial_epoch(owner, resume_from, initial_epoch)
-        layout = RunLayout(1, train_dataset.get_batch_size(), steps_per_epoch,
-                           schedule.constant if policy is None and schedule.constant else 0, partial_window,
-                           dataset_shards(train_dataset) == 1)
-        plan = _Plan(epoch, steps_per_epoch, policy, partial_window, callbacks, log_every,
-                     initial_epoch * steps_per_epoch, before[initial_epoch], state_path, save_state_every, updates,
-                     max_nonfinite_windows, layout, None if policy is not None else before, on_out_of_memory)
-        self._set_steps(steps, steps_name)
+        settings = RunSettings(epoch, train_dataset, gradient_accumulation_steps, dict(
+            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
+            global_batch_size, plan, partial_window, initial_epoch, resume_from, state_path, save_state_every,
+            max_nonfinite_windows, callbacks, on_out_of_memory)
+        run_plan = plan_run(owner, self.cell, settings, required_steps=True,
+                            sharded=lambda dataset: dataset_shards(dataset) == 1,
+                            columns_hint="" if self.loss_network is not self.network else (
+                                " With loss_fn=None, 'network' is the loss network: its construct takes every column "
+                                "(the data, the labels and any mask or weights) and returns the loss, or (loss, "
+                                "num_items) (docs/weighting.md)."))
         self.cell._on_first_call()  # pylint: disable=protected-access  (the compile cache's settings, first)
-        if resume_from is not None:
-            plan.start_micro, plan.start_updates = resume_training_state(self.cell, resume_from,
-                                                                         epoch * steps_per_epoch, layout=layout,
-                                                                         drop_window=self.cell.drop)
-        else:  # the device counts this run's windows, from those of its initial epochs
-            self.cell.accu_windows.set_data(Tensor(plan.start_updates, mstype.int32))
-        check_loss_monitor(owner, callbacks, plan.updates_before, plan.start_micro // steps_per_epoch + 1)
+        run_plan.start(self.cell)
         self.cell.set_train(True)
-        run = _Run(self, plan)
+        run = _Run(self, run_plan, log_every)
         run.loop(train_dataset)
         if ckpt_path is not None:
             save_checkpoint_atomic(self.train_state, ckpt_path)
         return [float(loss.asnumpy()) for loss in run.history]
 
-    def _schedule_of(self, owner, steps, steps_name):
-        """(the AccumulationSchedule to plan with, the AdaptiveAccumulation policy or None)."""
-        if isinstance(steps, AdaptiveAccumulation):
-            if not self.cell.measure_noise:
-                raise ValueError(f"For '{owner}', '{steps_name}' as an AdaptiveAccumulation policy needs the noise "
-                                 f"scale, but the trainer was built with noise_scale=False. Build it with "
-                                 f"GradientAccumulation(..., noise_scale=True).")
-            return AccumulationSchedule(steps.initial_steps), steps
-        check_steps(owner, steps_name, steps)
-        return AccumulationSchedule(steps, owner, steps_name), None
-
     def _add_micro_batch(self, data):
         """Add one micro-batch (a tuple of Tensors) to the open window: the cell's accumulation graph."""
         self.cell.set_accumulation(True)
         return self.cell(*data)
-
-    def _set_steps(self, steps, steps_name):
-        """The run's N on the cell, which counts the windows and applies a policy on the device."""
-        self.cell._init_steps(steps, steps_name)  # pylint: disable=protected-access
 
 
 def updates_per_epoch(steps, gradient_accumulation_steps, partial_window):
@@ -386,35 +321,15 @@ def updates_per_epoch(steps, gradient_accumulation_steps, partial_window):
     return before[1]  # the first of two epochs: a carried window is not yet an update
 
 
-@dataclass
-class _Plan:
-    """What one train_process call does: sizes, policies, and where it starts."""
-
-    epoch: int
-    steps_per_epoch: int
-    policy: object  # an AdaptiveAccumulation, or None
-    partial_window: str
-    callbacks: object
-    log_every: int
-    start_micro: int
-    start_updates: int
-    state_path: str
-    save_state_every: int
-    total_updates: int
-    max_nonfinite_windows: int
-    layout: RunLayout
-    updates_before: list  # windows completed before each epoch (schedule.run_plan), or None (adaptive N)
-    on_out_of_memory: str = "raise"
-
-
 class _Run(CellFront):
     """The driver's side of one train_process call: its callback parameters, the history of losses, the printed
     lines and the micro-batch halving on out-of-memory."""
 
-    def __init__(self, owner, plan):
-        super().__init__("GradientAccumulation.train_process", owner.cell, plan.max_nonfinite_windows)
+    def __init__(self, owner, plan, log_every):
+        super().__init__(plan.owner, owner.cell, plan.settings.max_nonfinite_windows)
         self.trainer = owner
         self.plan = plan
+        self.log_every = log_every
         self.history = []  # each update's mean-loss tensor, read from the device only when printed or at the end
         self.halving = None  # a MicroBatchHalving under on_out_of_memory="halve"
         self.updates_in_epoch = 0
@@ -422,10 +337,10 @@ class _Run(CellFront):
         cb_params.train_network = owner.train_state
         cb_params.network = owner.network
         cb_params.optimizer = owner.optimizer
-        cb_params.epoch_num = plan.epoch
-        cb_params.batch_num = max(1, plan.total_updates // plan.epoch)  # the loop sets each epoch's, when known
-        cb_params.total_updates = plan.total_updates if plan.policy is None else None  # a policy decides as it goes
-        cb_params.cur_epoch_num = plan.start_micro // plan.steps_per_epoch
+        cb_params.epoch_num = plan.epochs
+        cb_params.batch_num = plan.updates_per_epoch  # the loop sets each epoch's, when known
+        cb_params.total_updates = plan.total_updates  # None when a policy decides as it goes
+        cb_params.cur_epoch_num = plan.start_micro // plan.micro_batches_per_epoch
         cb_params.cur_step_num = plan.start_updates
         cb_params.dataset_sink_mode = False
         cb_params.mode = "train"
@@ -435,21 +350,19 @@ class _Run(CellFront):
 
     def loop(self, train_dataset):
         """Run every epoch through the shared window loop."""
-        plan = self.plan
+        plan, settings = self.plan, self.plan.settings
         self.cb_params.train_dataset = train_dataset
-        writer = StateWriter(self.cell, plan.state_path, plan.save_state_every, plan.epoch * plan.steps_per_epoch,
-                             plan.start_micro, layout=plan.layout)
-        pending = int(self.cell.accu_micro_steps.asnumpy())  # a resumed window may be open
-        if plan.on_out_of_memory == "halve":
-            add = self.trainer._add_micro_batch  # pylint: disable=protected-access  (the tests' seam)
-            self.halving = MicroBatchHalving(self.owner, add, self.end_window, self.cell.drop,
-                                             resumed_window=pending > 0)
-        self.updates_in_epoch = self._updates_done_in_epoch(pending)
+        writer = plan.state_writer(self.cell)
+        self.updates_in_epoch = self._updates_done_in_epoch(plan.open_micro_batches)  # a resumed window may be open
         with dataset_starting_at(train_dataset, plan.start_micro):
-            iterator = train_dataset.create_tuple_iterator(num_epochs=plan.epoch)
-        with CallbackManager(plan.callbacks) as callbacks:
-            WindowLoop(self, plan.epoch, plan.steps_per_epoch, plan.partial_window, self.cb_params, callbacks,
-                       plan.start_micro, pending, writer, plan.updates_before).run(lambda epoch: iterator)
+            iterator = train_dataset.create_tuple_iterator(num_epochs=plan.epochs)
+        with CallbackManager(settings.callbacks) as callbacks:
+            loop = WindowLoop(self, plan.epochs, plan.micro_batches_per_epoch, settings.partial_window, self.cb_params,
+                              callbacks, plan.start_micro, plan.open_micro_batches, writer, plan.updates_before)
+            if settings.on_out_of_memory == "halve":
+                add = self.trainer._add_micro_batch  # pylint: disable=protected-access  (the tests' seam)
+                self.halving = MicroBatchHalving(self.owner, add, self.end_window, self.cell.drop, loop.window)
+            loop.run(lambda epoch: iterator)
 
     def _updates_done_in_epoch(self, pending):
         """The updates an uninterrupted run had applied in the current epoch at the start (a window carried into
@@ -459,7 +372,7 @@ class _Run(CellFront):
         if plan.updates_before is None:
             return 0
         return plan.start_updates - (1 if pending else 0) - plan.updates_before[plan.start_micro //
-                                                                               plan.steps_per_epoch]
+                                                                               plan.micro_batches_per_epoch]
 
     def accumulate(self, data):
         if self.halving is not None:
@@ -484,7 +397,7 @@ class _Run(CellFront):
         self.updates_in_epoch += 1
         mean_loss = outputs[0] if isinstance(outputs, tuple) else outputs
         self.history.append(mean_loss)
-        if self.plan.log_every and self.updates_in_epoch % self.plan.log_every == 0:
+        if self.log_every and self.updates_in_epoch % self.log_every == 0:
             print(f"epoch: {cb_params.cur_epoch_num} step: {self.updates_in_epoch} loss is "
                   f"{float(mean_loss.asnumpy()):.6f}", flush=True)
 

@@ -19,7 +19,7 @@ complete window, the open window's sums are dropped and its micro-batches run ag
 from dataclasses import dataclass
 
 from .checkpoint import CheckpointError
-from .loop import PARTIAL_WINDOW_POLICIES as _PARTIAL
+from ..core.open_window import PARTIAL_WINDOW_POLICIES as _PARTIAL
 from ..core.global_batch import GLOBAL_BATCH_NAME
 
 LAYOUT_KEYS = ("ms_accum_micro_batch", "ms_accum_steps_per_epoch", "ms_accum_layout_steps",

@@ -14,7 +14,7 @@ import warnings
 
 from mindspore.train.callback import Callback, LossMonitor, RunContext
 
-PARTIAL_WINDOW_POLICIES = ("flush", "drop", "carry")
+from ..core.open_window import OpenWindow, epoch_end_action
 
 
 def updates_of_epochs(updates_before):
@@ -105,14 +105,16 @@ class WindowLoop:
     Args:
         front (LoopFrontEnd): The trainer's side.
         epochs (int): Epochs of the run.
-        steps_per_epoch (int): Micro-batches per epoch.
+        micro_batches_per_epoch (int): Micro-batches per epoch.
         partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``.
         cb_params: The callbacks' parameters (``cur_step_num`` counts updates begun since the start; ``batch_num``
             is set to each epoch's updates when `updates_before` is given; at each update ``micro_batches_done``
             and ``total_micro_batches`` give the run's progress in micro-batches).
         callbacks: A callback list with the ``on_train_*`` methods.
         start_micro (int): Micro-batches of the run already done (a resume, or initial epochs).
-        pending (int): Micro-batches of the open window already added (a resumed window).
+        open_micro_batches (int): Micro-batches of the open window already added (a resumed window), read from the
+            device once: the loop's :class:`OpenWindow` counts on from them, the one count of the open window on
+            the host (``window``).
         writer (StateWriter): Writes the exact state.
         updates_before (list[int], optional): Windows begun before each epoch (``run_plan``), or None when an
             adaptive policy decides N. Default: ``None``.
@@ -122,45 +124,46 @@ class WindowLoop:
     micro-batches, or stops training, the state written first.
     """
 
-    def __init__(self, front, epochs, steps_per_epoch, partial_window, cb_params, callbacks, start_micro, pending,
-                 writer, updates_before=None):
-        self.front, self.epochs, self.steps = front, epochs, steps_per_epoch
+    def __init__(self, front, epochs, micro_batches_per_epoch, partial_window, cb_params, callbacks, start_micro,
+                 open_micro_batches, writer, updates_before=None):
+        self.front, self.epochs, self.per_epoch_micro = front, epochs, micro_batches_per_epoch
         self.per_epoch = None if updates_before is None else updates_of_epochs(updates_before)
         self.partial_window = partial_window
         self.cb_params, self.callbacks = cb_params, callbacks
         self.run_context = RunContext(cb_params)
-        self.micro_done, self.pending, self.writer = start_micro, pending, writer
-        self.window_steps = front.window_steps(cb_params.cur_step_num - 1) if pending else 0
+        self.micro_done, self.writer = start_micro, writer
+        self.window = OpenWindow(open_micro_batches, front.window_steps(cb_params.cur_step_num - 1)
+                                 if open_micro_batches else 0)
         self.guard = front.nonfinite_guard(lambda: writer.save_now(self.micro_done, cb_params.cur_step_num))
 
     def run(self, epoch_data):
         """Train; `epoch_data(epoch)` gives the micro-batches (tuples) of epoch `epoch` (from 1), from the position
         reached."""
         cb_params, callbacks, run_context = self.cb_params, self.callbacks, self.run_context
-        self._epoch_updates(self.micro_done // self.steps + 1)
+        self._epoch_updates(self.micro_done // self.per_epoch_micro + 1)
         callbacks.on_train_begin(run_context)
-        for epoch in range(self.micro_done // self.steps + 1, self.epochs + 1):
+        for epoch in range(self.micro_done // self.per_epoch_micro + 1, self.epochs + 1):
             cb_params.cur_epoch_num = epoch
             self._epoch_updates(epoch)
             self.front.epoch_begins(cb_params)
             callbacks.on_train_epoch_begin(run_context)
             for data in epoch_data(epoch):
-                boundary = self._micro_batch(data, last_of_epoch=(self.micro_done + 1) % self.steps == 0,
+                boundary = self._micro_batch(data, last_of_epoch=(self.micro_done + 1) % self.per_epoch_micro == 0,
                                              last_epoch=epoch == self.epochs)
-                if self.micro_done % self.steps:  # the epoch's last is saved once its epoch has ended
+                if self.micro_done % self.per_epoch_micro:  # the epoch's last is saved once its epoch has ended
                     self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=boundary,
-                                      open_window=self.pending)
+                                      open_window=self.window.micro_batches)
                 if boundary and run_context.get_stop_requested():
                     self.writer.on_stop(self.micro_done, cb_params.cur_step_num)
                     break
-            if self.pending and self.partial_window == "drop":
+            if self.window.is_open and epoch_end_action(self.partial_window, epoch == self.epochs) == "drop":
                 self.front.drop()
-                self.pending = 0
+                self.window.close()
                 cb_params.cur_step_num -= 1  # the window begun is not an update: the next one takes its number
             if self.guard is not None:
                 self.guard.check()  # every window of the epoch reported before it ends
-            self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=not self.pending,
-                              open_window=self.pending)
+            self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=not self.window.is_open,
+                              open_window=self.window.micro_batches)
             self.front.epoch_ends(cb_params, callbacks)
             callbacks.on_train_epoch_end(run_context)
             self.front.epoch_ended(cb_params)
@@ -177,27 +180,28 @@ class WindowLoop:
     def _micro_batch(self, data, last_of_epoch, last_epoch):
         """Run one micro-batch; returns whether a window ended with it."""
         cb_params = self.cb_params
-        if not self.pending:
+        if not self.window.is_open:
             cb_params.cur_step_num += 1
-            self.window_steps = self.front.window_steps(cb_params.cur_step_num - 1)
+            self.window.open(self.front.window_steps(cb_params.cur_step_num - 1))
             self.front.step_begins(cb_params, data)
             self.callbacks.on_train_step_begin(self.run_context)
-        self.pending += 1
+        full = self.window.add()
         self.micro_done += 1
-        ends_epoch = last_of_epoch and (self.partial_window == "flush" or
-                                        (self.partial_window == "carry" and last_epoch))
-        if self.pending < self.window_steps and not ends_epoch:
+        ends_epoch = last_of_epoch and epoch_end_action(self.partial_window, last_epoch) == "update"
+        if not full and not ends_epoch:
             self.front.accumulate(data)
             return False
         outputs = self.front.update(data)
-        micro_batches, self.pending = self.pending, 0
+        window_steps = self.window.steps
+        micro_batches = self.window.close()
         cb_params.net_outputs = outputs
         cb_params.window_micro_steps = micro_batches
-        cb_params.micro_batches_done, cb_params.total_micro_batches = self.micro_done, self.epochs * self.steps
-        cb_params.window_record = self.front.window_record(cb_params, outputs, micro_batches, self.window_steps)
-        self.front.updated(cb_params, cb_params.cur_step_num - 1, micro_batches, self.window_steps, outputs)
+        cb_params.micro_batches_done = self.micro_done
+        cb_params.total_micro_batches = self.epochs * self.per_epoch_micro
+        cb_params.window_record = self.front.window_record(cb_params, outputs, micro_batches, window_steps)
+        self.front.updated(cb_params, cb_params.cur_step_num - 1, micro_batches, window_steps, outputs)
         self.callbacks.on_train_step_end(self.run_context)
         if self.guard is not None:
-            self.guard.after_window(cb_params.cur_step_num, self.micro_done - micro_batches, micro_batches, self.steps,
-                                    outputs)
+            self.guard.after_window(cb_params.cur_step_num, self.micro_done - micro_batches, micro_batches,
+                                    self.per_epoch_micro, outputs)
         return True

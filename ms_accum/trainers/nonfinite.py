@@ -52,14 +52,14 @@ class NonFiniteWindowError(RuntimeError):
     """
 
 
-def micro_batch_positions(first, count, steps_per_epoch):
+def micro_batch_positions(first, count, micro_batches_per_epoch):
     """'positions 44 to 47 of epoch 2' for micro-batches [first, first + count) of a run (counted from 0), epochs
     from 1 and positions from 0 in each epoch's order; a window across an epoch's end names both parts."""
     parts, index, end = [], first, first + count
     while index < end:
-        epoch, position = divmod(index, steps_per_epoch)
-        last = min(end, (epoch + 1) * steps_per_epoch) - 1
-        span = f"position {position}" if last == index else f"positions {position} to {last % steps_per_epoch}"
+        epoch, position = divmod(index, micro_batches_per_epoch)
+        last = min(end, (epoch + 1) * micro_batches_per_epoch) - 1
+        span = f"position {position}" if last == index else f"positions {position} to {last % micro_batches_per_epoch}"
         parts.append(f"{span} of epoch {epoch + 1}")
         index = last + 1
     return " and ".join(parts)
@@ -91,14 +91,14 @@ class NonFiniteGuard:
         # windows not yet read: ((update, first micro-batch, micro-batches, micro-batches per epoch), mean loss)
         self.pending = []
 
-    def after_window(self, update, first_micro_batch, micro_batches, steps_per_epoch, outputs=None):
+    def after_window(self, update, first_micro_batch, micro_batches, micro_batches_per_epoch, outputs=None):
         """Note update `update` (from 1), whose window held micro-batches [first_micro_batch, + micro_batches) of
         the run and gave `outputs` (its loss, or (loss, overflow, loss scale)); every few windows, read the device
         and warn, or stop with :class:`NonFiniteWindowError`."""
         if self.nonfinite == "apply" and not self.loss_scaled:
             return  # nothing is checked, so nothing is skipped
         loss = outputs[0] if isinstance(outputs, (tuple, list)) else outputs
-        self.pending.append(((update, first_micro_batch, micro_batches, steps_per_epoch), loss))
+        self.pending.append(((update, first_micro_batch, micro_batches, micro_batches_per_epoch), loss))
         if len(self.pending) >= self.every:
             self.check()
 
@@ -133,8 +133,8 @@ class NonFiniteGuard:
         value = float(loss.asnumpy()) if loss is not None else 0.0
         if math.isfinite(value):
             return
-        update, first, micro_batches, steps_per_epoch = window
-        where = micro_batch_positions(first, micro_batches, steps_per_epoch)
+        update, first, micro_batches, micro_batches_per_epoch = window
+        where = micro_batch_positions(first, micro_batches, micro_batches_per_epoch)
         warnings.warn(f"For '{self.owner}', window {update}'s loss is {value} but its gradient is finite, so the "
                       f"window was applied. Its micro-batches are {where} (counted from 0 in the epoch's data "
                       f"order). A sample whose gradient is zero but whose loss is not (a NaN target under nn.L1Loss, "
@@ -148,8 +148,8 @@ class NonFiniteGuard:
         return "overflowed under the loss scale" if self.loss_scaled else "had a non-finite gradient (a NaN or an inf)"
 
     def _message(self, window, in_a_row):
-        update, first, micro_batches, steps_per_epoch = window
-        where = micro_batch_positions(first, micro_batches, steps_per_epoch)
+        update, first, micro_batches, micro_batches_per_epoch = window
+        where = micro_batch_positions(first, micro_batches, micro_batches_per_epoch)
         return (f"For '{self.owner}', window {update} {self._cause()} and was skipped: parameters and optimizer state "
                 f"are unchanged. Its micro-batches are {where} (counted from 0 in the epoch's data order). "
                 f"{in_a_row} window(s) skipped in a row")

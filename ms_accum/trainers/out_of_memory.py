@@ -56,15 +56,16 @@ class MicroBatchHalving:
         end (Callable): Ends the window (the optimizer's step); returns its outputs. Not retried: a smaller
             micro-batch does not make it smaller.
         drop (Callable): Discards the open window (buffers and counters cleared, nothing applied).
-        resumed_window (bool): Whether the first window was opened before this run (a resume): its earlier
-            micro-batches are not held, so it cannot be rerun.
+        open_window (OpenWindow): The training loop's count of the open window's micro-batches (this one's last
+            included when it is added): a window opened before this run (a resume) holds more than are held here,
+            and cannot be rerun.
     """
 
-    def __init__(self, owner, add, end, drop, resumed_window=False):
+    def __init__(self, owner, add, end, drop, open_window):
         self.owner, self._add, self._end, self._drop = owner, add, end, drop
+        self.open_window = open_window
         self.splits = 1
         self.window = []  # the open window's micro-batches, as the dataset gave them
-        self.complete = not resumed_window  # whether self.window holds the whole open window
 
     def accumulate(self, data):
         """Add micro-batch `data` to the open window."""
@@ -76,13 +77,13 @@ class MicroBatchHalving:
         self.window.append(data)
         self._guarded(lambda: self._add_split(data))
         outputs = self._end()
-        self.window, self.complete = [], True
+        self.window = []
         return outputs
 
     def drop(self):
         """Discard the open window."""
         self._drop()
-        self.window, self.complete = [], True
+        self.window = []
 
     def _add_split(self, data):
         pieces = split_micro_batch(self.owner, data, self.splits) if self.splits > 1 else [data]
@@ -102,7 +103,7 @@ class MicroBatchHalving:
 
     def _halve(self, error):
         """Discard the window and double the split, or raise `error` if the window cannot be rerun smaller."""
-        if not self.complete:
+        if len(self.window) != self.open_window.micro_batches:
             raise RuntimeError(f"For '{self.owner}', a window ran out of device memory, but it was opened before "
                                f"this run resumed, so its first micro-batches are not held to rerun it with a "
                                f"smaller micro-batch. Resume with a smaller micro-batch (batch the dataset anew), "

@@ -12,7 +12,7 @@ from mindspore.dataset import Dataset
 from mindspore.nn import CellList
 
 from ..core.adaptive import AdaptiveAccumulation
-from ..core.schedule import AccumulationSchedule, max_updates
+from ..core.schedule import AccumulationSchedule, max_updates, shown_steps_name
 
 
 def check_dataset(owner, dataset, arg_name="train_dataset"):
@@ -124,29 +124,31 @@ def largest_steps(steps):
     return steps
 
 
-def check_window_fits(owner, steps_name, steps, steps_per_epoch, partial_window, carry_hint=""):
+def check_window_fits(owner, steps_name, steps, micro_batches_per_epoch, partial_window, carry_hint=""):
     """Raise if a window of the run (N an int, a schedule or a policy) can be longer than an epoch, unless windows
     are carried across epochs. `carry_hint` follows "pass partial_window='carry'" in the message."""
-    if largest_steps(steps) > steps_per_epoch and partial_window != "carry":
+    if largest_steps(steps) > micro_batches_per_epoch and partial_window != "carry":
         shown = steps if isinstance(steps, AdaptiveAccumulation) else largest_steps(steps)
-        raise ValueError(f"For '{owner}', '{steps_name}' must be <= the {steps_per_epoch} micro-batches in an epoch, "
+        raise ValueError(f"For '{owner}', {shown_steps_name(steps_name)} must be <= the {micro_batches_per_epoch} "
+                         f"micro-batches in an epoch, "
                          f"but got {shown}. Lower it, or pass partial_window='carry'{carry_hint} to let windows span "
                          f"epochs.")
 
 
-def plan_updates(steps, steps_per_epoch, epochs, partial_window):
+def plan_updates(steps, micro_batches_per_epoch, epochs, partial_window):
     """(windows begun before each epoch, the run's updates) for N an int or a schedule; (None, None) for a policy,
     whose count of updates is decided as it goes."""
     if isinstance(steps, AdaptiveAccumulation):
         return None, None
     schedule = steps if isinstance(steps, AccumulationSchedule) else AccumulationSchedule(steps)
-    return schedule.run_plan(steps_per_epoch, epochs, partial_window)
+    return schedule.run_plan(micro_batches_per_epoch, epochs, partial_window)
 
 
-def check_run_learning_rate(owner, optimizer, steps, steps_per_epoch, epochs, partial_window, from_start):
-    """:func:`check_lr_schedule` for a run of `epochs` epochs of `steps_per_epoch` micro-batches with N `steps` (an
-    int, a schedule or a policy, whose run takes at most every window at its min_steps)."""
+def check_run_learning_rate(owner, optimizer, steps, micro_batches_per_epoch, epochs, partial_window, from_start):
+    """:func:`check_lr_schedule` for a run of `epochs` epochs of `micro_batches_per_epoch` micro-batches with N
+    `steps` (an int, a schedule or a policy, whose run takes at most every window at its min_steps)."""
     adaptive = isinstance(steps, AdaptiveAccumulation)
-    most = max_updates(steps.min_steps, steps_per_epoch, epochs, partial_window) if adaptive else \
-        plan_updates(steps, steps_per_epoch, epochs, partial_window)[1]
-    check_lr_schedule(owner, optimizer, steps_per_epoch * epochs, most, from_start=from_start, adaptive=adaptive)
+    most = max_updates(steps.min_steps, micro_batches_per_epoch, epochs, partial_window) if adaptive else \
+        plan_updates(steps, micro_batches_per_epoch, epochs, partial_window)[1]
+    check_lr_schedule(owner, optimizer, micro_batches_per_epoch * epochs, most, from_start=from_start,
+                      adaptive=adaptive)

@@ -307,13 +307,16 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
         (12, 3)
     """
     return resume_training_state(cell, state_path, total_micro_steps, rank, world, layout, drop_window,
-                                 arg_name="state_path")
+                                 arg_name="state_path")[:2]
 
 
 def resume_training_state(cell, state_path, total_micro_steps, rank=0, world=1, layout=None, drop_window=None,
                           arg_name="resume_from"):
     """:func:`load_training_state`, its errors naming `arg_name`, the argument that named `state_path`: the
-    trainers' ``resume_from``, whose run's length (`total_micro_steps`) its ``epoch`` sets."""
+    trainers' ``resume_from``, whose run's length (`total_micro_steps`) its ``epoch`` sets. Returns (micro-batches
+    done, windows begun, micro-batches of the open window as the dataset gave them): the file's record of the open
+    window, which the cell's counter may exceed (a window rerun with split micro-batches counts the pieces); 0 when
+    a window written on another device count runs again from its start."""
     _warn_without_network("load_training_state", cell)
     cell = _state_cell("load_training_state", cell)
     generations = {}
@@ -374,7 +377,12 @@ def resume_training_state(cell, state_path, total_micro_steps, rank=0, world=1, 
         opened = f" (window {updates} open with {count(open_window, 'micro-batch')} in it, continued)" \
             if open_window else ""
         print(f"ms_accum: resuming {path} at {where}, {count(updates, 'window')} begun{opened}.", flush=True)
-    return position, updates
+    if saved_world != world:
+        return position, updates, 0
+    if open_window is None:  # a file without a layout: the cell's own count
+        counter = getattr(cell, "accu_micro_steps", None)
+        open_window = 0 if counter is None else int(counter.asnumpy())
+    return position, updates, open_window
 
 
 class StateWriter:

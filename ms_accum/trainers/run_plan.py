@@ -1,0 +1,224 @@
+"""One training run's setup, written once for :class:`GradientAccumulation` and :class:`Model_ACCU`.
+
+:func:`plan_run` takes what a trainer's caller gave (the epochs, the dataset, N or the global batch or a
+:class:`MicroBatchPlan`, the partial-window policy, state saving, resume) and returns a :class:`RunPlan`: every
+argument checked once, in one order, N set on the engine cell through its public setter (which owns N's checks),
+and the run's layout of windows over its epochs. :meth:`RunPlan.start` then places the run in the data: at an
+initial epoch, or at the micro-batch a state file was written after. The trainers keep only what is theirs: the
+driver its printed lines and out-of-memory rerun, Model_ACCU what :class:`mindspore.train.Model` does around
+epochs, and dataset sink mode.
+"""
+import warnings
+from dataclasses import dataclass, field
+from typing import Optional
+
+from mindspore import Tensor
+from mindspore import dtype as mstype
+
+from ..core.checks import check_choice, check_positive_int
+from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
+from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
+from .elastic import RunLayout
+from ..core.open_window import PARTIAL_WINDOW_POLICIES
+from .loop import check_loss_monitor
+from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
+from .out_of_memory import OOM_POLICIES
+from .planner import steps_from_plan
+from .run_checks import (check_dataset, check_dataset_columns, check_resume_or_initial_epoch, check_run_learning_rate,
+                         check_state_saving, check_window_fits, largest_steps, plan_updates)
+from .state import StateWriter, resume_training_state
+
+
+@dataclass
+class RunSettings:
+    """What the caller of a trainer's training method gave, as given (checked by :func:`plan_run`)."""
+
+    epochs: object
+    dataset: object
+    steps: object = None  # N under its one name
+    step_aliases: dict = field(default_factory=dict)  # N under its older names: {name: value or None}
+    global_batch_size: object = None
+    plan: object = None  # a MicroBatchPlan
+    partial_window: str = "flush"
+    initial_epoch: int = 0
+    resume_from: Optional[str] = None
+    state_path: Optional[str] = None
+    save_state_every: int = 0
+    max_nonfinite_windows: int = DEFAULT_MAX_NONFINITE_WINDOWS
+    callbacks: object = None
+    on_out_of_memory: str = "raise"
+
+
+@dataclass
+class RunPlan:
+    """
+    One run, checked and laid out (see :func:`plan_run`).
+
+    Attributes:
+        owner (str): The trainer's method, named in messages.
+        settings (RunSettings): What the caller gave; ``epochs`` and the others checked.
+        micro_batches_per_epoch (int): The dataset's rows (MindSpore's ``steps_per_epoch``).
+        world (int): Data-parallel devices; `rank`, this one.
+        layout (RunLayout): What the run's state files record.
+        updates_before (list[int], optional): Windows begun before each epoch; None when a policy chooses N.
+        total_updates (int, optional): The run's updates; None when a policy chooses N.
+        schedule (AccumulationSchedule): The cell's N as a schedule (a policy's first N).
+        start_micro (int): Micro-batches done before the run starts (set by :meth:`start`).
+        start_updates (int): Updates done before the run starts (set by :meth:`start`).
+        open_micro_batches (int): Micro-batches of a window open when the run starts, as the dataset gave them: the
+            state file's record on a resume, else the cell's count (set by :meth:`start`); the training loop
+            counts on from them.
+    """
+
+    owner: str
+    settings: RunSettings
+    micro_batches_per_epoch: int
+    world: int
+    rank: int
+    layout: RunLayout
+    updates_before: Optional[list]
+    total_updates: Optional[int]
+    schedule: AccumulationSchedule  # the cell's N as a schedule; a policy's first N
+    start_micro: int = 0
+    start_updates: int = 0
+    open_micro_batches: int = 0
+
+    @property
+    def epochs(self):
+        """The run's epochs."""
+        return self.settings.epochs
+
+    @property
+    def total_micro_batches(self):
+        """Micro-batches of the whole run on one device."""
+        return self.settings.epochs * self.micro_batches_per_epoch
+
+    @property
+    def updates_per_epoch(self):
+        """The callbacks' first ``batch_num``: the run's updates per epoch, or an epoch's at the policy's first N when
+        a policy chooses N (at least 1: MindSpore's TimeMonitor divides by it)."""
+        if self.total_updates is not None:
+            return max(1, self.total_updates // self.settings.epochs)
+        return max(1, self.schedule.run_plan(self.micro_batches_per_epoch, 1, self.settings.partial_window)[1])
+
+    def state_writer(self, cell):
+        """The :class:`StateWriter` of this run's exact state (writes nothing without a `state_path`)."""
+        settings = self.settings
+        return StateWriter(cell, settings.state_path, settings.save_state_every, self.total_micro_batches,
+                           self.start_micro, self.rank, self.world, self.layout)
+
+    def start(self, cell, updates_at_initial_epoch=None):
+        """
+        Place the run in the data: at the micro-batch and update `resume_from` was written after (its open window
+        restored on the cell), or at the first micro-batch of the initial epoch. `updates_at_initial_epoch`: the
+        updates done before that epoch when the trainer counts them itself (None: the layout's count, also set as
+        the cell's ``accu_windows``). Then warns if MindSpore's LossMonitor would mislabel this run's updates.
+        Returns the plan.
+        """
+        settings = self.settings
+        if settings.resume_from is not None:
+            self.start_micro, self.start_updates, self.open_micro_batches = resume_training_state(
+                cell, settings.resume_from, self.total_micro_batches, self.rank, self.world, self.layout, cell.drop)
+        else:
+            self.start_micro = settings.initial_epoch * self.micro_batches_per_epoch
+            if updates_at_initial_epoch is None:
+                before = self.updates_before or self.schedule.run_plan(self.micro_batches_per_epoch, settings.epochs,
+                                                                       settings.partial_window)[0]
+                self.start_updates = before[settings.initial_epoch]
+                cell.accu_windows.set_data(Tensor(self.start_updates, mstype.int32))
+            else:
+                self.start_updates = updates_at_initial_epoch
+            self.open_micro_batches = int(cell.accu_micro_steps.asnumpy())
+        check_loss_monitor(self.owner, settings.callbacks, self.updates_before,
+                           self.start_micro // self.micro_batches_per_epoch + 1)
+        return self
+
+
+def run_steps(owner, cell, settings, world, required, trained=False):
+    """
+    N of the run as its caller gave it: under its one name or an older one, derived from `global_batch_size`, or
+    from `plan`; at most one of them. Returns (N, the name it was given under), or (None, None) when none was given
+    and not `required` (the cell keeps its N). An N other than a cell's own is refused when the cell already has
+    one given (not 1) or, `trained`, holds its graphs.
+    """
+    given = [name for name, value in [(STEPS_NAME, settings.steps), *settings.step_aliases.items(),
+                                      (GLOBAL_BATCH_NAME, settings.global_batch_size)] if value is not None]
+    batch_size = settings.dataset.get_batch_size()
+    if settings.plan is not None:
+        steps, name = steps_from_plan(owner, settings.plan, given, batch_size, world), "plan.steps"
+    elif settings.global_batch_size is not None:
+        if len(given) > 1:
+            raise TypeError(f"For '{owner}', N must be given once, but got both '{given[0]}' and "
+                            f"'{GLOBAL_BATCH_NAME}'. Pass {GLOBAL_BATCH_NAME}=G to derive N = G / (devices x "
+                            f"micro-batch) on every device count, or N alone.")
+        steps = steps_for_global_batch(settings.global_batch_size, batch_size, world, owner)
+        name = DERIVED_STEPS_NAME
+    elif given or required:
+        steps, name = steps_argument(owner, settings.steps, settings.step_aliases)
+    else:
+        return None, None
+    if required:
+        return steps, name
+    current = cell.gradient_accumulation_steps
+    if steps != current and trained:
+        raise ValueError(f"For '{owner}', {name if name == DERIVED_STEPS_NAME else repr(name)} gives N = {steps!r}, "
+                         f"but the cell has trained with N = {current!r} and its graphs hold it. Build a new cell "
+                         f"and Model_ACCU for another N.")
+    if steps != current and current != 1:
+        raise ValueError(f"For '{owner}', N must be given once, but the cell's '{cell.steps_name}' is {current!r} "
+                         f"and {name if name == DERIVED_STEPS_NAME else repr(name)} gives N = {steps!r}. Build the "
+                         f"cell without N (and Model_ACCU without 'gradient_accumulation_steps'), or give N once.")
+    return steps, name
+
+
+def plan_run(owner, cell, settings, *, required_steps, sharded, world=1, rank=0, trained=False, columns_hint="",
+             carry_hint="", check_learning_rate=True):
+    """
+    Check a run's arguments once, set its N on `cell` and lay its windows out over its epochs.
+
+    Args:
+        owner (str): The trainer's method, named in messages.
+        cell (Cell): The engine cell (a TrainAccuStepsCell or its loss-scale variant).
+        settings (RunSettings): What the caller gave.
+        required_steps (bool): Whether N must be given (the driver) or defaults to the cell's (Model_ACCU).
+        world, rank (int): Data-parallel devices, and this one.
+        sharded (Callable): Whether MindSpore's sampler shares the dataset's data out over the devices, asked of the
+            dataset once it is checked.
+        trained (bool): Whether the cell has trained already (its N then stays).
+        columns_hint (str): Ends the message of a dataset whose columns do not fit the loss network.
+        carry_hint (str): Follows "pass partial_window='carry'" in the message of a window longer than an epoch.
+        check_learning_rate (bool): Check the optimizer's learning-rate list against the run's updates (dataset
+            sink mode checks it against its sunk epochs itself).
+
+    Returns:
+        RunPlan.
+    """
+    settings.epochs = check_positive_int(owner, "epoch", settings.epochs)
+    micro_batches = check_dataset(owner, settings.dataset)
+    check_dataset_columns(owner, settings.dataset, cell.network.network, hint=columns_hint)
+    initial = settings.initial_epoch
+    if isinstance(initial, bool) or not isinstance(initial, int) or not 0 <= initial < settings.epochs:
+        raise ValueError(f"For '{owner}', 'initial_epoch' must be an int in [0, {settings.epochs}), but got "
+                         f"{initial!r}.")
+    check_choice(owner, "partial_window", settings.partial_window, PARTIAL_WINDOW_POLICIES)
+    check_choice(owner, "on_out_of_memory", settings.on_out_of_memory, OOM_POLICIES)
+    check_positive_int(owner, "max_nonfinite_windows", settings.max_nonfinite_windows)
+    check_state_saving(owner, settings.state_path, settings.save_state_every)
+    check_resume_or_initial_epoch(owner, settings.resume_from, initial)
+    steps, name = run_steps(owner, cell, settings, world, required_steps, trained)
+    if steps is not None:
+        cell.set_gradient_accumulation_steps(steps, name, owner)
+    n = cell.gradient_accumulation_steps
+    check_window_fits(owner, cell.steps_name, n, micro_batches, settings.partial_window, carry_hint)
+    if cell.measure_noise and largest_steps(n) == 1:
+        warnings.warn(f"For '{owner}', the noise scale needs windows of at least 2 micro-batches (two batch sizes to "
+                      f"compare), but every window of this run holds 1 ('{cell.steps_name}'): every estimate will be "
+                      f"NaN. Pass N >= 2 (halve the micro-batch for the same update), or build the cell with "
+                      f"noise_scale=False.", UserWarning, stacklevel=3)
+    before, updates = plan_updates(n, micro_batches, settings.epochs, settings.partial_window)
+    if check_learning_rate:
+        check_run_learning_rate(owner, cell.optimizer, n, micro_batches, settings.epochs, settings.partial_window,
+                                from_start=initial == 0 and settings.resume_from is None)
+    layout = RunLayout(world, settings.dataset.get_batch_size(), micro_batches, n if isinstance(n, int) else 0,
+                       settings.partial_window, sharded(settings.dataset))
+    return RunPlan(owner, settings, micro_batches, world, rank, layout, before, updates, cell.accumulation_schedule)
