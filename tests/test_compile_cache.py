@@ -24,8 +24,13 @@ WORKER = os.path.join(ROOT, "tests", "cache_worker.py")
 SIZES, STEPS = (3, 5, 4, 4, 2, 6), 3
 
 
+# MindSpore's warning (GLOG_v=2, its default) for each graph it takes from the cache, and for each it compiles
+LOADED = "Use the compilation cache and execute the backend actions only."
+COMPILED = "Execute all the compilation actions."
+
+
 def run_worker(path, out, cache):
-    env = dict(os.environ, MS_COMPILER_CACHE_ENABLE="1", MS_COMPILER_CACHE_PATH=str(cache))
+    env = dict(os.environ, MS_COMPILER_CACHE_ENABLE="1", MS_COMPILER_CACHE_PATH=str(cache), GLOG_v="2")
     done = subprocess.run([sys.executable, WORKER, path, str(out)], capture_output=True, text=True, env=env,
                           timeout=900, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -33,16 +38,37 @@ def run_worker(path, out, cache):
         return [saved[f"arr_{i}"] for i in range(len(saved.files))], done
 
 
+def stored_graphs(cache):
+    """What MindSpore stored in the cache directory `cache`: each file of its graph_cache (the graphs' MindIR and
+    the sources' hash) with its size and modification time."""
+    found = {}
+    for root, _, files in os.walk(cache):
+        if os.path.basename(root) == "graph_cache":
+            for name in files:
+                stat = os.stat(os.path.join(root, name))
+                found[os.path.relpath(os.path.join(root, name), cache)] = (stat.st_size, stat.st_mtime_ns)
+    return found
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", ["three-cells", "driver", "model-accu"])
 def test_a_second_run_loads_the_cached_graphs_and_trains_alike(path, tmp_path):
+    """The first run compiles and stores every graph; the second stores nothing (every file of the cache as the
+    first left it) and MindSpore reports taking each stored graph from the cache, compiling none."""
     batches = micro_batches(SIZES, seed=5)
     want = list(reference_train("momentum", [batches[:STEPS], batches[STEPS:]]).values())
-    first, _ = run_worker(path, tmp_path / "first.npz", tmp_path / "cache")
+    first, done = run_worker(path, tmp_path / "first.npz", tmp_path / "cache")
     assert_params_close(dict(enumerate(first)), dict(enumerate(want)),
                         context=f"{path}, first run (compiling and storing)")
-    assert os.listdir(tmp_path / "cache"), "nothing was stored in the compile cache"
-    second, _ = run_worker(path, tmp_path / "second.npz", tmp_path / "cache")
+    stored = stored_graphs(tmp_path / "cache")
+    graphs = [name for name in stored if name.endswith(".mindir")]
+    assert graphs, f"nothing was stored in the compile cache: {stored}"
+    assert (done.stdout + done.stderr).count(COMPILED) == len(graphs), done.stderr[-3000:]
+    second, done = run_worker(path, tmp_path / "second.npz", tmp_path / "cache")
+    assert stored_graphs(tmp_path / "cache") == stored, "the second run wrote the cache again: it compiled anew"
+    log = done.stdout + done.stderr
+    assert log.count(LOADED) == len(graphs) and COMPILED not in log, \
+        f"{len(graphs)} graphs stored, {log.count(LOADED)} taken from the cache:\n{done.stderr[-3000:]}"
     assert_params_close(dict(enumerate(second)), dict(enumerate(want)), context=f"{path}, second run (from the cache)")
 
 

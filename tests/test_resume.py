@@ -191,24 +191,46 @@ def test_a_state_of_another_path_is_refused_naming_both_paths(tmp_path):
         make_model(seed=1)[0].train(EPOCHS, data(), dataset_sink_mode=False, resume_from=state)
 
 
+def kill_once_written(victim, state, micro_batches, timeout=120):
+    """SIGKILL `victim` as soon as its exact state file `state` records at least `micro_batches` micro-batches
+    done (read whenever the file changes: it is replaced whole, never seen half written), or after `timeout` s;
+    wait for its end."""
+    deadline, seen = time.time() + timeout, None
+    while victim.poll() is None and time.time() < deadline:
+        stamp = state.stat().st_mtime_ns if state.exists() else None
+        if stamp is not None and stamp != seen:
+            seen = stamp
+            if _positions_in(str(state))[0] >= micro_batches:
+                break
+        time.sleep(0.01)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+
+
 @pytest.mark.slow
-def test_train_py_killed_at_random_resumes_exactly(tmp_path):
-    """A real SIGKILL, possibly in the middle of a state write, then --resume with the state file."""
-    common = ("--data_path", SAMPLE, "--num_samples", 320, "--batch_size", 16, "--accumulation_steps", N,
-              "--epoch_size", 3, "--log_every", 0, "--save_state_every", 1)
+def test_train_py_killed_after_a_known_micro_batch_resumes_exactly(tmp_path):
+    """A real SIGKILL of train.py once its state file records micro-batch 23 (epoch 2, 3 into a window of 4),
+    checked to have killed it before its end (no last epoch checkpoint); --resume with the state file starts at
+    the position the file holds and ends with the uninterrupted run's parameters."""
+    per_epoch, epochs, kill_after = 20, 3, 23
+    common = ("--data_path", SAMPLE, "--num_samples", 16 * per_epoch, "--batch_size", 16, "--accumulation_steps", N,
+              "--epoch_size", epochs, "--log_every", 0, "--save_state_every", 1)
     full_out = run_script("train.py", "--ckpt_path", tmp_path / "full", *common)[1]
+    last = f"checkpoint_lenet-{epochs}_{per_epoch // N}.ckpt"
+    assert (tmp_path / "full" / last).exists(), full_out
     env = dict(os.environ, PYTHONPATH=ROOT)
     victim = subprocess.Popen([sys.executable, os.path.join(ZOO, "train.py"), "--ckpt_path", tmp_path / "cut",
                                *map(str, common)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     state = tmp_path / "cut" / "train_state.ckpt"
-    deadline = time.time() + 120
-    while not state.exists() and time.time() < deadline and victim.poll() is None:
-        time.sleep(0.05)
-    time.sleep(1.5)
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    assert state.exists(), "no state was written before the kill"
+    kill_once_written(victim, state, kill_after)
+    assert victim.returncode == -signal.SIGKILL, f"train.py ended with {victim.returncode}, not by the kill"
+    assert not (tmp_path / "cut" / last).exists(), "the kill came after the end of training"
+    position = _positions_in(str(state))[0]
+    assert kill_after <= position < epochs * per_epoch, f"the state the kill left records {position} micro-batches"
     cut_out = run_script("train.py", "--ckpt_path", tmp_path / "cut", "--resume", state, *common)[1]
+    epoch, offset = divmod(position, per_epoch)
+    assert f"at epoch {epoch + 1} with {offset} of its {per_epoch} micro-batches done ({position} in all)" in \
+        cut_out, cut_out
     full, cut = (ms.load_checkpoint(out.strip().splitlines()[-1].split("last checkpoint: ")[1])
                  for out in (full_out, cut_out))
     for param in LeNet5().get_parameters():
