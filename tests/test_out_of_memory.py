@@ -260,15 +260,11 @@ def test_a_window_opened_before_a_resume_is_not_rerun_with_a_smaller_micro_batch
     assert int(opt.global_step.asnumpy()[0]) == 1
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "A bug in ms_accum/trainers/driver.py (_Run.loop): a resumed run takes the open window's micro-batches from the "
-    "engine cell's count (accu_micro_steps), which counts the halves a halving added, not the dataset's "
-    "micro-batches the state file records ('ms_accum_open_window'): a window of N = 4 saved with 2 micro-batches "
-    "added as 4 halves is resumed as full and ends one micro-batch early, so the windows after it are cut "
-    "otherwise: 5 updates instead of 4, parameters off by up to 0.33 relative."))
 def test_a_state_written_inside_a_halved_window_resumes_on_a_device_that_fits(tmp_path):
     """Crashed inside the second window after a halving, resumed on a device that holds the whole micro-batch:
-    the run continues the open window with whole micro-batches and ends with the large batch's weights."""
+    the run continues the open window with whole micro-batches and ends with the large batch's weights. (The
+    state file's count of the open window is the dataset's micro-batches; the cell's counter, the 4 halves added,
+    once resumed a window of N = 4 as full.)"""
     batches, _ = equal_statistics_batches()
     state = str(tmp_path / "state.ckpt")
     assert crash_after(batches, state, 1 + 2 * N + 2 * 2) == N + 2
