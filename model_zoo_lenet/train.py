@@ -1,22 +1,26 @@
-"""Train LeNet5 (or MindCV's ResNet18, --network resnet18) on MNIST-format data with gradient accumulation
+r"""Train LeNet5 (or MindCV's ResNet18, --network resnet18) on MNIST-format data with gradient accumulation
 (ms_accum).
 
     python model_zoo_lenet/train.py --device_target CPU --data_path data/fashion-mnist --ckpt_path runs/lenet \
         --epoch_size 10 --batch_size 32 --accumulation_steps 4
 
-Each optimizer step applies the mean gradient of --accumulation_steps micro-batches of --batch_size samples,
-the same update as one batch of accumulation_steps*batch_size (times the number of devices in parallel modes).
-With every trainer, N may follow a schedule (--accumulation_schedule 0:1,2:2,4:3) or be chosen between windows
-from the measured gradient noise scale (--adaptive_steps 2:16); --noise_scale records the noise scale of every
-window; --raw_sum and --partial_window work alike (dataset sink mode takes one N and whole windows).
-Checkpoints (network and optimizer state) are written at the end of every epoch, and only there, as
-checkpoint_lenet-<epoch>_<update in the epoch>.ckpt (checkpoint_resnet18-... for ResNet18), in --ckpt_path (one
-device) or --ckpt_path/rank_<r> (parallel).
+Each optimizer step applies the mean gradient of N micro-batches (--gradient_accumulation_steps, or its older
+name --accumulation_steps) of --batch_size samples, the same update as one batch of N*batch_size (times the
+number of devices in parallel modes); --raw_sum applies their sum instead. With every trainer, N may follow a
+schedule (--accumulation_schedule 0:1,2:2,4:3) or be chosen between windows from the measured gradient noise
+scale (--adaptive_steps 2:16); --noise_scale records the noise scale of every window; --raw_sum and
+--partial_window work alike (dataset sink mode takes one N and whole windows).
+Epoch checkpoints (network and optimizer state) are written at the end of every epoch, and only there, as
+<prefix>-<epoch>_<n>.ckpt in --ckpt_path (one device) or --ckpt_path/rank_<r> (parallel): the prefix is
+checkpoint_lenet (checkpoint_resnet18 for ResNet18; the first free <prefix>_<k> when another run's checkpoints
+are there), n the epoch's updates (under --adaptive_steps with the driver or model_accu, the run's updates so
+far). The driver and model_accu also write the exact training state there, train_state.ckpt (--save_state_every).
 
-Trainers: 'driver' (one device: GradientAccumulation over the three single-device cells), 'model_accu'
-(TrainAccuStepsCell trained by Model_ACCU; required by the parallel modes, and the one that uses dataset sink mode
-on GPU/Ascend) or 'functional' (one device: a mindspore.value_and_grad loop with ms_accum.Accumulator). Parallel
-modes are launched with msrun, for example on 2 CPU processes:
+Trainers: 'driver' (one device: GradientAccumulation, which builds one engine cell, a TrainAccuStepsCell, and
+drives it with the window loop it shares with Model_ACCU), 'model_accu' (a TrainAccuStepsCell trained by
+Model_ACCU: the trainer of the parallel modes and of --dataset_sink_mode) or 'functional' (one device: a
+mindspore.value_and_grad step in mindspore.jit with ms_accum.Accumulator, in a loop of its own). Parallel modes
+are launched with msrun, for example on 2 CPU processes:
 
     msrun --worker_num=2 --local_worker_num=2 --master_addr=127.0.0.1 --master_port=8118 --join=True \
         --log_dir=runs/msrun_logs model_zoo_lenet/train.py --parallel_mode data_parallel ...
@@ -75,33 +79,40 @@ def parse_args(argv):
     parser.add_argument("--mode", default="graph", choices=["graph", "pynative"],
                         help="MindSpore execution mode (default: %(default)s)")
     parser.add_argument("--network", choices=list(NETWORKS), default="lenet5",
-                        help="lenet5, or MindCV's resnet18 (needs mindcv) for the same 32 x 32 inputs")
-    parser.add_argument("--data_path", default="data/fashion-mnist", help="directory with train/ and test/")
-    parser.add_argument("--ckpt_path", default="runs/lenet", help="directory for checkpoints")
-    parser.add_argument("--epoch_size", type=positive_int, default=10)
+                        help="lenet5, or MindCV's resnet18 (needs mindcv) for the same 32 x 32 inputs (default: "
+                             "%(default)s)")
+    parser.add_argument("--data_path", default="data/fashion-mnist",
+                        help="directory with train/ and test/ in MNIST's file format; training reads train/ "
+                             "(default: %(default)s)")
+    parser.add_argument("--ckpt_path", default="runs/lenet",
+                        help="directory for the epoch checkpoints and the exact training state, in rank_<r>/ per "
+                             "process in parallel modes (default: %(default)s)")
+    parser.add_argument("--epoch_size", type=positive_int, default=10, help="epochs to train (default: %(default)s)")
     parser.add_argument("--batch_size", type=batch_size_argument, default=32,
                         help="micro-batch size, or 'auto': the largest that fits --max_memory with --global_batch_size "
-                             "exactly, measured in fresh processes before training (default: %(default)s)")
+                             "exactly, measured in fresh processes before training (--trainer driver on one "
+                             "device) (default: %(default)s)")
     parser.add_argument("--max_memory", default=None, metavar="SIZE",
                         help="the memory budget of '--batch_size auto', such as 3GiB or 512MiB (on CPU the peak "
                              "resident memory of the training process)")
     parser.add_argument("--on_out_of_memory", choices=["raise", "halve"], default=None,
                         help="'halve': a window that runs out of device memory is rerun from its start with half the "
-                             "micro-batch and twice N (--trainer driver; default: halve with --batch_size auto, "
-                             "else raise)")
+                             "micro-batch and twice N, and halved again while the error comes back (--trainer driver; "
+                             "default: halve with --batch_size auto, else raise)")
     parser.add_argument("--measure_micro_batch", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--gradient_accumulation_steps", "--accumulation_steps", dest="accumulation_steps",
                         type=positive_int, default=None,
-                        help="N, micro-batches per optimizer step on each device (default: 4)")
+                        help="N, micro-batches per optimizer step on each device; --accumulation_steps is its "
+                             "older name (default: 4)")
     parser.add_argument("--global_batch_size", type=positive_int, default=None, metavar="G",
-                        help="samples per optimizer step over all devices, replacing --accumulation_steps: each "
-                             "device runs N = G / (devices x --batch_size), so the run keeps its learning dynamics "
-                             "on any device count and its exact state resumes on another one; epochs are cut to "
-                             "whole global batches (--partial_window drop) and --num_samples counts every device's "
-                             "samples")
+                        help="samples per optimizer step over all devices, replacing --gradient_accumulation_steps: "
+                             "each device runs N = G / (devices x --batch_size), so the run keeps its learning "
+                             "dynamics on any device count and an exact state of --trainer model_accu resumes on "
+                             "another one; epochs are cut to whole global batches (--partial_window defaults to "
+                             "drop) and --num_samples counts every device's samples")
     parser.add_argument("--accumulation_schedule", type=schedule_argument, default=None, metavar="U:N,...",
-                        help="micro-batches per update by update index, replacing --accumulation_steps: 0:1,2:2,4:3 "
-                             "runs updates 0-1 with 1, 2-3 with 2, then 3 (not with --dataset_sink_mode)")
+                        help="micro-batches per update by update index, replacing --gradient_accumulation_steps: "
+                             "0:1,2:2,4:3 runs updates 0-1 with 1, 2-3 with 2, then 3 (not with --dataset_sink_mode)")
     parser.add_argument("--noise_scale", action="store_true",
                         help="measure the gradient noise scale of every window (telemetry columns grad_sq, "
                              "noise_trace, noise_scale; the functional trainer prints it at each epoch's end)")
@@ -113,56 +124,69 @@ def parse_args(argv):
     parser.add_argument("--lr", type=positive_float, default=0.05,
                         help="peak learning rate of the (large-batch) updates (default: %(default)s)")
     parser.add_argument("--lr_schedule", choices=["cosine", "constant"], default="cosine",
-                        help="'cosine': linear warm-up over --warmup_epochs, then cosine decay to 0, one step per "
-                             "update; 'constant': --lr throughout (default: %(default)s)")
+                        help="'cosine': linear warm-up over --warmup_epochs, then cosine decay towards 0, one step "
+                             "per update; 'constant': --lr throughout (default: %(default)s)")
     parser.add_argument("--warmup_epochs", type=int, default=1,
-                        help="epochs of linear warm-up, at most all updates but the last (default: %(default)s)")
-    parser.add_argument("--momentum", type=float, default=0.9)
+                        help="epochs of linear warm-up of --lr_schedule cosine, 0 to --epoch_size; the last update "
+                             "always comes after the warm-up (default: %(default)s)")
+    parser.add_argument("--momentum", type=float, default=0.9,
+                        help="the momentum of the optimizer, nn.Momentum, in [0, 1) (default: %(default)s)")
     parser.add_argument("--clip_norm", type=positive_float, default=None,
                         help="clip each update's gradient to this global norm (default: no clipping)")
     parser.add_argument("--partial_window", default=None, choices=list(ms_accum.PARTIAL_WINDOW_POLICIES),
                         help="what to do with a window still open at the end of an epoch (default: flush; drop "
                              "with --global_batch_size)")
     parser.add_argument("--nonfinite", choices=["skip", "raise", "apply"], default="skip",
-                        help="a window whose gradient holds a NaN or an inf: skip it with a warning naming its "
-                             "micro-batches, stop at it, or apply it as TrainOneStepCell would (default: %(default)s)")
+                        help="a window whose gradient holds a NaN or an inf: skip it (the driver and model_accu "
+                             "warn, naming its micro-batches; the functional loop counts it in its epoch line), "
+                             "stop at it, or apply it as mindspore.nn.TrainOneStepCell would (default: %(default)s)")
     parser.add_argument("--max_nonfinite_windows", type=positive_int, default=50,
-                        help="stop once this many windows in a row were skipped, the state written first "
-                             "(default: %(default)s)")
+                        help="the driver and model_accu stop once this many windows in a row were skipped, the "
+                             "exact state written first; the functional loop goes on (default: %(default)s)")
     parser.add_argument("--raw_sum", action="store_true",
                         help="apply the raw sum of micro-batch gradients (the tutorial's behaviour) instead of "
                              "the large-batch mean")
     parser.add_argument("--num_samples", type=positive_int, default=None,
                         help="train on N samples only (per process in parallel modes; over all processes with "
                              "--global_batch_size)")
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=1,
+                        help="seed of MindSpore and of the data's shuffle (default: %(default)s)")
     parser.add_argument("--cpu_threads", type=positive_int, default=None,
                         help="MindSpore CPU kernel threads (default: MindSpore's own choice)")
     parser.add_argument("--log_every", type=int, default=100,
-                        help="print progress (updates done/total, loss, rate, time left) every N updates (0: never)")
+                        help="the driver and model_accu print a progress line every N updates (update/total, "
+                             "loss, the window, grad norm, lr, loss scale, skipped windows, rate, time left; no total "
+                             "under --adaptive_steps), the functional loop every N micro-batches (the updates so "
+                             "far, the micro-batch's loss); 0: never (default: %(default)s)")
     parser.add_argument("--telemetry_csv", default=None, metavar="FILE",
-                        help="write one row per update (loss, micro-batches, samples, grad norm, lr, loss scale, "
-                             "skipped windows); plot it with plot_telemetry.py")
+                        help="write one row per update (epoch, update, micro-batches, samples, loss, grad norm, "
+                             "clipped, loss scale, whether it was skipped, lr, N, the noise-scale estimates, skipped "
+                             "windows so far, seconds); plot it with plot_telemetry.py")
     parser.add_argument("--keep_checkpoint_max", type=positive_int, default=10,
                         help="keep the newest K epoch checkpoints of this run, those before a resume included "
                              "(default: 10)")
     parser.add_argument("--trainer", choices=["driver", "model_accu", "functional"], default=None,
-                        help="default: driver on one device, model_accu in parallel modes")
+                        help="default: driver on one device, model_accu in parallel modes (pass model_accu for "
+                             "--dataset_sink_mode on one device)")
     parser.add_argument("--parallel_mode", choices=list(PARALLEL_MODES), default="stand_alone",
-                        help="launch the parallel modes with msrun (default: %(default)s)")
+                        help="launch the parallel modes with msrun; data_parallel is tested, semi_auto_parallel and "
+                             "auto_parallel are not (MindSpore 2.10 refuses them on CPU: docs/parallel.md) "
+                             "(default: %(default)s)")
     parser.add_argument("--dataset_sink_mode", action="store_true",
-                        help="model_accu only: sink the accumulation and update graphs (GPU/Ascend, graph mode)")
+                        help="--trainer model_accu only: sink the accumulation and update graphs (GPU/Ascend, graph "
+                             "mode; on CPU MindSpore trains without sinking, after a warning)")
     parser.add_argument("--resume", default=None, metavar="CKPT",
-                        help="continue from what train.py wrote: an epoch checkpoint (any device count), or the "
-                             "run's --ckpt_path directory (or, on one device, its train_state.ckpt) to continue at "
-                             "the exact micro-batch where it stopped; under msrun each rank then resumes from its "
+                        help="continue from what train.py wrote: an epoch checkpoint (any device count, every "
+                             "trainer), or the run's --ckpt_path directory (or, on one device, its train_state.ckpt) "
+                             "to continue at the exact micro-batch where it stopped, with the trainer that wrote it "
+                             "(driver or model_accu); under msrun each rank then resumes from its "
                              "own rank_<r>/train_state.ckpt. On another device count the global batch must be kept "
                              "(--global_batch_size): the run continues at the same sample, from the last complete "
                              "window")
     parser.add_argument("--save_state_every", type=int, default=None, metavar="N",
                         help="write the exact training state to CKPT_PATH[/rank_R]/train_state.ckpt every N "
-                             "micro-batches, atomically (0: never; not with --dataset_sink_mode nor --trainer "
-                             "functional; default: 100)")
+                             "micro-batches (in parallel modes at the first update boundary after them), atomically "
+                             "(0: never; not with --dataset_sink_mode nor --trainer functional; default: 100)")
     return parser.parse_args(argv)
 
 

@@ -30,7 +30,7 @@ from .trainers.planner import (FreshProcessMeasure, InProcessMeasure, Measuremen
 from .trainers.state import load_training_state, save_training_state
 from .trainers.telemetry import WindowRecord, WindowTelemetry
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 __all__ = [
     "TrainForwardBackward",

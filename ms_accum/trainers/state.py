@@ -25,9 +25,11 @@ UPDATES_DONE = "ms_accum_updates_done"
 RANK = "ms_accum_rank"
 WORLD = "ms_accum_world"
 FORMAT = "ms_accum_state_format"
-STATE_FORMAT = 5  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added the Parameters below; 3: 0.3.0,
-#                    which may add the run's layout (elastic.LAYOUT_KEYS, read only when present); 4: '.items_unit';
-#                    5: the one-device driver's state is its engine cell's, with the cell's window count and N
+STATE_FORMAT = 5  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added '.steps'; 3: 0.3.0, which added
+#                    the skip records (ADDED_IN_FORMAT_2 lists them with '.steps': a 0.2.0 file, which lacks them, is
+#                    refused) and may add the run's layout (elastic.LAYOUT_KEYS, read only when present);
+#                    4: '.items_unit', written between 0.3.0 and 0.4.0 (never released); 5: ms_accum 0.4.0, the
+#                    one-device driver's state its engine cell's, with the cell's window count and N
 ADDED_IN_FORMAT_2 = (".steps", ".skipped_windows", ".nonfinite_streak", ".skip_history")
 ADDED_IN_FORMAT_4 = (".items_unit",)
 ADDED_IN_FORMAT_5 = (".windows", ".overflow")
@@ -286,7 +288,7 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
         ValueError: If two Parameters of the cells share a name.
         CheckpointError: If the file is missing or unreadable, belongs to another model, another ms_accum path
             (the driver's state in a TrainAccuStepsCell, say), another rank or (without `layout`) another device
-            count, was written by a newer ms_accum (a state file of ms_accum 0.1.0 is
+            count, was written by a newer ms_accum (state files of ms_accum 0.1.0 and 0.3.0, and of format 4, are
             read), records no position, was written at or past the end of this run, the ranks hold no common
             position, or the saved run's global batch or cut of epochs differs from `layout`'s.
 
