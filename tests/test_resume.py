@@ -543,3 +543,36 @@ def test_a_driver_state_of_format_4_resumes_exactly(name, tmp_path):
     assert "resuming" in printed.getvalue() and "14 in all" in printed.getvalue(), printed.getvalue()
     for key, want in expected.items():
         np.testing.assert_allclose(params_of(net)[key], want, rtol=1e-6, atol=1e-7, err_msg=f"{name}: {key}")
+
+
+def test_a_state_of_ms_accum_0_2_0_resumes_inside_its_window():
+    """ms_accum 0.2.0 wrote state format 2, before the skip records (format 3). Its file (tests/data, a
+    TrainAccuStepsCell of N = 2 after its first micro-batch) loads, the skip records starting from nothing, and the
+    window it holds ends as the large batch's step: SGD on both micro-batches' 8 samples, computed here with
+    MindSpore's own value_and_grad from the weights the file holds."""
+    spec = importlib.util.spec_from_file_location("cell_state", os.path.join(ROOT, "tests", "data",
+                                                                           "make_cell_state_format2.py"))
+    made = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(made)
+    path = os.path.join(ROOT, "tests", "data", "cell_format2.ckpt")
+    saved = ms.load_checkpoint(path)
+    assert int(saved["ms_accum_state_format"].asnumpy()) == 2 and "accu_window.skip_history" not in saved
+    net = nn.Dense(4, 2)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
+                                       gradient_accumulation_steps=2)
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert ms_accum.load_training_state(cell, path, total_micro_steps=10) == (1, 1)
+    assert int(cell.accu_skipped_windows.asnumpy()) == 0
+    x, y = made.data()
+    cell.set_train(True)
+    before = params_of(net)
+    cell(ms.Tensor(x[4:]), ms.Tensor(y[4:]))
+    reference = nn.Dense(4, 2)
+    ms.load_param_into_net(reference, {key: ms.Parameter(ms.Tensor(saved[key].asnumpy()), name=key)
+                                       for key in ("weight", "bias")})
+    grads = ms.value_and_grad(nn.WithLossCell(reference, nn.MSELoss()), None, reference.trainable_params())(
+        ms.Tensor(x), ms.Tensor(y))[1]
+    for (key, value), grad in zip(sorted(before.items()), [grads[1], grads[0]]):
+        assert key in ("bias", "weight")
+        np.testing.assert_allclose(params_of(net)[key] - value, -0.1 * grad.asnumpy(), rtol=1e-5, atol=1e-7,
+                                   err_msg=key)

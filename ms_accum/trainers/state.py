@@ -26,11 +26,12 @@ RANK = "ms_accum_rank"
 WORLD = "ms_accum_world"
 FORMAT = "ms_accum_state_format"
 STATE_FORMAT = 5  # 1: ms_accum 0.1.0 (no FORMAT entry); 2: 0.2.0, which added '.steps'; 3: 0.3.0, which added
-#                    the skip records (ADDED_IN_FORMAT_2 lists them with '.steps': a 0.2.0 file, which lacks them, is
-#                    refused) and may add the run's layout (elastic.LAYOUT_KEYS, read only when present);
+#                    the skip records (ADDED_IN_FORMAT_3) and may add the run's layout (elastic.LAYOUT_KEYS, read
+#                    only when present);
 #                    4: '.items_unit', written between 0.3.0 and 0.4.0 (never released); 5: ms_accum 0.4.0, the
 #                    one-device driver's state its engine cell's, with the cell's window count and N
-ADDED_IN_FORMAT_2 = (".steps", ".skipped_windows", ".nonfinite_streak", ".skip_history")
+ADDED_IN_FORMAT_2 = (".steps",)
+ADDED_IN_FORMAT_3 = (".skipped_windows", ".nonfinite_streak", ".skip_history")
 ADDED_IN_FORMAT_4 = (".items_unit",)
 ADDED_IN_FORMAT_5 = (".windows", ".overflow")
 DRIVER_STEPS_BEFORE_FORMAT_5 = "ms_accum_window_steps"  # the driver's N, kept on its own before format 5
@@ -40,7 +41,7 @@ def _added_since_format_1(name):
     """Parameters a state file of ms_accum 0.1.0 cannot hold: the N an adaptive policy chose ('<prefix>.steps'),
     which no 0.1.0 cell had (its initial value is right for every N 0.1.0 could take), and the counts of skipped
     windows (0.1.0 counted none: they start from 0)."""
-    return name.endswith(ADDED_IN_FORMAT_2)
+    return name.endswith(ADDED_IN_FORMAT_2 + ADDED_IN_FORMAT_3)
 
 
 def _added_since(saved_format, name):
@@ -49,6 +50,8 @@ def _added_since(saved_format, name):
     hold their gradients relative (older states hold them weighted by the items themselves: relative to 1.0); before
     format 5, what :func:`_from_earlier_formats` fills in."""
     if saved_format < 2 and _added_since_format_1(name):
+        return True
+    if saved_format < 3 and name.endswith(ADDED_IN_FORMAT_3):  # no skip counted before 0.3.0: they start from 0
         return True
     if saved_format < 5 and name.endswith(ADDED_IN_FORMAT_5 + (".steps",)):  # the driver's N had a name of its own
         return True
