@@ -124,7 +124,7 @@ class _Recorder(Callback):
 
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
-        self.events.append(("step", cb.cur_epoch_num, cb.cur_step_num, cb.batch_num, cb.window_micro_steps,
+        self.events.append(("step", cb.cur_epoch_num, cb.cur_step_num, cb.batch_num, cb.window_micro_batches,
                             float(cb.net_outputs.asnumpy())))
 
     def on_train_end(self, run_context):

@@ -18,7 +18,7 @@ import mindspore
 from mindspore import nn
 
 import ms_accum
-from ms_accum.core.deprecation import renamed
+from ms_accum.core.deprecation import REMOVED_IN, RENAMED_ARGUMENTS, renamed
 from conftest import ROOT, ZOO
 
 CHANGELOG = os.path.join(ROOT, "CHANGELOG.md")
@@ -131,9 +131,20 @@ def test_a_deprecated_name_warns_of_the_later_release_that_removes_it_and_is_in_
         f"CHANGELOG.md's Deprecated entry of {cls.__name__}.{old} does not say 'ms_accum {removed_in}' removes it"
 
 
+@pytest.mark.parametrize("owner, old, new", RENAMED_ARGUMENTS)
+def test_a_renamed_argument_is_accepted_and_in_the_changelog(owner, old, new):
+    """Each argument deprecated through renamed_argument is still a keyword of its public function, beside the new
+    name, and CHANGELOG.md's Deprecated list names it with the release that removes it."""
+    parameters = inspect.signature(getattr(ms_accum, owner)).parameters
+    assert parameters[old].kind is inspect.Parameter.KEYWORD_ONLY and new in parameters
+    listed = [item for _, kind, item in entries(read(CHANGELOG)) if kind == "Deprecated" and f"`{old}`" in item]
+    assert listed and any(f"ms_accum {REMOVED_IN}" in item for item in listed), \
+        f"CHANGELOG.md's Deprecated list does not name `{old}` of {owner} with 'ms_accum {REMOVED_IN}'"
+
+
 def test_every_deprecation_warning_of_the_package_goes_through_renamed():
-    """A DeprecationWarning raised elsewhere would escape the changelog check above: deprecate through
-    ms_accum.core.deprecation.renamed, or extend this module to find the new kind."""
+    """A DeprecationWarning raised elsewhere would escape the changelog checks above: deprecate through
+    ms_accum.core.deprecation (renamed, renamed_argument), or extend this module to find the new kind."""
     package = os.path.join(ROOT, "ms_accum")
     outside = []
     for directory, _, files in os.walk(package):

@@ -339,7 +339,7 @@ def _own_loop_state_after_4(path, sizes, tmp_path):
     _, run, saved, _ = own_loop(path, seed=0)
     for index, (x, y) in enumerate(batches[:4]):
         run(index, x, y)
-    state = ms_accum.save_training_state(saved, str(tmp_path / "state.ckpt"), micro_steps_done=4, updates_done=2)
+    state = ms_accum.save_training_state(saved, str(tmp_path / "state.ckpt"), micro_batches_done=4, updates_done=2)
     return batches, expected, state
 
 
@@ -362,7 +362,7 @@ def test_a_format_3_state_written_inside_a_window_resumes_exactly(path, tmp_path
     for param in fresh.get_parameters():  # as after a window begun with 5 samples: the load must reset it
         if param.name.endswith(".items_unit"):
             param.set_data(ms.Tensor(5.0, ms.float32))
-    done, _ = ms_accum.load_training_state(fresh, state, total_micro_steps=9)
+    done, _ = ms_accum.load_training_state(fresh, state, total_micro_batches=9)
     for index, (x, y) in enumerate(batches[done:], start=done):
         run(index, x, y)
     for name, want in expected.items():
@@ -376,7 +376,7 @@ def test_a_users_own_loop_resumes_mid_window_with_save_training_state(path, tmp_
     of the run ends where the uninterrupted run ends."""
     batches, expected, state = _own_loop_state_after_4(path, [4] * 9, tmp_path)
     net, run, fresh, _ = own_loop(path, seed=7)
-    done, _ = ms_accum.load_training_state(fresh, state, total_micro_steps=9)
+    done, _ = ms_accum.load_training_state(fresh, state, total_micro_batches=9)
     for index, (x, y) in enumerate(batches[done:], start=done):
         run(index, x, y)
     for name, want in expected.items():
@@ -385,27 +385,27 @@ def test_a_users_own_loop_resumes_mid_window_with_save_training_state(path, tmp_
 
 def test_a_users_own_loop_is_told_of_its_own_arguments(tmp_path):
     """save_training_state checks the position it records; load_training_state's errors name its 'state_path' and
-    'total_micro_steps', not the trainers' 'resume_from' and 'epoch'."""
+    'total_micro_batches', not the trainers' 'resume_from' and 'epoch'."""
     _, _, cell, _ = own_loop("cells", seed=0)
     path = str(tmp_path / "state.ckpt")
-    with pytest.raises(TypeError, match=r"For 'save_training_state', 'micro_steps_done' must be an int >= 0, but got "
+    with pytest.raises(TypeError, match=r"For 'save_training_state', 'micro_batches_done' must be an int >= 0, but got "
                                         r"'3' of type str."):
         ms_accum.save_training_state(cell, path, "3", 1)
-    for kwargs, message in ((dict(micro_steps_done=-1, updates_done=0), "'micro_steps_done' must be an int >= 0, "
+    for kwargs, message in ((dict(micro_batches_done=-1, updates_done=0), "'micro_batches_done' must be an int >= 0, "
                                                                          "but got -1."),
-                            (dict(micro_steps_done=4, updates_done=1, rank=2, world=2),
+                            (dict(micro_batches_done=4, updates_done=1, rank=2, world=2),
                              r"'rank' must be < 'world' \(2\), but got 2."),
-                            (dict(micro_steps_done=4, updates_done=1, world=0), "'world' must be an int >= 1")):
+                            (dict(micro_batches_done=4, updates_done=1, world=0), "'world' must be an int >= 1")):
         with pytest.raises(ValueError, match=rf"For 'save_training_state', {message}"):
             ms_accum.save_training_state(cell, path, **kwargs)
     assert not os.path.exists(path), "a refused state was written"
     with pytest.raises(ms_accum.CheckpointError, match=r"'state_path' must be an existing checkpoint file"):
-        ms_accum.load_training_state(cell, path, total_micro_steps=9)
-    ms_accum.save_training_state(cell, path, micro_steps_done=9, updates_done=3)
+        ms_accum.load_training_state(cell, path, total_micro_batches=9)
+    ms_accum.save_training_state(cell, path, micro_batches_done=9, updates_done=3)
     with pytest.raises(ms_accum.CheckpointError, match=r"'state_path' '.*state.ckpt' was written after 9 "
                                                        r"micro-batches, but this run ends after 9, so nothing is left "
-                                                       r"to train: pass a larger 'total_micro_steps' to continue it."):
-        ms_accum.load_training_state(cell, path, total_micro_steps=9)
+                                                       r"to train: pass a larger 'total_micro_batches' to continue it."):
+        ms_accum.load_training_state(cell, path, total_micro_batches=9)
 
 
 def _batchnorm_accumulator_loop(seed):
@@ -446,7 +446,7 @@ def test_an_accumulator_saved_with_its_network_resumes_its_batchnorm_statistics_
         ms_accum.save_training_state(accumulator, str(tmp_path / "alone.ckpt"), 4, 2)
     state = ms_accum.save_training_state((net, accumulator), str(tmp_path / "state.ckpt"), 4, 2)
     net, accumulator, step = _batchnorm_accumulator_loop(7)
-    done, _ = ms_accum.load_training_state([net, accumulator], state, total_micro_steps=9)
+    done, _ = ms_accum.load_training_state([net, accumulator], state, total_micro_batches=9)
     for x, y in batches[done:]:
         step(x, y)
     for name, want in expected.items():
@@ -507,11 +507,11 @@ def test_a_state_file_belongs_to_its_rank_and_device_count(tmp_path):
 def test_data_parallel_state_is_written_at_update_boundaries_only(tmp_path):
     from ms_accum.trainers.state import StateWriter
     trainer, _ = make_trainer(seed=1)
-    writer = StateWriter(trainer.cell, str(tmp_path / "s.ckpt"), every=3, total_micro_steps=40, start=0,
+    writer = StateWriter(trainer.cell, str(tmp_path / "s.ckpt"), every=3, total_micro_batches=40, start=0,
                          rank=0, world=2)
     written = [m for m in range(1, 40) if writer.after(m, m // 4, at_update_boundary=m % 4 == 0)]
     assert written == [4, 8, 12, 16, 20, 24, 28, 32, 36]  # every update boundary once 3 more have passed
-    writer = StateWriter(trainer.cell, str(tmp_path / "s.ckpt"), every=6, total_micro_steps=40, start=0,
+    writer = StateWriter(trainer.cell, str(tmp_path / "s.ckpt"), every=6, total_micro_batches=40, start=0,
                          rank=0, world=2)
     # the first update boundary at or after each multiple of 6: 6 -> 8, 12, 18 -> 20, 24, 30 -> 32, 36
     assert [m for m in range(1, 40) if writer.after(m, m // 4, at_update_boundary=m % 4 == 0)] == [8, 12, 20, 24, 32,
@@ -561,7 +561,7 @@ def test_a_state_of_ms_accum_0_2_0_resumes_inside_its_window():
     cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
                                        gradient_accumulation_steps=2)
     with contextlib.redirect_stdout(io.StringIO()):
-        assert ms_accum.load_training_state(cell, path, total_micro_steps=10) == (1, 1)
+        assert ms_accum.load_training_state(cell, path, total_micro_batches=10) == (1, 1)
     assert int(cell.accu_skipped_windows.asnumpy()) == 0
     x, y = made.data()
     cell.set_train(True)
@@ -576,3 +576,19 @@ def test_a_state_of_ms_accum_0_2_0_resumes_inside_its_window():
         assert key in ("bias", "weight")
         np.testing.assert_allclose(params_of(net)[key] - value, -0.1 * grad.asnumpy(), rtol=1e-5, atol=1e-7,
                                    err_msg=key)
+
+
+def test_the_older_names_of_the_state_functions_arguments_warn_of_their_removal(tmp_path):
+    """micro_steps_done and total_micro_steps, the names before 0.4.0, still work, with a DeprecationWarning that
+    names the release removing them; both names at once are refused."""
+    net = nn.Dense(4, 2)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1))
+    path = str(tmp_path / "state.ckpt")
+    with pytest.warns(DeprecationWarning, match=r"'micro_steps_done' is renamed 'micro_batches_done'; the old name "
+                                                r"goes in the next release, ms_accum 0\.5\.0"):
+        ms_accum.save_training_state(cell, path, micro_steps_done=3, updates_done=1)
+    with pytest.warns(DeprecationWarning, match=r"'total_micro_steps' is renamed 'total_micro_batches'"), \
+            contextlib.redirect_stdout(io.StringIO()):
+        assert ms_accum.load_training_state(cell, path, total_micro_steps=9) == (3, 1)
+    with pytest.raises(TypeError, match=r"For 'save_training_state', pass 'micro_batches_done' only, but got both"):
+        ms_accum.save_training_state(cell, path, 3, 1, micro_steps_done=3)

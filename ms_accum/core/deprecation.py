@@ -31,3 +31,32 @@ class renamed(property):  # pylint: disable=invalid-name  (a descriptor, named a
         self.old, self.new, self.removed_in = old, new, removed_in
         # set here: Python 3.11's property.__init__ leaves a subclass's instances with the class's own docstring
         self.__doc__ = f"Deprecated: read :attr:`{new}`; ms_accum {removed_in} removes this name."
+
+
+# (function, old argument, new argument) of every argument renamed through renamed_argument: read by
+# tests/test_release.py, which holds each to a CHANGELOG entry.
+RENAMED_ARGUMENTS = (
+    ("save_training_state", "micro_steps_done", "micro_batches_done"),
+    ("load_training_state", "total_micro_steps", "total_micro_batches"),
+)
+
+
+def renamed_argument(owner, old, new, old_value, new_value):
+    """
+    The value of argument `new`, given under `new` or under its older name `old` (then with a DeprecationWarning
+    naming the release that removes it). `(owner, old, new)` must be listed in :data:`RENAMED_ARGUMENTS`.
+
+    Raises:
+        TypeError: If both names are given, or neither.
+    """
+    if (owner, old, new) not in RENAMED_ARGUMENTS:
+        raise ValueError(f"'{old}' of '{owner}' is not in RENAMED_ARGUMENTS: list it there and in CHANGELOG.md.")
+    if old_value is None:
+        if new_value is None:
+            raise TypeError(f"For '{owner}', '{new}' is required, but got none.")
+        return new_value
+    if new_value is not None:
+        raise TypeError(f"For '{owner}', pass '{new}' only, but got both '{new}' and its older name '{old}'.")
+    warnings.warn(f"For '{owner}', the argument '{old}' is renamed '{new}'; the old name goes in the next release, "
+                  f"ms_accum {REMOVED_IN}.", DeprecationWarning, stacklevel=3)
+    return old_value

@@ -204,7 +204,7 @@ class GradientAccumulation:
         ``micro_batches_done`` and ``total_micro_batches`` the run's progress, ``net_outputs`` is the
         window's mean loss over its samples or items, and ``train_network`` holds the network and optimizer
         (what :class:`mindspore.train.ModelCheckpoint` saves, without the gradient buffers).
-        ``window_micro_steps`` gives the micro-batches in the update's window, and ``window_record()`` its
+        ``window_micro_batches`` gives the micro-batches in the update's window, and ``window_record()`` its
         :class:`WindowRecord` (read by :class:`WindowTelemetry`).
 
         Args:
@@ -345,7 +345,7 @@ class _Run(CellFront):
         cb_params.dataset_sink_mode = False
         cb_params.mode = "train"
         cb_params.net_outputs = None
-        cb_params.window_micro_steps = 0
+        cb_params.window_micro_batches = cb_params.window_micro_steps = 0
         self.cb_params = cb_params
 
     def loop(self, train_dataset):

@@ -195,7 +195,8 @@ class WindowLoop:
         window_steps = self.window.steps
         micro_batches = self.window.close()
         cb_params.net_outputs = outputs
-        cb_params.window_micro_steps = micro_batches
+        cb_params.window_micro_batches = micro_batches
+        cb_params.window_micro_steps = micro_batches  # its name before 0.4.0, kept until 0.5.0 (CHANGELOG.md)
         cb_params.micro_batches_done = self.micro_done
         cb_params.total_micro_batches = self.epochs * self.per_epoch_micro
         cb_params.window_record = self.front.window_record(cb_params, outputs, micro_batches, window_steps)

@@ -15,12 +15,13 @@ from mindspore import Tensor, nn
 from mindspore import dtype as mstype
 
 from ..core.checks import check_ckpt_path, check_int_at_least, check_positive_int
+from ..core.deprecation import renamed_argument
 from ..core.engine import WindowEngine
 from .checkpoint import CheckpointError, buffer_writer, load_into, read_checkpoint, save_checkpoint_atomic
 from .elastic import (check_same_global_batch, check_same_partial_window, count, elastic_position, resume_notice,
                       saved_layout)
 
-MICRO_STEPS_DONE = "ms_accum_micro_steps_done"
+MICRO_BATCHES_DONE = "ms_accum_micro_steps_done"  # the file's key, as every format has written it
 UPDATES_DONE = "ms_accum_updates_done"
 RANK = "ms_accum_rank"
 WORLD = "ms_accum_world"
@@ -81,7 +82,7 @@ def previous_generation(state_path):
 
 def is_state_file(params):
     """Whether checkpoint contents are a training state (they record the position in the data)."""
-    return MICRO_STEPS_DONE in params and UPDATES_DONE in params
+    return MICRO_BATCHES_DONE in params and UPDATES_DONE in params
 
 
 class _Together(nn.Cell):
@@ -126,8 +127,8 @@ def _warn_without_network(owner, cell):
                       stacklevel=3)
 
 
-def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0, world=1, layout=None,
-                        open_window=0):
+def save_training_state(cell, state_path, micro_batches_done=None, updates_done=None, rank=0, world=1, layout=None,
+                        open_window=0, *, micro_steps_done=None):
     """
     Write a training cell's exact state atomically, keeping the previous generation.
 
@@ -139,7 +140,7 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
             An :class:`Accumulator`, :class:`TrainOptim` or :class:`TrainClear` alone is saved with a warning.
         state_path (str): Target file, ending with ``.ckpt``; the previous file moves to
             ``<name>.prev.ckpt``.
-        micro_steps_done (int): Micro-batches consumed since the start of training.
+        micro_batches_done (int): Micro-batches consumed since the start of training.
         updates_done (int): Windows begun since the start of training (callbacks' ``cur_step_num``).
         rank (int): This process's rank. Default: ``0``.
         world (int): The number of data-parallel processes. Default: ``1``.
@@ -147,15 +148,16 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
             :func:`load_training_state` can resume the state on another device count. Default: ``None``.
         open_window (int): Micro-batches of the open window when `layout` is given (0 at an update boundary).
             Default: ``0``.
+        micro_steps_done (int): Deprecated: `micro_batches_done`, its name before ms_accum 0.4.0 (keyword only; removed in 0.5.0).
 
     Returns:
         str, the absolute path written.
 
     Raises:
-        TypeError: If `cell` is neither a Cell nor a tuple or list of Cells, or `micro_steps_done`,
+        TypeError: If `cell` is neither a Cell nor a tuple or list of Cells, or `micro_batches_done`,
             `updates_done`, `rank`, `world` or `open_window` is not an int.
         ValueError: If `state_path` does not end with ``.ckpt``, two Parameters of the cells share a name,
-            `micro_steps_done`, `updates_done`, `rank` or `open_window` is < 0, `world` < 1, or `rank` >= `world`.
+            `micro_batches_done`, `updates_done`, `rank` or `open_window` is < 0, `world` < 1, or `rank` >= `world`.
         OSError: If the file cannot be written; the previous generations are left as they were.
 
     Supported Platforms:
@@ -168,21 +170,24 @@ def save_training_state(cell, state_path, micro_steps_done, updates_done, rank=0
         >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
         >>> grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
         >>> cell = ms_accum.TrainForwardBackward(nn.WithLossCell(net, nn.MSELoss()), optimizer, grad_sum)
-        >>> path = ms_accum.save_training_state(cell, "/tmp/saved_state.ckpt", micro_steps_done=37, updates_done=9)
-        >>> ms_accum.load_training_state(cell, path, total_micro_steps=100)
+        >>> path = ms_accum.save_training_state(cell, "/tmp/saved_state.ckpt", micro_batches_done=37,
+        ...                                     updates_done=9)
+        >>> ms_accum.load_training_state(cell, path, total_micro_batches=100)
         ms_accum: resuming /tmp/saved_state.ckpt at 37 micro-batches done, 9 windows begun.
         (37, 9)
     """
     owner = "save_training_state"
+    micro_batches_done = renamed_argument(owner, "micro_steps_done", "micro_batches_done", micro_steps_done,
+                                          micro_batches_done)
     check_ckpt_path(owner, "state_path", state_path)
-    micro_steps_done, updates_done, rank, open_window = (
+    micro_batches_done, updates_done, rank, open_window = (
         check_int_at_least(owner, name, value, 0) for name, value in (
-            ("micro_steps_done", micro_steps_done), ("updates_done", updates_done), ("rank", rank),
+            ("micro_batches_done", micro_batches_done), ("updates_done", updates_done), ("rank", rank),
             ("open_window", open_window)))
     world = check_positive_int(owner, "world", world)
     if rank >= world:
         raise ValueError(f"For '{owner}', 'rank' must be < 'world' ({world}), but got {rank}.")
-    entries = {MICRO_STEPS_DONE: micro_steps_done, UPDATES_DONE: updates_done, RANK: rank, WORLD: world,
+    entries = {MICRO_BATCHES_DONE: micro_batches_done, UPDATES_DONE: updates_done, RANK: rank, WORLD: world,
                FORMAT: STATE_FORMAT}
     if layout is not None:
         entries.update(layout.entries(open_window))
@@ -215,7 +220,7 @@ def _generation(path, rank, world, may_move, arg_name):
         raise CheckpointError(f"'{arg_name}' {path!r} is rank {saved_rank}'s state, but this is rank {rank}: "
                               f"every rank resumes from its own file (train.py: pass the run's checkpoint "
                               f"directory to '--resume').")
-    return int(params[MICRO_STEPS_DONE].asnumpy()), params
+    return int(params[MICRO_BATCHES_DONE].asnumpy()), params
 
 
 def common_position(positions_per_rank, arg_name="resume_from"):
@@ -257,7 +262,8 @@ def gather_positions(positions, world):
     return [[p for p in row if p >= 0] for row in gathered]
 
 
-def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, layout=None, drop_window=None):
+def load_training_state(cell, state_path, total_micro_batches=None, rank=0, world=1, layout=None, drop_window=None,
+                        *, total_micro_steps=None):
     """
     Load into `cell` the newest state written through :func:`save_training_state` that every rank holds.
 
@@ -274,13 +280,14 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
         cell (Union[Cell, tuple[Cell]]): The training cell, or the cells saved together, built like those that
             were saved.
         state_path (str): This rank's state file (after a change of device count, any rank's file of the saved run).
-        total_micro_steps (int): Micro-batches of the whole run being resumed (epochs x micro-batches per epoch).
+        total_micro_batches (int): Micro-batches of the whole run being resumed (epochs x micro-batches per epoch).
         rank (int): This process's rank. Default: ``0``.
         world (int): The number of data-parallel processes. Default: ``1``.
         layout (RunLayout, optional): This run's layout (see :func:`save_training_state`). It checks that the
             global batch is the saved run's and lets the device count change. Default: ``None``.
         drop_window (Callable, optional): Discards the cell's open window (such as the cell's ``drop``); needed
             when the device count changes and the state was written inside a window. Default: ``None``.
+        total_micro_steps (int): Deprecated: `total_micro_batches`, its name before ms_accum 0.4.0 (keyword only; removed in 0.5.0).
 
     Returns:
         tuple[int, int], micro-batches done (on each device of this run) and windows begun at the position
@@ -305,20 +312,23 @@ def load_training_state(cell, state_path, total_micro_steps, rank=0, world=1, la
         >>> optimizer = nn.Momentum(net.trainable_params(), learning_rate=0.1, momentum=0.9)
         >>> grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
         >>> cell = ms_accum.TrainForwardBackward(nn.WithLossCell(net, nn.MSELoss()), optimizer, grad_sum)
-        >>> path = ms_accum.save_training_state(cell, "/tmp/loaded_state.ckpt", micro_steps_done=12, updates_done=3)
-        >>> micro_done, updates_done = ms_accum.load_training_state(cell, path, total_micro_steps=10 * 4)
+        >>> path = ms_accum.save_training_state(cell, "/tmp/loaded_state.ckpt", micro_batches_done=12,
+        ...                                     updates_done=3)
+        >>> micro_done, updates_done = ms_accum.load_training_state(cell, path, total_micro_batches=10 * 4)
         ms_accum: resuming /tmp/loaded_state.ckpt at 12 micro-batches done, 3 windows begun.
         >>> micro_done, updates_done
         (12, 3)
     """
-    return resume_training_state(cell, state_path, total_micro_steps, rank, world, layout, drop_window,
+    total = renamed_argument("load_training_state", "total_micro_steps", "total_micro_batches", total_micro_steps,
+                             total_micro_batches)
+    return resume_training_state(cell, state_path, total, rank, world, layout, drop_window,
                                  arg_name="state_path")[:2]
 
 
-def resume_training_state(cell, state_path, total_micro_steps, rank=0, world=1, layout=None, drop_window=None,
+def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1, layout=None, drop_window=None,
                           arg_name="resume_from"):
     """:func:`load_training_state`, its errors naming `arg_name`, the argument that named `state_path`: the
-    trainers' ``resume_from``, whose run's length (`total_micro_steps`) its ``epoch`` sets. Returns (micro-batches
+    trainers' ``resume_from``, whose run's length (`total_micro_batches`) its ``epoch`` sets. Returns (micro-batches
     done, windows begun, micro-batches of the open window as the dataset gave them): the file's record of the open
     window, which the cell's counter may exceed (a window rerun with split micro-batches counts the pieces); 0 when
     a window written on another device count runs again from its start."""
@@ -367,10 +377,10 @@ def resume_training_state(cell, state_path, total_micro_steps, rank=0, world=1, 
         check_same_global_batch(saved, layout, path, arg_name)
         check_same_partial_window(saved, layout, f"'{arg_name}' {path!r} continues a run whose epochs' partial "
                                                  f"windows this run would treat otherwise")
-    if not 0 <= position < total_micro_steps:
-        longer = "raise 'epoch'" if arg_name == "resume_from" else "pass a larger 'total_micro_steps'"
+    if not 0 <= position < total_micro_batches:
+        longer = "raise 'epoch'" if arg_name == "resume_from" else "pass a larger 'total_micro_batches'"
         raise CheckpointError(f"'{arg_name}' {path!r} was written after {position} micro-batches, but this run "
-                              f"ends after {total_micro_steps}, so nothing is left to train: {longer} to continue "
+                              f"ends after {total_micro_batches}, so nothing is left to train: {longer} to continue "
                               f"it.")
     if saved_world == world:
         if layout is None:
@@ -397,9 +407,9 @@ class StateWriter:
     than one generation. With a `layout` each file records it, and the micro-batches of the open window.
     """
 
-    def __init__(self, cell, state_path, every, total_micro_steps, start, rank=0, world=1, layout=None):
+    def __init__(self, cell, state_path, every, total_micro_batches, start, rank=0, world=1, layout=None):
         self.cell, self.state_path, self.every = cell, state_path, every
-        self.total, self.last, self.rank, self.world = total_micro_steps, start, rank, world
+        self.total, self.last, self.rank, self.world = total_micro_batches, start, rank, world
         self.layout = layout
 
     def _save(self, micro_done, updates_done, open_window):
@@ -436,16 +446,16 @@ class StateWriter:
 
 
 @contextmanager
-def dataset_starting_at(dataset, micro_steps_done):
+def dataset_starting_at(dataset, micro_batches_done):
     """
-    Iterators created inside the block start after `micro_steps_done` micro-batches, in the order of an
+    Iterators created inside the block start after `micro_batches_done` micro-batches, in the order of an
     uninterrupted run (MindSpore's dataset init step replays the earlier epochs' shuffles); the dataset is left
     as it was afterwards.
     """
-    if not micro_steps_done:
+    if not micro_batches_done:
         yield dataset
         return
-    dataset.set_init_step(micro_steps_done)
+    dataset.set_init_step(micro_batches_done)
     try:
         yield dataset
     finally:
