@@ -68,12 +68,15 @@ def test_rewired_optimizer_with_unit_factor_is_the_original_bit_for_bit(optimize
     state = ProgressState()
     rewire_learning_rate(rewired, state)
     assert names <= {p.name for p in rewired.get_parameters()}, "the optimizer's checkpoint names are kept"
+    schedule = RATES[lr]()
     for update, grads in enumerate(gradients(5)):
         state.set_progress(update)
         original(grads)
         rewired(grads)
         for got, want in zip(values(rewired), values(original)):
             assert np.array_equal(got, want), f"update {update}: {np.abs(got - want).max()}"
+        first_group = 0.02 if groups else base_rate(schedule, update)  # the rate recorded for telemetry
+        assert float(state.applied_rate.asnumpy()) == pytest.approx(first_group, rel=1e-6), update
 
 
 class WindowEnd(nn.Cell):
@@ -104,6 +107,13 @@ CASES = [("linear", "sgd", "float"), ("sqrt", "adam", "list"), ("adascale_sgd", 
          ("adascale_adam", "adamw", "schedule"), ("none", "momentum", "list"), ("linear", "adamw", "list")]
 
 
+def base_rate(schedule, step):
+    """The rate of reference step `step` from a float, a list, or MindSpore's own schedule Cell."""
+    if isinstance(schedule, nn.Cell):
+        return float(schedule(Tensor([step], ms.int32)).asnumpy().reshape(()))
+    return schedule[step] if isinstance(schedule, list) else schedule
+
+
 def expected_rates(rule, lr, reference_batch=None):
     """The learning rate of each applied window, from the rules' formulas (float64) and MindSpore's own schedule,
     and the progress after the run."""
@@ -117,12 +127,7 @@ def expected_rates(rule, lr, reference_batch=None):
             continue
         fraction = progress - math.floor(progress)
         assert min(fraction, 1 - fraction) > 1e-4 or fraction == 0, "the case must not sit on a step's edge"
-        step = math.floor(progress)
-        if isinstance(schedule, nn.Cell):
-            base = float(schedule(Tensor([step], ms.int32)).asnumpy().reshape(()))
-        else:
-            base = schedule[step] if isinstance(schedule, list) else schedule
-        rates.append(np.float32(base) * factor)
+        rates.append(np.float32(base_rate(schedule, math.floor(progress))) * factor)
         progress += increment
     return rates, progress
 
@@ -138,11 +143,13 @@ def test_window_end_applies_the_schedule_at_progress_times_the_factor(rule, opti
     rates, progress = expected_rates(rule, lr)
     reference = OPTIMIZERS[optimizer](weights(), [float(rate) for rate in rates])
     grads_of = gradients(len(WINDOWS))
+    applied = iter(rates)
     for index, ((items, grad_sq, trace, skipped), grads) in enumerate(zip(WINDOWS, grads_of)):
         window_end(grads, Tensor(items, ms.float32), Tensor(grad_sq, ms.float32), Tensor(trace, ms.float32),
                    Tensor(skipped))
         if not skipped:
             reference(grads)
+            assert float(state.applied_rate.asnumpy()) == pytest.approx(next(applied), rel=1e-6, abs=1e-9), index
         for got, want in zip(values(rewired), values(reference)):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"window {index}")
     assert state.progress == pytest.approx(progress, rel=1e-6)

@@ -65,6 +65,8 @@ class ProgressState:
         fraction (Parameter): float32: the fraction of a reference step beyond them, in [0, 1).
         factor (Parameter): float32: f, the factor of the window being applied (1 until a window writes it).
         reference_batch (Parameter): float32: G0 (0 until the first window's end when not given).
+        applied_rate (Parameter): float32: the learning rate the optimizer's last step read (its first parameter
+            group's), for telemetry: progress has moved on once the window's end is over.
 
     Raises:
         TypeError: If `prefix` is not a str, or `reference_batch` is not a number or None.
@@ -90,6 +92,7 @@ class ProgressState:
         self.steps = _scalar(f"{prefix}.progress_steps", 0, mstype.int32, (1,))
         self.fraction = _scalar(f"{prefix}.progress_fraction", 0.0)
         self.factor = _scalar(f"{prefix}.factor", 1.0)
+        self.applied_rate = _scalar(f"{prefix}.applied_rate", 0.0)
         self.reference_batch = _scalar(f"{prefix}.reference_batch", reference or 0.0)
 
     @property
@@ -135,6 +138,8 @@ class ProgressLearningRate(LearningRateSchedule):
             :class:`mindspore.nn.LearningRateSchedule` (a built-in one, or a user's own), called with whole
             reference steps as an int32 Tensor of shape (1,).
         state (ProgressState): Where progress and f are read.
+        record (bool): Whether the rate is written to the state's ``applied_rate`` each time it is read (one cell
+            per state records: the first parameter group's). Default: ``True``.
 
     Inputs:
         - **global_step** (Tensor) - The optimizer's step; not read.
@@ -163,7 +168,7 @@ class ProgressLearningRate(LearningRateSchedule):
         >>> optimizer = nn.Momentum(net.trainable_params(), rate, 0.9)
     """
 
-    def __init__(self, learning_rate, state):
+    def __init__(self, learning_rate, state, record=True):
         # no prefix: the wrapped schedule's Parameters keep their names (an optimizer's checkpoint keys), and the
         # state's are shared by every group's cell
         super(LearningRateSchedule, self).__init__(auto_prefix=False)  # pylint: disable=bad-super-call
@@ -175,6 +180,7 @@ class ProgressLearningRate(LearningRateSchedule):
         # not read here: held so that the optimizer's checkpoint holds the whole progress (its fraction, and G0)
         self.progress_fraction = state.fraction
         self.reference_batch = state.reference_batch
+        self.applied_rate = state.applied_rate if record else None
         self.fixed, self.table, self.schedule = None, None, None
         if isinstance(learning_rate, LearningRateSchedule):
             self.schedule = learning_rate
@@ -194,7 +200,10 @@ class ProgressLearningRate(LearningRateSchedule):
             base = ops.gather(self.table, self.progress_steps, 0)
         else:
             base = self.fixed
-        return base * self.factor
+        rate = base * self.factor
+        if self.applied_rate is None:
+            return rate
+        return ops.depend(rate, ops.assign(self.applied_rate, ops.reshape(rate, ())))
 
 
 def _rates(learning_rate):
@@ -272,7 +281,7 @@ def rewire_learning_rate(optimizer, state, owner="rewire_learning_rate"):
     wrapped = {}
     for rate in rates:
         if id(rate) not in wrapped:
-            wrapped[id(rate)] = ProgressLearningRate(rate, state)
+            wrapped[id(rate)] = ProgressLearningRate(rate, state, record=not wrapped)  # the first group's records
     delattr(optimizer, "learning_rate")  # a Parameter, a ParameterTuple or a Cell: Cell refuses to overwrite it
     if optimizer.is_group_lr:
         optimizer.learning_rate = CellList([wrapped[id(rate)] for rate in rates], auto_prefix=False)
