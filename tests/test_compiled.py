@@ -9,6 +9,7 @@ import collections
 import pytest
 
 import mindspore as ms
+import mindspore.dataset as ds
 from mindspore import Tensor, nn
 
 import ms_accum
@@ -165,3 +166,19 @@ def test_micro_steps_pass_through_the_branch_when_compiled_on_cpu():
     forward_backward._eager_phases = frozenset({forward_backward.phase})  # as after a failed compilation
     forward_backward(Tensor(x), Tensor(y))
     assert forward_backward._eager and not forward_backward._branched
+
+
+def test_a_counter_written_from_the_host_after_the_graphs_ran_is_read_by_them():
+    """The driver sets its cell's window count at every train_process, after the first call's graphs ran with it:
+    MindSpore's set_data detaches a Parameter from a jit graph in PYNATIVE_MODE (2.10: the graph kept counting on
+    the old buffer, so the second run followed the schedule's last stage from its first window; 2.7.0: it read
+    garbage), so ms_accum writes through an assign (compiled.write_parameter). Three runs of a schedule
+    {0: 1, 2: 2} over 8 micro-batches make 5 updates each, and the device counts each run's 5 windows."""
+    net, loss, opt = build("sgd")
+    trainer = ms_accum.GradientAccumulation(net, loss, opt)
+    x, y = concat(micro_batches([4] * 8))
+    for run in range(1, 4):
+        data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(4)
+        trainer.train_process(1, data, {0: 1, 2: 2}, ckpt_path=None, log_every=0)
+        assert int(opt.global_step.asnumpy()[0]) == 5 * run
+        assert int(trainer.cell.accu_windows.asnumpy()) == 5

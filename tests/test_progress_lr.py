@@ -17,7 +17,8 @@ from mindspore import Parameter, Tensor, nn, ops
 from ms_accum.core.lr_scaling import scaling_on_host
 from ms_accum.core.noise_scale import noise_scale_of
 from ms_accum.core.progress_lr import (ProgressLearningRate, ProgressState, advance_progress, prepare_window_rate,
-                                       rewire_learning_rate, write_parameter)
+                                       rewire_learning_rate)
+from ms_accum.core.compiled import write_parameter
 
 OPTIMIZERS = {
     "sgd": lambda params, lr: nn.SGD(params, learning_rate=lr),

@@ -29,7 +29,7 @@ import sys
 
 import numpy as np
 
-from mindspore import context, jit
+from mindspore import Tensor, context, jit, ops
 
 from ..compat import get_mode
 
@@ -156,3 +156,10 @@ class CompiledCall:
             return out
         self._compiled_phases = self._compiled_phases | {phase}
         return out
+
+
+def write_parameter(param, value):
+    """Write `value` (a number or numpy array of the Parameter's shape) into `param` from the host, so that
+    compiled graphs read it: an assign, not ``set_data``, which in PYNATIVE_MODE detaches a Parameter that an
+    ``ms.jit`` graph has run with (MindSpore 2.10: the graph keeps reading the old value; 2.7.0: garbage)."""
+    ops.assign(param, Tensor(np.asarray(value).reshape(param.shape), param.dtype))

@@ -30,7 +30,7 @@ from ..compat import get_device_num, get_gradients_mean, get_mode, get_parallel_
 from .adaptive import AdaptiveAccumulation, next_steps_on_device
 from .checks import check_choice
 from .compile_cache import check_cached_settings, compile_cache_on
-from .compiled import CompiledCall, through_a_branch
+from .compiled import CompiledCall, through_a_branch, write_parameter
 from .deprecation import renamed
 from .loss_scale import update_scale
 from .noise_scale import NoiseMeasure
@@ -218,7 +218,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self._stage_firsts = Tensor(schedule.firsts, mstype.int32)
         self._stage_counts = Tensor(schedule.counts, mstype.int32)
         self._device_policy = policy.device_policy if policy is not None else None
-        self.accu_steps.set_data(Tensor(schedule.steps_at(0), mstype.int32))
+        write_parameter(self.accu_steps, schedule.steps_at(0))  # not set_data: see write_parameter
         if self._cache_slot is not None:  # N changed after the cell was first called
             self._check_compile_cache()
         return self

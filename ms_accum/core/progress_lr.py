@@ -34,6 +34,7 @@ from mindspore import dtype as mstype
 from mindspore.nn import LARS, AdaFactor, CellList, Optimizer, OptTFTWrapper
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
+from .compiled import write_parameter
 from .lr_scaling import check_reference_batch, scaling_on_device
 
 # nn optimizers that read their learning rate otherwise than through Optimizer.get_lr at each step
@@ -116,13 +117,6 @@ class ProgressState:
         write_parameter(self.fraction, np.float32(progress - whole))
 
 
-def write_parameter(param, value):
-    """Write `value` (a number or numpy array of the Parameter's shape) into `param` from the host, so that
-    compiled graphs read it: an assign, not ``set_data``, which in PYNATIVE_MODE detaches a Parameter that an
-    ``ms.jit`` graph has run with (MindSpore 2.10: the graph keeps reading the old value; 2.7.0: garbage)."""
-    ops.assign(param, Tensor(np.asarray(value).reshape(param.shape), param.dtype))
-
-
 class ProgressLearningRate(LearningRateSchedule):
     r"""
     A learning rate read from the run's progress: ``learning_rate(floor(progress)) x f``, with progress and f from a
@@ -157,7 +151,8 @@ class ProgressLearningRate(LearningRateSchedule):
 
     Examples:
         >>> from mindspore import Tensor, nn
-        >>> from ms_accum.core.progress_lr import ProgressLearningRate, ProgressState, write_parameter
+        >>> from ms_accum.core.compiled import write_parameter
+        >>> from ms_accum.core.progress_lr import ProgressLearningRate, ProgressState
         >>> state = ProgressState()
         >>> rate = ProgressLearningRate([0.1, 0.2, 0.3, 0.4], state)
         >>> state.set_progress(2.7)

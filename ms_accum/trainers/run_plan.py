@@ -12,10 +12,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
-from mindspore import Tensor
-from mindspore import dtype as mstype
-
 from ..core.checks import check_choice, check_positive_int
+from ..core.compiled import write_parameter
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
 from .elastic import RunLayout
@@ -125,7 +123,7 @@ class RunPlan:
                 before = self.updates_before or self.schedule.run_plan(self.micro_batches_per_epoch, settings.epochs,
                                                                        settings.partial_window)[0]
                 self.start_updates = before[settings.initial_epoch]
-                cell.accu_windows.set_data(Tensor(self.start_updates, mstype.int32))
+                write_parameter(cell.accu_windows, self.start_updates)
             else:
                 self.start_updates = updates_at_initial_epoch
             self.open_micro_batches = int(cell.accu_micro_steps.asnumpy())

@@ -11,9 +11,9 @@ import os
 import warnings
 from contextlib import contextmanager
 
-from mindspore import Tensor, nn
-from mindspore import dtype as mstype
+from mindspore import nn
 
+from ..core.compiled import write_parameter
 from ..core.checks import check_ckpt_path, check_int_at_least, check_positive_int
 from ..core.deprecation import renamed_argument
 from ..core.engine import WindowEngine
@@ -67,12 +67,12 @@ def _from_earlier_formats(cell, params, updates):
     if DRIVER_STEPS_BEFORE_FORMAT_5 in params:
         for name, param in names.items():
             if name.endswith(".steps") and name not in params:
-                param.set_data(Tensor(int(params[DRIVER_STEPS_BEFORE_FORMAT_5].asnumpy()), mstype.int32))
+                write_parameter(param, int(params[DRIVER_STEPS_BEFORE_FORMAT_5].asnumpy()))
     for name, param in names.items():
         if name.endswith(".windows") and name not in params:
             held = params.get(name[:-len(".windows")] + ".micro_steps")
             open_window = held is not None and int(held.asnumpy()) > 0
-            param.set_data(Tensor(updates - (1 if open_window else 0), mstype.int32))
+            write_parameter(param, updates - (1 if open_window else 0))
 
 
 def previous_generation(state_path):
@@ -360,7 +360,7 @@ def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1
               optional=lambda name: _added_since(saved_format, name))
     for param in cell.get_parameters():
         if param.name.endswith(ADDED_IN_FORMAT_4) and param.name not in params:
-            param.set_data(Tensor(1.0, mstype.float32))  # the buffers it wrote hold item-weighted sums
+            write_parameter(param, 1.0)  # the buffers it wrote hold item-weighted sums
     if saved_format < 5:
         _from_earlier_formats(cell, params, updates)
     if saved_world != world:
