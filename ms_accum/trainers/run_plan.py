@@ -144,6 +144,7 @@ def run_steps(owner, cell, settings, world, required, trained=False):
     batch_size = settings.dataset.get_batch_size()
     if settings.plan is not None:
         steps, name = steps_from_plan(owner, settings.plan, given, batch_size, world), "plan.steps"
+        source = f"'plan' (global batch {settings.plan.global_batch_size})"
     elif settings.global_batch_size is not None:
         if len(given) > 1:
             raise TypeError(f"For '{owner}', N must be given once, but got both '{given[0]}' and "
@@ -151,21 +152,26 @@ def run_steps(owner, cell, settings, world, required, trained=False):
                             f"micro-batch) on every device count, or N alone.")
         steps = steps_for_global_batch(settings.global_batch_size, batch_size, world, owner)
         name = DERIVED_STEPS_NAME
+        source = f"'{GLOBAL_BATCH_NAME}' {settings.global_batch_size}"
     elif given or required:
         steps, name = steps_argument(owner, settings.steps, settings.step_aliases)
+        source = f"'{name}'"
     else:
         return None, None
     if required:
         return steps, name
     current = cell.gradient_accumulation_steps
+    if name != STEPS_NAME and name not in settings.step_aliases and not isinstance(current, int):
+        argument = source.split(" ")[0]
+        raise ValueError(f"For '{owner}', {argument} sets one N, but the cell's '{cell.steps_name}' is {current!r}. "
+                         f"Build the cell without it, or drop {argument}.")
     if steps != current and trained:
-        raise ValueError(f"For '{owner}', {name if name == DERIVED_STEPS_NAME else repr(name)} gives N = {steps!r}, "
-                         f"but the cell has trained with N = {current!r} and its graphs hold it. Build a new cell "
-                         f"and Model_ACCU for another N.")
+        raise ValueError(f"For '{owner}', {source} needs N = {steps!r}, but the cell has trained with N = {current!r} and its graphs "
+                         f"hold it. Build a new cell and Model_ACCU for another N.")
     if steps != current and current != 1:
         raise ValueError(f"For '{owner}', N must be given once, but the cell's '{cell.steps_name}' is {current!r} "
-                         f"and {name if name == DERIVED_STEPS_NAME else repr(name)} gives N = {steps!r}. Build the "
-                         f"cell without N (and Model_ACCU without 'gradient_accumulation_steps'), or give N once.")
+                         f"and {source} gives N = {steps!r}. Build the cell without N (and Model_ACCU without "
+                         f"'gradient_accumulation_steps'), or give N once.")
     return steps, name
 
 
