@@ -63,7 +63,8 @@ def _freeze_what_earlier_tests_left(_collect_once_a_module):
 # count of tests), so a long file starts early and the short ones fill the end, instead of one worker running a
 # long file alone at the end while the other waits.
 LONGEST_FIRST = ("test_benchmarks.py", "test_ecosystem_mindcv.py", "test_lenet_zoo.py", "test_two_nodes.py",
-                 "test_resume.py", "test_data_parallel.py", "test_elastic.py", "test_paths.py", "test_accu_cells.py",
+                 "test_resume.py", "test_data_parallel.py", "test_elastic.py", "test_out_of_memory.py",
+                 "test_planner_data_parallel.py", "test_paths.py", "test_accu_cells.py",
                  "test_weighting.py", "test_docs.py", "test_check.py", "test_mixed_precision.py", "test_functional.py",
                  "test_noise_scale.py", "test_clipping.py", "test_nonfinite.py", "test_single_device.py")
 
