@@ -1,6 +1,7 @@
 """The data-parallel benchmark and the per-cell timer run end to end (tiny sizes) and refuse bad arguments; their
-figures are in docs/performance.md. Every benchmark is a script on benchmarks/harness.py, importing no other. The
-start-up floor peer does what the docs say it does, and the start-up profile counts what it says it counts."""
+figures are in docs/performance.md. Every benchmark is a script on the package benchmarks/harness/, importing no
+other, and no file under benchmarks/ is over 400 lines. The start-up floor peer does what the docs say it does, and
+the start-up profile counts what it says it counts."""
 import ast
 import glob
 import json
@@ -17,26 +18,39 @@ from mindspore import Tensor, nn, ops
 from conftest import ROOT
 from helpers import msrun_env
 
-SCRIPT = os.path.join(ROOT, "benchmarks", "data_parallel.py")
+BENCHMARKS = os.path.join(ROOT, "benchmarks")
+SCRIPT = os.path.join(BENCHMARKS, "data_parallel.py")
+
+
+def _imported(path):
+    """The top-level names of the absolute imports of the file at `path`."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names}
+    return names | {node.module.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module and not node.level}
 
 
 def test_benchmarks_import_the_harness_and_never_each_other():
-    """benchmarks/*.py and benchmarks/lab/*.py import benchmarks/harness.py and no other benchmark module (no import
-    cycles, one runner); the harness imports none of them."""
-    folder = os.path.join(ROOT, "benchmarks")
-    scripts = sorted(glob.glob(os.path.join(folder, "*.py")) + glob.glob(os.path.join(folder, "lab", "*.py")))
-    modules = {os.path.splitext(os.path.basename(path))[0] for path in scripts}
-    wrong = {}
-    for path in scripts:
-        tree = ast.parse(open(path, encoding="utf-8").read())
-        names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                 for alias in node.names}
-        names |= {node.module.split(".")[0] for node in ast.walk(tree)
-                  if isinstance(node, ast.ImportFrom) and node.module and not node.level}
-        allowed = set() if path.endswith("harness.py") else {"harness"}
-        if names & modules - allowed:
-            wrong[os.path.relpath(path, ROOT)] = sorted(names & modules - allowed)
-    assert "harness" in modules and not wrong, wrong
+    """benchmarks/*.py and benchmarks/lab/*.py import the harness package and no other benchmark module (no import
+    cycles, one runner); the harness's modules import no benchmark, and one another only relatively."""
+    scripts = sorted(glob.glob(os.path.join(BENCHMARKS, "*.py")) + glob.glob(os.path.join(BENCHMARKS, "lab", "*.py")))
+    harness_modules = sorted(glob.glob(os.path.join(BENCHMARKS, "harness", "*.py")))
+    names = {os.path.splitext(os.path.basename(path))[0] for path in scripts}
+    assert len(scripts) >= 10 and "memory" in names and os.path.join(BENCHMARKS, "harness", "__init__.py") in \
+        harness_modules, (scripts, harness_modules)
+    wrong = {os.path.relpath(path, ROOT): sorted(_imported(path) & names) for path in scripts
+             if _imported(path) & names}
+    wrong.update({os.path.relpath(path, ROOT): sorted(_imported(path) & (names | {"harness"}))
+                  for path in harness_modules if _imported(path) & (names | {"harness"})})
+    assert not wrong, wrong
+    assert all("harness" in _imported(path) for path in scripts), "a benchmark that does not use the harness"
+
+
+def test_no_file_under_benchmarks_is_over_400_lines():
+    lengths = {os.path.relpath(path, ROOT): sum(1 for _ in open(path, encoding="utf-8"))
+               for path in glob.glob(os.path.join(BENCHMARKS, "**", "*.py"), recursive=True)}
+    assert len(lengths) >= 20 and max(lengths.values()) <= 400, sorted(lengths.items(), key=lambda kv: -kv[1])[:3]
 
 
 def run(*args, script=SCRIPT):
@@ -118,7 +132,7 @@ def test_where_the_time_goes_counts_the_graphs_compiled_and_ms_accums_python():
     """benchmarks/peers.py --where: MindSpore's compilations counted once per graph (a second call of the same
     shapes compiles nothing), their time part of the whole, and ms_accum's Python counted only when it runs."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    import harness  # pylint: disable=import-outside-toplevel  (benchmarks/ is not a package)
+    import harness  # pylint: disable=import-outside-toplevel  (benchmarks/ is not on sys.path)
     from ms_accum.core.schedule import AccumulationSchedule  # pylint: disable=import-outside-toplevel
     ms.set_context(mode=ms.GRAPH_MODE)
 
@@ -187,7 +201,7 @@ def test_the_floor_peers_skip_a_nonfinite_window_and_clear_it(graphs):
     window applies exactly the large batch's update (value_and_grad of the mean loss on both micro-batches, one
     Momentum step)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    import harness  # pylint: disable=import-outside-toplevel  (benchmarks/ is not a package)
+    import harness  # pylint: disable=import-outside-toplevel  (benchmarks/ is not on sys.path)
 
     def parts():
         dense = nn.Dense(3, 2, weight_init="ones", bias_init="zeros")
