@@ -1,9 +1,12 @@
-"""The data-parallel benchmark and the per-cell timer run end to end (tiny sizes) and refuse bad arguments; their
-figures are in docs/performance.md. Every benchmark is a script on benchmarks/harness.py, importing no other. The
-start-up floor peer does what the docs say it does, and the start-up profile counts what it says it counts."""
+"""The benchmarks run end to end (tiny sizes), refuse bad arguments and print complete tables of finite, positive
+figures; their timings are theirs to measure (docs/performance.md), never asserted here. Every benchmark is a script
+on the package benchmarks/harness/, importing no other, and no file under benchmarks/ is over 400 lines. The
+start-up floor peers do what the docs say they do, the start-up profile counts what it says it counts, and every
+path holds the memory claim of docs/performance.md ("At size"): within the tutorial's peak plus 0.25 copies."""
 import ast
 import glob
 import json
+import math
 import os
 import re
 import subprocess
@@ -17,43 +20,87 @@ from mindspore import Tensor, nn, ops
 from conftest import ROOT
 from helpers import msrun_env
 
-SCRIPT = os.path.join(ROOT, "benchmarks", "data_parallel.py")
+BENCHMARKS = os.path.join(ROOT, "benchmarks")
+SCRIPT = os.path.join(BENCHMARKS, "data_parallel.py")
+
+
+def _harness():
+    """benchmarks/harness/, imported as the scripts import it (benchmarks/ first on sys.path)."""
+    if BENCHMARKS not in sys.path:
+        sys.path.insert(0, BENCHMARKS)
+    import harness  # pylint: disable=import-outside-toplevel
+    return harness
+
+
+def _imported(path):
+    """The top-level names of the absolute imports of the file at `path`."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
+             for alias in node.names}
+    return names | {node.module.split(".")[0] for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom) and node.module and not node.level}
 
 
 def test_benchmarks_import_the_harness_and_never_each_other():
-    """benchmarks/*.py and benchmarks/lab/*.py import benchmarks/harness.py and no other benchmark module (no import
-    cycles, one runner); the harness imports none of them."""
-    folder = os.path.join(ROOT, "benchmarks")
-    scripts = sorted(glob.glob(os.path.join(folder, "*.py")) + glob.glob(os.path.join(folder, "lab", "*.py")))
-    modules = {os.path.splitext(os.path.basename(path))[0] for path in scripts}
-    wrong = {}
-    for path in scripts:
-        tree = ast.parse(open(path, encoding="utf-8").read())
-        names = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, ast.Import)
-                 for alias in node.names}
-        names |= {node.module.split(".")[0] for node in ast.walk(tree)
-                  if isinstance(node, ast.ImportFrom) and node.module and not node.level}
-        allowed = set() if path.endswith("harness.py") else {"harness"}
-        if names & modules - allowed:
-            wrong[os.path.relpath(path, ROOT)] = sorted(names & modules - allowed)
-    assert "harness" in modules and not wrong, wrong
+    """benchmarks/*.py and benchmarks/lab/*.py import the harness package and no other benchmark module (no import
+    cycles, one runner); the harness's modules import no benchmark, and one another only relatively."""
+    scripts = sorted(glob.glob(os.path.join(BENCHMARKS, "*.py")) + glob.glob(os.path.join(BENCHMARKS, "lab", "*.py")))
+    harness_modules = sorted(glob.glob(os.path.join(BENCHMARKS, "harness", "*.py")))
+    names = {os.path.splitext(os.path.basename(path))[0] for path in scripts}
+    assert len(scripts) >= 10 and "memory" in names and os.path.join(BENCHMARKS, "harness", "__init__.py") in \
+        harness_modules, (scripts, harness_modules)
+    wrong = {os.path.relpath(path, ROOT): sorted(_imported(path) & names) for path in scripts
+             if _imported(path) & names}
+    wrong.update({os.path.relpath(path, ROOT): sorted(_imported(path) & (names | {"harness"}))
+                  for path in harness_modules if _imported(path) & (names | {"harness"})})
+    assert not wrong, wrong
+    assert all("harness" in _imported(path) for path in scripts), "a benchmark that does not use the harness"
+
+
+def test_no_file_under_benchmarks_is_over_400_lines():
+    lengths = {os.path.relpath(path, ROOT): sum(1 for _ in open(path, encoding="utf-8"))
+               for path in glob.glob(os.path.join(BENCHMARKS, "**", "*.py"), recursive=True)}
+    assert len(lengths) >= 20 and max(lengths.values()) <= 400, sorted(lengths.items(), key=lambda kv: -kv[1])[:3]
+
+
+def test_spread_is_the_median_and_the_quartiles():
+    """harness.spread against numpy's percentiles (Weibull's, which statistics.quantiles computes by default)."""
+    harness = _harness()
+    values = [3.0, 1.0, 4.0, 1.5, 9.0, 2.6, 5.0]
+    median, low, high = harness.spread(values)
+    np.testing.assert_allclose([low, median, high], np.percentile(values, [25, 50, 75], method="weibull"))
+    assert harness.spread([2.5]) == (2.5, 2.5, 2.5)
+
+
+def sane(*values):
+    """Every figure finite and positive: a table a benchmark printed is complete when its rows matched, and sane
+    when this holds."""
+    return all(math.isfinite(float(v)) and float(v) > 0 for v in values)
 
 
 def run(*args, script=SCRIPT):
     return subprocess.run([sys.executable, script, *map(str, args)], cwd=ROOT, env=msrun_env(), capture_output=True,
-                          text=True, timeout=600, check=False)
+                          text=True, timeout=1200, check=False)
 
 
 @pytest.mark.slow
 def test_data_parallel_benchmark_prints_its_table(tmp_path):
+    """Both rows printed with finite, positive figures; each configuration ran on 1 worker and on 2 (the workers'
+    results: the world each ran in, the updates each timed, --micro_batches 4 of them or at least 3, and the MLP
+    1024-64-64-10's 70,410 parameters)."""
     done = run("--steps", 2, "--micro_batches", 4, "--hidden", 64, "--out", tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = re.findall(r"^\| (plain `TrainOneStepCell`|ms_accum N = 2) \| (\d+) \| (\d+) \| ([0-9.]+) \| "
                       r"([0-9.]+) of ([0-9.]+) \(\d+%\) \|$", done.stdout, re.M)
     assert [r[0] for r in rows] == ["plain `TrainOneStepCell`", "ms_accum N = 2"], done.stdout[-3000:]
-    for _, alone, pair, efficiency, comm, window in rows:
-        assert int(alone) > 0 and int(pair) > 0 and float(comm) > 0 and float(window) > 0
-        assert abs(float(efficiency) - int(pair) / (2 * int(alone))) < 0.01
+    assert all(sane(*figures) for _, *figures in rows), rows
+    for tag, updates in (("plain", 4), ("accu2", 3)):
+        for world in (1, 2):
+            with open(tmp_path / f"{tag}_w{world}.json", encoding="utf-8") as f:
+                result = json.load(f)
+            assert (result["world"], result["updates_timed"], result["parameters"]) == (world, updates, 70410), \
+                (tag, result)
+            assert ("allreduce_ms" in result) == (world == 2), (tag, result)
 
 
 @pytest.mark.parametrize("args, message", [(("--steps", "0,4"), "argument --steps: must be comma-separated ints >= 1"),
@@ -65,37 +112,39 @@ def test_data_parallel_benchmark_refuses_bad_arguments(args, message):
 
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_cell_times_waits_for_each_call_when_asked(mode):
-    done = run("--mode", mode, "--rounds", 1, "--calls", 2, "--sync",
-               script=os.path.join(ROOT, "benchmarks", "cell_times.py"))
+    done = run("--mode", mode, "--rounds", 1, "--calls", 2, "--sync", script=os.path.join(BENCHMARKS, "cell_times.py"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "calls, each waited for" in done.stdout, done.stdout
     rows = re.findall(r"^\| (TrainOneStepCell \(plain step\)|TrainForwardBackward|TrainOptim|TrainClear) \| "
                       r"([0-9.]+) \|", done.stdout, re.M)
     assert [r[0] for r in rows] == ["TrainOneStepCell (plain step)", "TrainForwardBackward", "TrainOptim",
                                     "TrainClear"], done.stdout
-    assert all(float(ms) > 0 for _, ms in rows)
+    assert sane(*(ms_per_call for _, ms_per_call in rows)), rows
 
 
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_paired_benchmark_prints_the_three_cells_against_their_limit_and_mindspores_floor(mode):
     """The floor block (the micro-steps and two of MindSpore's smallest graph calls, no ms_accum in them) runs and
     is printed beside the limit, in both modes."""
-    done = run("--mode", mode, "--pairs", 2, "--updates", 2, script=os.path.join(ROOT, "benchmarks", "paired.py"))
+    done = run("--mode", mode, "--pairs", 2, "--updates", 2, script=os.path.join(BENCHMARKS, "paired.py"))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     limit = re.search(r"^limit, .* / plain: median ([0-9.]+)$", done.stdout, re.M)
     floor = re.search(r"^floor, .* / plain: median ([0-9.]+)$", done.stdout, re.M)
     against = re.search(r"^against the limit, per block: three-cells ([0-9.]+), floor ([0-9.]+)$", done.stdout,
                         re.M)
     assert limit and floor and against, done.stdout
-    assert all(float(v) > 0 for v in (limit[1], floor[1], against[1], against[2])), done.stdout
+    assert sane(limit[1], floor[1], against[1], against[2]), done.stdout
 
 
-PEERS = os.path.join(ROOT, "benchmarks", "peers.py")
+PEERS = os.path.join(BENCHMARKS, "peers.py")
 
 
 @pytest.mark.slow
 @pytest.mark.ecosystem
 def test_peers_benchmark_prints_every_peer_with_its_distance():
+    """Every peer's row, its times finite and positive; each peer's first update equal to the large batch's (the
+    micro-batches are equal); with --where, each first update compiled at least one graph, and the peers written
+    without ms_accum ran none of its Python."""
     pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
     peers = ["tutorial", "driver", "three-cells", "parallel", "model-accu", "accumulator", "tutorial-two-graphs",
              "checked-two-graphs", "checked-one-graph"]
@@ -103,22 +152,21 @@ def test_peers_benchmark_prints_every_peer_with_its_distance():
                "--first-windows", 2, "--windows", 1, "--rounds", 1, "--starts", 1, "--peers", ",".join(peers),
                "--where", script=PEERS)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = re.findall(r"^\| ([a-z-]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \([0-9.]+-[0-9.]+\) \| "
+    rows = re.findall(r"^\| ([a-z-]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \(([0-9.]+)-([0-9.]+)\) \| "
                       r"([0-9.e+-]+) \| ([0-9.]+) \| (\d+) \| ([0-9.]+) \|$", done.stdout, re.M)
     assert [r[0] for r in rows] == peers, done.stdout[-3000:]
-    for peer, first, windows, speed, distance, compiling, _, own in rows:
-        assert 0 < float(first) <= float(windows) and float(speed) > 0
-        assert float(distance) < 1e-4, "equal micro-batches: every peer applies the large batch's update"
-        assert float(compiling) + float(own) <= float(first) + 0.05, peer  # parts of the first update (rounded)
+    for peer, first, windows, speed, low, high, distance, compiling, graphs, own in rows:
+        assert sane(first, windows, speed, low, high, compiling), (peer, done.stdout[-3000:])
+        assert float(distance) < 1e-4, f"{peer}: equal micro-batches, so every peer applies the large batch's update"
+        assert int(graphs) >= 1, f"{peer}: its first update compiled no graph"
         if peer.startswith(("tutorial", "checked")):
             assert float(own) == 0.0, f"{peer} runs no ms_accum code"
 
 
 def test_where_the_time_goes_counts_the_graphs_compiled_and_ms_accums_python():
     """benchmarks/peers.py --where: MindSpore's compilations counted once per graph (a second call of the same
-    shapes compiles nothing), their time part of the whole, and ms_accum's Python counted only when it runs."""
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    import harness  # pylint: disable=import-outside-toplevel  (benchmarks/ is not a package)
+    shapes compiles nothing), and ms_accum's Python counted only when it runs."""
+    harness = _harness()
     from ms_accum.core.schedule import AccumulationSchedule  # pylint: disable=import-outside-toplevel
     ms.set_context(mode=ms.GRAPH_MODE)
 
@@ -132,12 +180,12 @@ def test_where_the_time_goes_counts_the_graphs_compiled_and_ms_accums_python():
         return double(Tensor(np.ones(4, np.float32))).asnumpy()  # another shape: another graph
     result, found = harness.where_the_time_goes(compile_twice)
     np.testing.assert_array_equal(result, np.full(4, 2.0, np.float32))
-    assert found["graphs"] == 2 and 0 < found["compile_s"] <= found["total_s"], found
+    assert found["graphs"] == 2 and sane(found["compile_s"], found["total_s"]), found
     assert found["ms_accum_s"] == 0.0, found
 
     _, found = harness.where_the_time_goes(lambda: [AccumulationSchedule({0: 2, 3: 4}) for _ in range(2000)])
     assert found["graphs"] == 0 and found["compile_s"] == 0.0, found
-    assert 0 < found["ms_accum_s"] <= found["total_s"], found
+    assert sane(found["ms_accum_s"]), found
 
 
 COMPILE_PHASES = """
@@ -174,9 +222,9 @@ def test_compile_phases_reads_mindspores_profile_of_the_graph_compiled(tmp_path)
     assert done.returncode == 0 and lines, done.stdout[-2000:] + done.stderr[-2000:]
     value, first, again = json.loads(lines[-1][len("PHASES "):])
     assert value == [2.0, 2.0, 2.0]
-    assert first["total"] > 0 and 0 < first["type_inference"] <= first["total"], first
     passes = [name for name in first if name.startswith("optimize.")]  # a Cell's pipeline in GRAPH_MODE
-    assert passes and sum(first[name] for name in passes) <= first["optimize"] * 1.01 + 1e-6, first
+    assert {"total", "type_inference", "optimize"} <= set(first) and passes, first
+    assert sane(first["total"]) and all(math.isfinite(s) and s >= 0 for s in first.values()), first
     assert again == {}, "the same shapes again: no graph compiled"
 
 
@@ -186,8 +234,7 @@ def test_the_floor_peers_skip_a_nonfinite_window_and_clear_it(graphs):
     to: a window whose gradient is NaN leaves the parameters as they were and its buffers cleared, so that the next
     window applies exactly the large batch's update (value_and_grad of the mean loss on both micro-batches, one
     Momentum step)."""
-    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
-    import harness  # pylint: disable=import-outside-toplevel  (benchmarks/ is not a package)
+    harness = _harness()
 
     def parts():
         dense = nn.Dense(3, 2, weight_init="ones", bias_init="zeros")
@@ -228,7 +275,7 @@ def test_peers_benchmark_refuses_bad_arguments(args, message):
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
-JIT_BRANCH = os.path.join(ROOT, "benchmarks", "jit_branch.py")
+JIT_BRANCH = os.path.join(BENCHMARKS, "jit_branch.py")
 
 
 @pytest.mark.slow
@@ -238,80 +285,83 @@ def test_jit_branch_benchmark_times_both_steps(mode):
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = re.findall(r"^\| (straight|branched) \| ([0-9.]+) \| ([0-9.]+) \| [0-9]+/16 \|$", done.stdout, re.M)
     assert [r[0] for r in rows] == ["straight", "branched"], done.stdout[-3000:]
-    assert re.search(r"straight / branched, mean time per call: [0-9.]+", done.stdout), done.stdout[-3000:]
+    ratio = re.search(r"straight / branched, mean time per call: ([0-9.]+)", done.stdout)
+    assert ratio and sane(ratio[1], *(t for _, *times in rows for t in times)), done.stdout[-3000:]
 
 
-MEMORY = os.path.join(ROOT, "benchmarks", "memory.py")
+MEMORY = os.path.join(BENCHMARKS, "memory.py")
 
 
-@pytest.mark.slow
-@pytest.mark.ecosystem
-def test_memory_benchmark_prints_every_path_against_plain_training():
-    """The table's rows and columns, on the tiny MLP (the cheapest model to compile: its figures are the fixed
-    costs', so only the table's shape is checked here; the bounds are the tests below)."""
-    pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
-    done = run("--model", "tiny", "--micro_batch", 2, "--steps", 2, "--windows", 1,
-               "--configs", "plain-b,plain-b-data,three-cells,model-accu,tutorial-clip", script=MEMORY)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = dict((name, cells) for name, *cells in re.findall(
-        r"^\| ([a-z-]+) \| ([0-9]+) \| (-?[0-9]+) \| ([+-][0-9.]+)? \| ([+-][0-9.]+)? \|$", done.stdout, re.M))
-    assert list(rows) == ["plain-b", "plain-b-data", "three-cells", "model-accu", "tutorial-clip"], done.stdout[-3000:]
-    assert all(rows[name][2] and rows[name][3] for name in ("three-cells", "model-accu")), rows
-    assert rows["tutorial-clip"][2], rows
-    assert "one float32 copy of the trainable parameters" in done.stdout
-
-
-def _peaks_and_copy(stdout):
-    """From memory.py's table: each configuration's peak MiB, and the MiB of one float32 copy of the parameters."""
+def _memory_table(stdout):
+    """From memory.py's table: {configuration: peak MiB}, and the MiB of one float32 copy of the parameters."""
     peaks = {name: float(peak) for name, peak in re.findall(r"^\| ([a-z-]+) \| ([0-9]+) \|", stdout, re.M)}
     copy = float(re.search(r"one float32 copy of the trainable parameters: ([0-9.]+) MiB", stdout).group(1))
     return peaks, copy
 
 
 @pytest.mark.slow
-@pytest.mark.ecosystem
-def test_memory_of_the_window_end_stays_within_the_goal_on_a_wide_mlp():
-    """On the wide MLP (6.3 M parameters, micro-batch 2) memory is nearly all parameters, gradients and optimizer
-    state, so each extra copy shows. The three cells and Model_ACCU, their buffers counted (one copy), stay within
-    plain training plus 2.8 copies: measured 1.9 and 2.4 on MindSpore 2.10.0, 2.6 and 2.3 on 2.7.0 (2026-11-26).
-    One more full-size copy at the window's end would take both above it on 2.10.0. Before 2026-11-26 the
-    benchmark left buffers made by clone() out of the count, and this bound was 1.6."""
-    pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
-    done = run("--model", "mlp", "--micro_batch", 2, "--steps", 4, "--windows", 2,
-               "--configs", "plain-b,three-cells,model-accu", script=MEMORY)
+def test_memory_benchmark_prints_every_path_against_plain_training():
+    """The table's rows and columns, on the tiny MLP (the cheapest model to compile, built here: its figures are the
+    fixed costs', so only the table is checked here; the claim is the test below) and nn.Momentum, no MindCV."""
+    configs = ["plain-b", "plain-b-data", "three-cells", "model-accu", "tutorial-clip"]
+    done = run("--model", "tiny", "--optimizer", "momentum", "--micro_batch", 2, "--steps", 2, "--windows", 1,
+               "--configs", ",".join(configs), script=MEMORY)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    peaks, copy = _peaks_and_copy(done.stdout)
-    for name in ("three-cells", "model-accu"):
-        assert peaks[name] - peaks["plain-b"] <= 2.8 * copy, (name, peaks, copy)
+    rows = dict((name, cells) for name, *cells in re.findall(
+        r"^\| ([a-z-]+) \| ([0-9]+) \| (-?[0-9]+) \| ([+-][0-9.]+)? \| ([+-][0-9.]+)? \|$", done.stdout, re.M))
+    assert list(rows) == configs, done.stdout[-3000:]
+    assert all(rows[name][2] and rows[name][3] for name in ("three-cells", "model-accu", "tutorial-clip")), rows
+    assert not any(rows[name][2] or rows[name][3] for name in ("plain-b", "plain-b-data")), rows
+    assert sane(*(rows[name][0] for name in configs)), rows
+    _, copy = _memory_table(done.stdout)
+    assert copy == 0.1, "1024 x 16 + 16 + 16 x 10 + 10 parameters: 0.06 MiB"
+
+
+AT_SIZE_PATHS = ("plain-b", "plain-b-data", "tutorial", "three-cells", "accumulator", "driver", "model-accu")
+# The MLP 1024-8192-8192-10: 75,595,786 float32 parameters, 288.4 MiB a copy; its 8192 x 8192 weight, 256 MiB of it,
+# is the temporary a path must not make.
+AT_SIZE_COPY_MIB = 288.4
 
 
 @pytest.mark.slow
-@pytest.mark.ecosystem
-def test_memory_stays_within_the_goal_on_a_text_model():
-    """The text model's first and largest parameter is its embedding table (48.8 MiB). The three cells and
-    Accumulator, their buffers counted, stay within plain training at the micro-batch plus 1.5 copies (the goal):
-    measured +0.3 and +0.6 on MindSpore 2.10.0 (2026-11-26, the full benchmark). Until then the buffers were
-    cleared from zeros that MindSpore folded into a constant of the first buffer's shape: +2.3 and +1.6."""
-    pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
-    done = run("--model", "text", "--steps", 2, "--windows", 1, "--configs", "plain-b,three-cells,accumulator",
-               script=MEMORY)
+@pytest.mark.parametrize("mode, optimizer", [
+    ("graph", "momentum"), ("pynative", "momentum"),
+    pytest.param("graph", "mindcv", marks=pytest.mark.ecosystem)])
+def test_every_path_holds_the_tutorials_memory_at_size(mode, optimizer):
+    """docs/performance.md, "At size": on the MLP at width 8192 (micro-batch 8, N 8, 2 windows), every path peaks
+    within the MindSpore tutorial's accumulator's peak plus 0.25 copies of the parameters: plain training over
+    tensors and over a dataset, the three cells, Accumulator in a jit step, the driver and Model_ACCU, each in a
+    fresh process (peak resident memory, VmHWM). Measured above the tutorial, MindSpore 2.10.0, 2026-12-02, three
+    cells, Accumulator, driver and Model_ACCU: GRAPH_MODE and nn.Momentum +0.09, +0.13, +0.12, +0.12 (a margin of
+    0.12 copies, 35 MiB, to the claim); PYNATIVE_MODE and nn.Momentum +0.08, +0.12, +0.11, +0.11; GRAPH_MODE and
+    MindCV's optimizer +0.05, +0.11, +0.07, +0.07; plain training within +0.01 of the tutorial or below it. A
+    temporary of the largest parameter anywhere in a path (a weighted add's product, a divided copy, a squared
+    gradient) adds 0.9 copies.
+    With nn.Momentum in GRAPH_MODE the reference holds its own buffers too: the tutorial at least 0.75 copies above
+    plain training (+1.0 measured), so a tutorial run that held nothing cannot pass the paths."""
+    if optimizer == "mindcv":
+        pytest.importorskip("mindcv", reason="MindCV's optimizer: pip install mindcv==0.3.0")
+    done = run("--model", "mlp", "--width", 8192, "--optimizer", optimizer, "--mode", mode, "--windows", 2,
+               "--configs", ",".join(AT_SIZE_PATHS), script=MEMORY)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    peaks, copy = _peaks_and_copy(done.stdout)
-    for name in ("three-cells", "accumulator"):
-        assert peaks[name] - peaks["plain-b"] <= 1.5 * copy, (name, peaks, copy)
+    peaks, copy = _memory_table(done.stdout)
+    assert copy == AT_SIZE_COPY_MIB and list(peaks) == list(AT_SIZE_PATHS), done.stdout[-3000:]
+    above = {name: round((peak - peaks["tutorial"]) / copy, 3) for name, peak in peaks.items()}
+    assert all(copies <= 0.25 for copies in above.values()), f"copies above the tutorial's peak: {above}"
+    if (mode, optimizer) == ("graph", "momentum"):
+        assert peaks["tutorial"] - peaks["plain-b"] >= 0.75 * copy, peaks
 
 
-COMPILE_MEMORY = os.path.join(ROOT, "benchmarks", "compile_memory.py")
+COMPILE_MEMORY = os.path.join(BENCHMARKS, "compile_memory.py")
 
 
 @pytest.mark.slow
-@pytest.mark.ecosystem
 def test_compile_memory_benchmark_separates_compiling_from_training():
     """Both steps compile, train (the script raises if the parameters did not move) and print their rows; on the
-    tiny MLP the Accumulator's step holds more once compiled than the tutorial's (29 MiB on 2.10.0), and its steps
-    add about as little (within 8 MiB): what it holds above the tutorial is the compiled graph's."""
-    pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
-    done = run("--model", "tiny", "--steps", 2, "--windows", 1, script=COMPILE_MEMORY)
+    tiny MLP with nn.Momentum the Accumulator's step holds more once compiled than the tutorial's (34 MiB on
+    2.10.0, 2026-12-02: a margin of 29 MiB to the 5 MiB asked), and its steps add as little (the same to 0.1 MiB,
+    within the 8 MiB asked): what it holds above the tutorial is the compiled graph's."""
+    done = run("--model", "tiny", "--optimizer", "momentum", "--steps", 2, "--windows", 1, script=COMPILE_MEMORY)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {name: [float(v) for v in values] for name, *values in re.findall(
         r"^\| ([a-z]+) \| (-?[0-9.]+) \| (-?[0-9.]+) \| (-?[0-9.]+) \| (-?[0-9.]+) \|$", done.stdout, re.M)}
@@ -321,26 +371,27 @@ def test_compile_memory_benchmark_separates_compiling_from_training():
     assert abs((trained - compiled) - (tutorial_trained - tutorial_compiled)) < 8.0, rows
 
 
-COMPILE_CACHE = os.path.join(ROOT, "benchmarks", "compile_cache.py")
+COMPILE_CACHE = os.path.join(BENCHMARKS, "compile_cache.py")
 
 
 @pytest.mark.slow
 @pytest.mark.ecosystem
-def test_compile_cache_benchmark_loads_the_cells_from_the_cache():
-    """Every row ran (a window's end that the cache cannot store fails its run), and the second cached run, which
-    loads the graphs instead of compiling them, starts faster than the first. On ResNet18 at 32 x 32, micro-batch 2
-    (compiled in about 6 s, loaded in about 1 s), a third of the default EdgeNeXt's time."""
+def test_compile_cache_benchmark_prints_the_three_runs():
+    """Every row ran (a window's end that the cache cannot store fails its run: run_child raises) with finite,
+    positive times, on ResNet18 at 32 x 32, micro-batch 2 (the script's images are MindCV's, three channels).
+    Whether the cached run loads its graphs is tests/test_compile_cache.py's to check, and how much sooner it
+    starts the benchmark's to measure (docs/performance.md)."""
     pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
     done = run("--model", "resnet18", "--image_size", 32, "--micro_batch", 2, script=COMPILE_CACHE)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    rows = dict((name, float(total)) for name, total in re.findall(
-        r"^\| ([a-z, ]+) \| [0-9.]+ \| [0-9.]+ \| [0-9.]+ \| ([0-9.]+) \|$", done.stdout, re.M))
-    assert list(rows) == ["no cache", "cache, first run", "cache, second run"], done.stdout[-3000:]
-    assert rows["cache, second run"] < rows["cache, first run"] / 2, rows
+    rows = re.findall(r"^\| ([a-z, ]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$", done.stdout, re.M)
+    assert [r[0] for r in rows] == ["no cache", "cache, first run", "cache, second run"], done.stdout[-3000:]
+    assert all(sane(*times) for _, *times in rows), rows
 
 
-NOISE_COST = os.path.join(ROOT, "benchmarks", "noise_cost.py")
-NONFINITE_COST = os.path.join(ROOT, "benchmarks", "nonfinite_cost.py")
+NOISE_COST = os.path.join(BENCHMARKS, "noise_cost.py")
+NONFINITE_COST = os.path.join(BENCHMARKS, "nonfinite_cost.py")
+RATIO_LINE = r"(wall|CPU) time = ([0-9.]+) \(quartiles ([0-9.]+)-([0-9.]+)\)$"
 
 
 @pytest.mark.slow
@@ -348,21 +399,20 @@ def test_noise_cost_benchmark_prints_both_ways_of_measuring_and_the_floor():
     done = run("--models", "lenet", "--pairs", 3, "--windows", 1, "--steps", 2, "--batch", 8, script=NOISE_COST)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = re.findall(r"^  (noise_scale=True|noise_scale='first'|jit step \+ squared norms) / (?:noise_scale=False|"
-                       r"jit step), (wall|CPU) time = ([0-9.]+) \(quartiles ([0-9.]+)-([0-9.]+)\)$", done.stdout, re.M)
+                       r"jit step), " + RATIO_LINE, done.stdout, re.M)
     assert [(m, c) for m, c, *_ in lines] == [
         ("noise_scale=True", "wall"), ("noise_scale=True", "CPU"), ("noise_scale='first'", "wall"),
         ("noise_scale='first'", "CPU"), ("jit step + squared norms", "wall"), ("jit step + squared norms", "CPU")], \
         done.stdout
-    assert all(0.0 < float(low) <= float(median) <= float(high) for _, _, median, low, high in lines)
+    assert all(sane(*figures) for _, _, *figures in lines), lines
 
 
 def test_nonfinite_cost_benchmark_prints_the_checks_ratio():
     done = run("--models", "lenet", "--pairs", 3, "--windows", 1, "--steps", 2, "--batch", 8, script=NONFINITE_COST)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    lines = re.findall(r"^  nonfinite='skip' / nonfinite='apply', (wall|CPU) time = ([0-9.]+) \(quartiles ([0-9.]+)-"
-                       r"([0-9.]+)\)$", done.stdout, re.M)
+    lines = re.findall(r"^  nonfinite='skip' / nonfinite='apply', " + RATIO_LINE, done.stdout, re.M)
     assert [clock for clock, *_ in lines] == ["wall", "CPU"], done.stdout
-    assert all(0.0 < float(low) <= float(median) <= float(high) for _, median, low, high in lines)
+    assert all(sane(*figures) for _, *figures in lines), lines
 
 
 @pytest.mark.parametrize("args, message", [(("--models", "vgg"),
@@ -371,19 +421,3 @@ def test_nonfinite_cost_benchmark_prints_the_checks_ratio():
 def test_noise_cost_benchmark_refuses_bad_arguments(args, message):
     done = run(*args, script=NOISE_COST)
     assert done.returncode == 2 and message in done.stderr, done.stderr
-
-
-@pytest.mark.slow
-@pytest.mark.ecosystem
-def test_every_path_holds_the_tutorials_memory_at_size():
-    """At width 8192 (288 MiB a copy, one parameter 256 MiB of it) with nn.Momentum in GRAPH_MODE, every path holds
-    the tutorial's accumulator's peak plus 0.25 copies (the goal): measured +0.06 to +0.12 (MindSpore 2.10.0,
-    2026-11-28). A temporary of the largest parameter anywhere (a weighted add's product, a divided copy, a
-    squared gradient) adds 0.9 copies: Accumulator held +0.9 until it added through ApplyMomentum."""
-    pytest.importorskip("mindcv", reason="MindCV is not installed: pip install mindcv==0.3.0")
-    done = run("--model", "mlp", "--width", 8192, "--optimizer", "momentum", "--windows", 2,
-               "--configs", "tutorial,three-cells,accumulator,driver,model-accu", script=MEMORY)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    peaks, copy = _peaks_and_copy(done.stdout)
-    for name in ("three-cells", "accumulator", "driver", "model-accu"):
-        assert peaks[name] - peaks["tutorial"] <= 0.25 * copy, (name, peaks, copy)

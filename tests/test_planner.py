@@ -231,7 +231,7 @@ def test_a_measuring_process_reads_its_own_peak_not_its_parents():
     for index in range(0, len(held), 4096):
         held[index] = 1
     parent = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    script = ("import json\nfrom ms_accum.trainers.planner import resident_peak\n"
+    script = ("import json\nfrom ms_accum.trainers.memory_probe import resident_peak\n"
               "print(json.dumps({'peak': resident_peak()}))\n")
     child = ms_accum.FreshProcessMeasure([sys.executable, "-c", script, "{micro_batch}"])(1).peak
     del held

@@ -1,0 +1,103 @@
+"""The runner: MindSpore started as train.py starts it, fresh child processes (a child command per configuration,
+configurations taking turns, a JSON result line a run), the in-process rotation of blocks, the command line of the
+benchmarks that measure one configuration per child, and the Markdown table every benchmark prints."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def start_mindspore(mode):
+    """Apply train.py's CPU defaults (before MindSpore loads), then set the CPU device and `mode`."""
+    from src.cpu_speed import apply_env_defaults, set_mode  # pylint: disable=import-outside-toplevel
+    apply_env_defaults()
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    ms.set_device("CPU")
+    set_mode(mode)
+
+
+RESULT = "RESULT "  # the line a child prints its result on
+
+
+def report(result):
+    """Print `result` (a dict) as a child's result line, for :func:`run_child`."""
+    print(RESULT + json.dumps(result), flush=True)
+
+
+def run_child(script, argv, env=None, timeout=None):
+    """Run `script` with `argv` in a fresh Python process (this interpreter, environment `env` or this one's) and
+    return the dict of the last result line it printed (:func:`report`); raise RuntimeError, with the ends of its
+    output, if it exits non-zero or prints none."""
+    done = subprocess.run([sys.executable, os.path.abspath(script), *map(str, argv)], env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+    if done.returncode or not lines:
+        raise RuntimeError(f"{os.path.basename(script)} {' '.join(map(str, argv))}: exited {done.returncode}\n"
+                           f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1][len(RESULT):])
+
+
+def take_turns(jobs, repeats, measure):
+    """{job: [measure(job), one a round]} over `repeats` rounds, each round every job of `jobs` once in order: a
+    slow spell of a shared machine hits them all."""
+    results = {job: [] for job in jobs}
+    for _ in range(repeats):
+        for job in jobs:
+            results[job].append(measure(job))
+    return results
+
+
+def rotate(runners, rounds, shift=False):
+    """{label: [runner(), one a round]} over `rounds` rounds in this process, each round every runner of `runners`
+    ({label: function}) once; with `shift` each round starts one runner later than the one before."""
+    order = list(runners)
+    results = {label: [] for label in order}
+    for index in range(rounds):
+        start = index % len(order) if shift else 0
+        for label in order[start:] + order[:start]:
+            results[label].append(runners[label]())
+    return results
+
+
+def add_model_arguments(parser, configs, windows):
+    """The options of the model, the micro-batches and the configurations to measure (each in a child process)."""
+    parser.add_argument("--model", default="resnet18",
+                        help="a MindCV model name, 'block', 'mlp', 'tiny' or 'text' (default: resnet18)")
+    parser.add_argument("--image_size", type=int, default=192)
+    parser.add_argument("--micro_batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=8, help="N")
+    parser.add_argument("--windows", type=int, default=windows)
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--width", type=int, default=2048, help="the MLP's hidden width (--model mlp)")
+    parser.add_argument("--optimizer", choices=["mindcv", "momentum"], default="mindcv",
+                        help="MindCV's momentum with weight decay and label smoothing, or nn.Momentum without")
+    parser.add_argument("--configs", default=",".join(configs))
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+
+
+def measure_each(script, args, child_main, extra=(), strict=False):
+    """In a child process (``--child``), run ``child_main(config, args)`` and return None. Otherwise run `script`
+    for each of ``--configs`` in a fresh process, with the options of :func:`add_model_arguments` and `extra`, and
+    return {config: its result}; a configuration that fails is reported and left out, or with `strict` raises."""
+    if args.child:
+        child_main(args.child, args)
+        return None
+    names = ("model", "image_size", "micro_batch", "steps", "windows", "classes", "width", "optimizer") + tuple(extra)
+    results = {}
+    for config in args.configs.split(","):
+        try:
+            results[config] = run_child(script, ["--child", config] + [f"--{n}={getattr(args, n)}" for n in names])
+        except RuntimeError as error:
+            if strict:
+                raise
+            print(f"{os.path.basename(script)}: {config} failed: {error}", flush=True)
+    return results
+
+
+def print_table(header, rows):
+    """A Markdown table: the `header` cells, then one line per row of `rows` (cells already formatted)."""
+    print("| " + " | ".join(header) + " |")
+    print("|---" * len(header) + "|")
+    for row in rows:
+        print("| " + " | ".join(str(cell) for cell in row) + " |")
