@@ -212,6 +212,16 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             knows the data raises its own error instead, naming the window's micro-batches);
             ``"apply"`` checks nothing and applies it, as :class:`mindspore.nn.TrainOneStepCell` does.
             Default: ``"skip"``.
+        lr_scaling (str): How the optimizer's learning rate follows the window's global batch G (its items over all
+            devices) when N changes: ``"none"`` leaves the optimizer as it is; ``"linear"`` multiplies the rate by
+            G / G0, ``"sqrt"`` by sqrt(G / G0), ``"adascale"`` by AdaScale's gain r from the window's noise
+            estimates (sqrt(r) for an Adam-like optimizer; needs `noise_scale`; ``"adascale_sgd"`` and
+            ``"adascale_adam"`` name the form). With a rule the optimizer reads its schedule (a number, a list per
+            reference step or a ``LearningRateSchedule``) at the run's progress in reference steps (G / G0 per
+            window, r for AdaScale) instead of its update count (``ms_accum.core.progress_lr``); progress, the
+            factor and G0 are Parameters of the cell (``accu_lr_*``), in its state file. Default: ``"none"``.
+        reference_batch (float, optional): G0, the reference global batch in items (samples, or the ``num_items``
+            the loss reports), > 0; read with a rule only. Default: ``None``: the first window's items.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -225,7 +235,8 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             integer, or `noise_scale` is neither a bool nor a str.
         ValueError: If none of the optimizer's parameters is a parameter of `network` (some not: a warning), one
             has ``requires_grad=False``, N is < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or
-            not finite; when called, as listed for :class:`TrainForwardBackward` and :class:`TrainOptim`.
+            not finite, or `lr_scaling` or `reference_batch` is refused as listed for :class:`TrainOptim`; when
+            called, as listed for :class:`TrainForwardBackward` and :class:`TrainOptim`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -244,7 +255,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
     """
 
     def __init__(self, network, optimizer, sens=1.0, gradient_accumulation_steps=None, clip_norm=None,
-                 noise_scale=False, average=True, nonfinite="skip",
+                 noise_scale=False, average=True, nonfinite="skip", lr_scaling="none", reference_batch=None,
                  *, accumulation_steps=None, mini_steps=None, accumulate_step=None, _naming=None):
         naming = _naming or CellNaming("TrainAccuStepsCell")  # a trainer building the cell names it its own way
         owner = naming.owner
@@ -256,6 +267,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
                           check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
                           noise=noise_state(owner, naming.window_prefix, noise_scale, average), nonfinite=nonfinite,
                           rebuild=naming.rebuild_hint, raise_nonfinite_in_graph=False)
+        self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)
         self.set_gradient_accumulation_steps(*steps)
         self._init_modes()
 

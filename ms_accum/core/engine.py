@@ -33,7 +33,9 @@ from .compile_cache import check_cached_settings, compile_cache_on
 from .compiled import CompiledCall, through_a_branch, write_parameter
 from .deprecation import renamed
 from .loss_scale import update_scale
+from .lr_scaling import ADASCALE_RULES, check_reference_batch, resolve_scaling_rule
 from .noise_scale import NoiseMeasure
+from .progress_lr import ProgressState, advance_progress, prepare_window_rate, rewire_learning_rate
 from .runtime_checks import assert_in_graph
 from .schedule import STEPS_NAME, AccumulationSchedule, check_steps, shown_steps_name
 
@@ -148,6 +150,36 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self.device_degree = float(self.degree) if reducer_mean else 1.0
         self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
         self._cache_slot = None  # the cell's entry among the compile cache's recorded settings (compile_cache.py)
+        self._window_prefix = state.prefix
+        self.lr_scaling, self.lr_state = "none", None  # set by _init_lr_scaling
+
+    def _init_lr_scaling(self, optimizer, lr_scaling="none", reference_batch=None):
+        """Bind a learning-rate rule (``lr_scaling.py``) to the window's end: with a rule other than ``"none"``,
+        `optimizer` is rewired to read its rate from the progress and factor of a :class:`ProgressState` whose
+        Parameters ('<window prefix>.lr.*') are the cell's (``accu_lr_*``), so that the window's graph writes them
+        and a state file holds them. With ``"none"`` (the default) nothing is built and the optimizer is untouched.
+        Called by a front end after :meth:`_init_engine`, before the cell's first call."""
+        owner = self.owner_name
+        rule = resolve_scaling_rule(owner, lr_scaling, optimizer)
+        reference = check_reference_batch(owner, reference_batch)
+        if rule == "none":
+            if reference is not None:
+                raise ValueError(f"For '{owner}', 'reference_batch' is read by a learning-rate rule only, but got "
+                                 f"{reference_batch!r} with lr_scaling='none'. Pass lr_scaling='linear', 'sqrt' or "
+                                 f"'adascale', or drop reference_batch.")
+            return
+        if rule in ADASCALE_RULES and not self.measure_noise:
+            raise ValueError(f"For '{owner}', 'lr_scaling'={lr_scaling!r} reads AdaScale's gain from the window's "
+                             f"gradient noise scale, but {owner} does not measure it. Build it with noise_scale=True "
+                             f"(or 'first'), or pass lr_scaling='linear' or 'sqrt'.")
+        state = ProgressState(prefix=f"{self._window_prefix}.lr", reference_batch=reference)
+        rewire_learning_rate(optimizer, state, owner)
+        self.lr_scaling, self.lr_state = rule, state
+        self.accu_lr_steps, self.accu_lr_fraction, self.accu_lr_factor, self.accu_lr_reference = state.parameters
+        self.accu_lr_applied = state.applied_rate
+
+    def _lr_params(self):
+        return (self.accu_lr_steps, self.accu_lr_fraction, self.accu_lr_factor, self.accu_lr_reference)
 
     # ------------------------------------------------------------------ names of ms_accum 0.1
     last_items = renamed("last_items", "accu_last_items")
@@ -169,6 +201,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                         noise_scale=(self.noise_every or "first") if self.measure_noise else False,
                         loss_scale=self.scale_kind, sens=getattr(self, "sens", None),
                         divide_in_place=self.divide_in_place, device_degree=self.device_degree,
+                        lr_scaling=self.lr_scaling,
                         gradient_accumulation_steps=steps,
                         buffers=tuple(tuple(buffer.shape) for buffer in self.accu_grads))
         return {key: str(value) for key, value in settings.items()}
@@ -424,12 +457,27 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         if self.reducer_flag:  # the window's mean loss over every device's items, as one device would report it
             loss_sum = self._sum_over_devices(loss_sum)
         mean_loss = ops.depend(loss_sum / ops.maximum(total, 1e-12), recorded)
+        increment = None
+        if self.lr_state is not None:  # the window's learning-rate factor, written before the step reads it
+            noise = (None, None)
+            if self.lr_scaling in ADASCALE_RULES:  # the smoothed estimates after this window's own record
+                noise = (ops.depend(self.noise_smooth_grad_sq * 1.0, recorded),
+                         ops.depend(self.noise_smooth_trace * 1.0, recorded))
+            increment = prepare_window_rate(self.lr_scaling, self._lr_params(), total, *noise)
         overflow = self._window_overflow(norm)
         next_scale = None
         if self.scale_kind is not None:
             overflow = update_scale(self.scale_kind, self.loss_scale_manager, self.accu_scale, overflow)
             next_scale = ops.depend(ops.reshape(self.accu_scale, ()) * 1.0, overflow)
+        if increment is not None:
+            if isinstance(overflow, bool):  # nonfinite="apply": no flag to order by, order the loss instead
+                mean_loss = ops.depend(mean_loss, increment)
+            else:
+                overflow = ops.depend(overflow, increment)
         mean_loss = self._step_unless(overflow, refused, shown, optimizer, grads, mean_loss)
+        if increment is not None:  # a skipped window moves neither progress nor the optimizer's global_step
+            mean_loss = ops.depend(mean_loss, advance_progress(
+                self._lr_params(), ops.depend(increment, mean_loss), None if isinstance(overflow, bool) else overflow))
         mean_loss = window.count_skip((self.accu_skipped_windows, self.accu_nonfinite_streak, self.accu_skip_history),
                                       overflow, mean_loss)
         if self.accu_windows is not None and self._device_policy is not None:
