@@ -13,9 +13,11 @@ import pytest
 
 import mindspore as ms
 from mindspore import Tensor, nn
+from mindspore.train import Callback
 
 import ms_accum
 from ms_accum.core.compiled import write_parameter
+from helpers import numpy_dataset
 from test_noise_scale import FEATURES, formula, make_net, per_sample_grads, population, smoothed_estimates
 
 SCHEDULE = {0: 1, 2: 3}
@@ -127,6 +129,12 @@ def run_path(path, net, optimizer, rule, noise):
             optim()
             clear()
         return optim, run
+    return functional_path(loss_net, optimizer, rule, noise)
+
+
+def functional_path(loss_net, optimizer, rule, noise):
+    """Accumulator in the tutorial's jit step (a function of its own: a jit function's closure must hold only what
+    it reads)."""
     accumulator = ms_accum.Accumulator(optimizer, gradient_accumulation_steps=SCHEDULE, noise_scale=noise,
                                        lr_scaling=rule)
     grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
@@ -178,3 +186,158 @@ def test_each_window_is_the_large_batch_step_at_the_rules_rate(exec_mode, path, 
     # progress: G / G0 per window (1 + 1 + 3 + 3), or AdaScale's gains
     if rule != "adascale":
         assert cell.lr_state.progress == pytest.approx(8.0)
+
+
+# ----------------------------------------------------------------- the trainers (GradientAccumulation, Model_ACCU)
+
+
+class Snapshots(Callback):
+    """The network's weights after every update."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net, self.taken = net, [weights(net)]
+
+    def on_train_step_end(self, run_context):
+        self.taken.append(weights(self.net))
+
+
+def flat(windows):
+    return [batch for window in windows for batch in window]
+
+
+def check_trainer_run(snapshots, records, rule, kind):
+    """The run's per-window updates against the reference at the rule's factors, its telemetry (the rate applied,
+    G, the progress), and the control at factor 1."""
+    reference, control = Reference(kind), Reference(kind)
+    estimates, progress, control_failed = [], 0.0, False
+    for index, window in enumerate(windows_of_data()):
+        factor = expected_factor(rule, kind, window, reference.net, estimates)
+        want = reference.update(window, factor)
+        got = difference(snapshots[index + 1], snapshots[index])
+        assert close(got, want), f"{rule}/{kind}: window {index} differs from the reference"
+        control_failed |= not close(got, control.update(window, 1.0))
+        control.net.weight.set_data(Tensor(reference.net.weight.asnumpy()))
+        control.net.bias.set_data(Tensor(reference.net.bias.asnumpy()))
+        record = records[index]
+        assert record.items == len(window) * MICRO
+        assert record.learning_rate == pytest.approx(BASE_RATE[kind] * factor, rel=1e-5)
+        progress += len(window) if rule != "adascale" else factor if kind == "momentum" else factor ** 2
+        assert record.progress == pytest.approx(progress, rel=1e-5)
+    assert control_failed, f"{rule}/{kind}: the control at factor 1 passed: the test cannot fail"
+
+
+@pytest.mark.parametrize("kind", ["momentum", "adamw"])
+@pytest.mark.parametrize("rule", ["linear", "sqrt", "adascale"])
+@pytest.mark.parametrize("trainer", ["GradientAccumulation", "Model_ACCU"])
+def test_trainers_apply_the_rule_window_by_window(trainer, rule, kind):
+    net = make_net()
+    optimizer = make_optimizer(kind, net.trainable_params(), BASE_RATE[kind])
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    telemetry, snapshots = ms_accum.WindowTelemetry(), Snapshots(net)
+    dataset = numpy_dataset(flat(windows_of_data()))
+    if trainer == "GradientAccumulation":
+        driver = ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=rule == "adascale", lr_scaling=rule)
+        driver.train_process(1, dataset, SCHEDULE, callbacks=[telemetry, snapshots], ckpt_path=None, log_every=0)
+    else:
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=SCHEDULE,
+                                           noise_scale=rule == "adascale", lr_scaling=rule)
+        ms_accum.Model_ACCU(cell).train(1, dataset, callbacks=[telemetry, snapshots], dataset_sink_mode=False)
+    assert [r.micro_batches for r in telemetry.records] == list(WINDOWS)
+    check_trainer_run(snapshots.taken, telemetry.records, rule, kind)
+
+
+def test_without_a_rule_the_optimizer_is_left_as_it_is():
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params(), 0.1)
+    rate = optimizer.learning_rate
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, gradient_accumulation_steps=2)
+    assert optimizer.learning_rate is rate and cell.lr_state is None and cell.lr_scaling == "none"
+    assert not [p.name for p in cell.get_parameters() if ".lr." in p.name]
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(lr_scaling="cubic"), ValueError, r"For 'TrainAccuStepsCell', 'lr_scaling' must be one of"),
+    (dict(lr_scaling="adascale"), ValueError,
+     r"For 'TrainAccuStepsCell', 'lr_scaling'='adascale' reads AdaScale's gain from the window's gradient noise "
+     r"scale, but TrainAccuStepsCell does not measure it. Build it with noise_scale=True"),
+    (dict(reference_batch=64), ValueError,
+     r"For 'TrainAccuStepsCell', 'reference_batch' is read by a learning-rate rule only, but got 64 with "
+     r"lr_scaling='none'"),
+    (dict(lr_scaling="sqrt", reference_batch=0), ValueError,
+     r"For 'TrainAccuStepsCell', 'reference_batch' must be a finite number > 0"),
+    (dict(lr_scaling="sqrt", reference_batch="64"), TypeError,
+     r"For 'TrainAccuStepsCell', 'reference_batch' must be a finite number > 0"),
+])
+def test_refused_rules_name_the_argument(kwargs, error, message):
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params(), 0.1)
+    with pytest.raises(error, match=message):
+        ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, **kwargs)
+
+
+@pytest.mark.parametrize("make", ["Accumulator", "TrainOptim", "TrainAccuStepsWithLossScaleCell",
+                                  "GradientAccumulation"])
+def test_every_front_end_refuses_adascale_without_the_noise_scale(make):
+    net = make_net()
+    optimizer = make_optimizer("adamw", net.trainable_params(), 0.1)
+    owner = make
+    with pytest.raises(ValueError, match=rf"For '{owner}', 'lr_scaling'='adascale' reads AdaScale's gain"):
+        if make == "Accumulator":
+            ms_accum.Accumulator(optimizer, 2, lr_scaling="adascale")
+        elif make == "TrainOptim":
+            ms_accum.TrainOptim(optimizer, optimizer.parameters.clone(prefix="g", init="zeros"),
+                                lr_scaling="adascale")
+        elif make == "TrainAccuStepsWithLossScaleCell":
+            ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, nn.MSELoss()), optimizer,
+                                                     Tensor(1.0, ms.float32), lr_scaling="adascale")
+        else:
+            ms_accum.GradientAccumulation(net, nn.MSELoss(), optimizer, lr_scaling="adascale")
+
+
+def test_a_rate_list_is_checked_against_the_runs_reference_steps():
+    """With a rule a list is indexed by reference steps: 8 micro-batches of 4 samples over G0 = 4 take 8 entries,
+    though the run makes 4 updates."""
+    net = make_net()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=[0.1] * 7, momentum=0.9)
+    driver = ms_accum.GradientAccumulation(net, loss, optimizer, lr_scaling="linear")
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation.train_process', the optimizer's learning-rate "
+                                         r"list must have an entry for every reference step of the run .* but it has "
+                                         r"7 and this run needs 8"):
+        driver.train_process(1, numpy_dataset(flat(windows_of_data())), SCHEDULE, ckpt_path=None, log_every=0)
+
+
+# ----------------------------------------------------------------- exact resume
+
+
+def test_a_run_resumed_mid_window_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+    """A changing N, AdaScale (its factor from the noise state) and a rate list read at the progress: killed inside
+    the third window, resumed into fresh weights from the state file, the run ends where the uninterrupted one
+    does, with the same progress and factor."""
+    from test_resume import _Killed, die_after  # pylint: disable=import-outside-toplevel
+    rates = [0.5, 0.4, 0.45, 0.3, 0.35, 0.2, 0.25, 0.15, 0.1, 0.12, 0.08, 0.05]
+    batches = flat(windows_of_data()) + flat(windows_of_data(seed=4))[:3]  # windows 1, 1, 3, 3, 3
+
+    def trainer(seed):
+        net = make_net(seed)
+        optimizer = nn.Momentum(net.trainable_params(), learning_rate=rates, momentum=0.9)
+        loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        return ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=True, lr_scaling="adascale"), net
+
+    full, full_net = trainer(0)
+    full.train_process(1, numpy_dataset(batches), SCHEDULE, ckpt_path=None, log_every=0)
+    state = str(tmp_path / "state.ckpt")
+    cut, _ = trainer(0)
+    die_after(monkeypatch, ms_accum.TrainAccuStepsCell, 3)  # windows 1, 1, then 1 micro-batch of 3
+    with pytest.raises(_Killed):
+        cut.train_process(1, numpy_dataset(batches), SCHEDULE, ckpt_path=None, log_every=0, state_path=state,
+                          save_state_every=1)
+    monkeypatch.undo()
+    resumed, net = trainer(5)
+    resumed.train_process(1, numpy_dataset(batches), SCHEDULE, ckpt_path=None, log_every=0, resume_from=state)
+    for got, want in zip(weights(net), weights(full_net)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert resumed.cell.lr_state.progress == pytest.approx(full.cell.lr_state.progress, rel=1e-6)
+    assert float(resumed.cell.accu_lr_factor.asnumpy()) == pytest.approx(float(full.cell.accu_lr_factor.asnumpy()))
+    assert full.cell.lr_state.progress > 5.0  # the gains moved progress beyond the first windows' 1 + 1
