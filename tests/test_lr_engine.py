@@ -341,3 +341,99 @@ def test_a_run_resumed_mid_window_equals_the_uninterrupted_run(tmp_path, monkeyp
     assert resumed.cell.lr_state.progress == pytest.approx(full.cell.lr_state.progress, rel=1e-6)
     assert float(resumed.cell.accu_lr_factor.asnumpy()) == pytest.approx(float(full.cell.accu_lr_factor.asnumpy()))
     assert full.cell.lr_state.progress > 5.0  # the gains moved progress beyond the first windows' 1 + 1
+
+
+# ----------------------------------------------------------------- N chosen for goodput
+
+
+def goodput_run(policy, batches, state_path=None, resume_from=None, seed=0):
+    """GradientAccumulation over `batches` with `policy`: (telemetry records, snapshots, trainer)."""
+    net = make_net(seed)
+    optimizer = make_optimizer("momentum", net.trainable_params(), 0.1)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    driver = ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=True)
+    telemetry, snapshots = ms_accum.WindowTelemetry(), Snapshots(net)
+    extra = {} if state_path is None else dict(state_path=state_path, save_state_every=1)
+    driver.train_process(1, numpy_dataset(batches), policy, callbacks=[telemetry, snapshots], ckpt_path=None,
+                         log_every=0, resume_from=resume_from, **extra)
+    return telemetry.records, snapshots.taken, driver
+
+
+def goodput_batches(count=26, seed=5):
+    x, y = population()
+    rng = np.random.default_rng(seed)
+    return [(x[index], y[index]) for index in (rng.choice(len(y), size=MICRO, replace=False) for _ in range(count))]
+
+
+def test_goodput_policy_calibrates_then_decides_as_the_host_rule():
+    """Windows 0-1 at N = 2, 2-3 at N = 4 (the calibration, timed by the cell), then N from the fitted constants and
+    the noise scale every 2 windows, as the host's next_steps decides from the same figures; each window the
+    large-batch step of its size."""
+    from ms_accum.core.goodput import GoodputAccumulation  # pylint: disable=import-outside-toplevel
+    policy = GoodputAccumulation(min_steps=2, max_steps=6, interval=2, calibration_windows=2)
+    batches = goodput_batches()
+    records, snapshots, driver = goodput_run(policy, batches)
+    sizes = [r.micro_batches for r in records]
+    assert sizes[:4] == [2, 2, 4, 4] and policy.frozen
+    np.testing.assert_allclose(driver.cell.accu_goodput_constants.asnumpy(), policy.device_constants, rtol=1e-6)
+    host = GoodputAccumulation(min_steps=2, max_steps=6, interval=2, calibration_windows=2,
+                               micro_time=policy.micro_time, end_time=policy.end_time)
+    for update in range(3, len(records) - 1):  # after the calibration: the constants are on the device
+        record = records[update]
+        want = host.next_steps(record.accumulation_steps, update, record.noise_scale,
+                               record.items / record.micro_batches)
+        assert records[update + 1].accumulation_steps == want, f"window {update + 1}: {sizes}"
+    reference, start = Reference("momentum"), 0
+    for index, size in enumerate(sizes):  # no rule: the rate the optimizer was built with, 0.1
+        want = reference.update(batches[start:start + size], 0.1 / BASE_RATE["momentum"])
+        start += size
+        assert close(difference(snapshots[index + 1], snapshots[index]), want), f"window {index} of {sizes}"
+
+
+def test_goodput_policy_state_resumes_from_the_state_file(tmp_path, monkeypatch):
+    """Killed after the calibration: the resumed run's fresh policy takes the measured constants from the state
+    file instead of calibrating again."""
+    from ms_accum.core.goodput import GoodputAccumulation  # pylint: disable=import-outside-toplevel
+    from test_resume import _Killed, die_after  # pylint: disable=import-outside-toplevel
+    state = str(tmp_path / "state.ckpt")
+    cut_policy = GoodputAccumulation(min_steps=2, max_steps=6, interval=2, calibration_windows=2)
+    die_after(monkeypatch, ms_accum.TrainAccuStepsCell, 15)  # the calibration's 12 micro-batches and 3 more
+    with pytest.raises(_Killed):
+        goodput_run(cut_policy, goodput_batches(), state_path=state)
+    monkeypatch.undo()
+    assert cut_policy.frozen
+    resumed_policy = GoodputAccumulation(min_steps=2, max_steps=6, interval=2, calibration_windows=2)
+    records, _, _ = goodput_run(resumed_policy, goodput_batches(), resume_from=state, seed=3)
+    assert resumed_policy.frozen and resumed_policy.device_constants == pytest.approx(cut_policy.device_constants,
+                                                                                      rel=1e-6)
+    assert records and all(r.accumulation_steps >= 2 for r in records)
+
+
+def test_goodput_policy_without_constants_is_refused_by_accumulator():
+    from ms_accum.core.goodput import GoodputAccumulation  # pylint: disable=import-outside-toplevel
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params(), 0.1)
+    with pytest.raises(ValueError, match=r"For 'Accumulator', 'gradient_accumulation_steps' as a GoodputAccumulation "
+                                         r"policy must be told each window's time"):
+        ms_accum.Accumulator(optimizer, GoodputAccumulation(2, 6), noise_scale=True)
+    given = GoodputAccumulation(2, 6, micro_time=0.01, end_time=0.02)
+    accumulator = ms_accum.Accumulator(optimizer, given, noise_scale=True)
+    np.testing.assert_allclose(accumulator.accu_goodput_constants.asnumpy(), [0.01, 0.02], rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:For 'Model_ACCU.train', dataset sink mode needs a GPU or Ascend")
+def test_sink_mode_says_the_rule_has_nothing_to_follow():
+    """Dataset sink mode runs one N: a rule's factor stays 1 (G0 the first window), and a warning says so; asked on
+    CPU (MindSpore trains without sink there), the run still applies the factor 1 and reads the update count."""
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params(), BASE_RATE["momentum"])
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=2,
+                                       lr_scaling="linear")
+    telemetry = ms_accum.WindowTelemetry()
+    with pytest.warns(UserWarning, match=r"For 'Model_ACCU.train', dataset sink mode runs one N \(2\), so the "
+                                         r"learning-rate rule lr_scaling='linear' has no batch change to follow"):
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(goodput_batches(8)), callbacks=[telemetry],
+                                        dataset_sink_mode=True)
+    assert [r.learning_rate for r in telemetry.records] == pytest.approx([BASE_RATE["momentum"]] * 4)
+    assert [r.progress for r in telemetry.records] == pytest.approx([1.0, 2.0, 3.0, 4.0])

@@ -43,7 +43,9 @@ class Accumulator(WindowEngine, nn.Cell):
             windows are counted from 0 in its ``accu_windows`` Parameter (a flushed window counts), so the schedule
             follows a saved and reloaded Accumulator; or an :class:`AdaptiveAccumulation` policy, decided on the
             device after each window, inside a compiled step too (needs `noise_scale`). In a compiled step a change
-            of N compiles nothing. The tutorial's ``accumulate_step`` (and ``accumulation_steps``, ``mini_steps``)
+            of N compiles nothing. A ``GoodputAccumulation`` policy (``ms_accum.core.goodput``) is taken with its
+            window-time constants given (`micro_time`, `end_time`): a window ended inside a compiled step cannot be
+            timed for its calibration. The tutorial's ``accumulate_step`` (and ``accumulation_steps``, ``mini_steps``)
             is accepted in its place, keyword only.
         clip_norm (float, optional): Clip each window's gradient to this global norm, once per window, as
             ``ops.clip_by_global_norm`` would clip the large batch's gradient. Default: ``None`` (no clipping).

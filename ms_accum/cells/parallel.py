@@ -43,6 +43,8 @@ class AccumulationModes:
     sets ``phase`` (MindSpore's graph phase) before every call.
     """
 
+    _times_windows = True  # end_window runs from Python: a goodput policy is told each window's time
+
     def _init_modes(self):
         self._mode = None            # None: automatic; True/False: chosen by the user or a trainer
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
@@ -135,7 +137,9 @@ class AccumulationModes:
                 buffers cleared, the skip counted), so the cell can go on.
         """
         self._select(False)
+        micro_batches = self._window_micro_batches()
         outputs = super().__call__()
+        self._time_window(micro_batches)
         if raise_skipped and self.nonfinite == "raise" and self.scale_kind is None:
             if int(float(self.accu_skip_history.asnumpy())) & 1:  # the newest window was skipped
                 raise window.NonFiniteWindowSkipped(window.nonfinite_message(self.owner_name, skipped=True), outputs)
@@ -191,8 +195,11 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`;
             windows counted in the ``accu_windows`` Parameter, so it survives a saved state); or an
             :class:`AdaptiveAccumulation` policy, decided on the device after each window (its N in the
-            ``accu_steps`` Parameter; needs `noise_scale`). The automatic mode and the trainers without dataset
-            sink mode follow all three; dataset sink mode takes an int. ``accumulation_steps``, ``mini_steps`` and
+            ``accu_steps`` Parameter; needs `noise_scale`), or a ``GoodputAccumulation`` policy
+            (``ms_accum.core.goodput``: N for throughput x statistical efficiency; :meth:`end_window` times each
+            window for its calibration; its constants and measurements are Parameters of the cell,
+            ``accu_goodput_*``, in its state file). The automatic mode and the trainers without dataset
+            sink mode follow them all; dataset sink mode takes an int. ``accumulation_steps``, ``mini_steps`` and
             ``accumulate_step`` are accepted in its place (keyword only). Default: ``1``.
         clip_norm (float, optional): Clip the window's gradient (averaged, reduced across devices) to this global
             norm, once per window, as ``ops.clip_by_global_norm`` would clip the large batch's gradient; ``None``

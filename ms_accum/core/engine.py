@@ -16,7 +16,10 @@ counters and its choices, decided once when the cell is built:
 
 The engine knows nothing of datasets, Model or training loops.
 """
+import time
 from typing import NamedTuple
+
+import numpy as np
 
 from mindspore import Parameter, ParameterTuple, Tensor, context, jit, mutable, ops
 from mindspore import dtype as mstype
@@ -28,6 +31,7 @@ from mindspore.nn import DistributedGradReducer, Identity
 from . import window
 from ..compat import get_device_num, get_gradients_mean, get_mode, get_parallel_mode
 from .adaptive import AdaptiveAccumulation, next_steps_on_device
+from .goodput import GoodputAccumulation, goodput_steps_on_device
 from .checks import check_choice
 from .compile_cache import check_cached_settings, compile_cache_on
 from .compiled import CompiledCall, through_a_branch, write_parameter
@@ -108,6 +112,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
     :func:`data_parallel_reducer` or, on one device, from :meth:`_init_engine`'s defaults.
     """
 
+    _times_windows = False  # whether windows end from Python, where a goodput policy is told their times
+
     def _init_engine(self, owner, buffers, state, clip_norm=None, average=True, noise=None, loss_scale=None,
                      count_windows=True, items_source="returned by the loss network", rebuild="new cells",
                      nonfinite="skip", divide_in_place=True, raise_nonfinite_in_graph=True):
@@ -142,6 +148,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
                 ParallelMode.STAND_ALONE, False, 1, Identity()
         self._device_policy = None  # an AdaptiveAccumulation's constants, once N is set to one
+        self._goodput = False  # N chosen by a GoodputAccumulation (set_gradient_accumulation_steps)
         self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
         # With `average`, the window's mean over every device's items whatever MindSpore's gradients_mean says: the
         # buffers are divided by the items over all devices, times the device count the reducer divides by again
@@ -192,10 +199,9 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         MindSpore's compile cache would load instead of compiling (compile_cache.py)."""
         schedule = getattr(self, "accumulation_schedule", None)
         steps = None if schedule is None else self.gradient_accumulation_steps
-        if getattr(self, "adaptive_policy", None) is not None:  # its initial N is a Parameter's value, not frozen
-            min_steps, max_steps, interval, max_factor = self._device_policy
-            steps = (f"AdaptiveAccumulation(min_steps={min_steps}, max_steps={max_steps}, interval={interval}, "
-                     f"max_factor={max_factor})")
+        policy = getattr(self, "adaptive_policy", None)
+        if policy is not None:  # its initial N (and a goodput policy's constants) are Parameters' values, not frozen
+            steps = f"{type(policy).__name__}{self._device_policy}"
         settings = dict(cell=type(self).__name__, mode=get_mode(), device=context.get_context("device_target"),
                         clip_norm=self.clip_norm, average=self.average, nonfinite=self.nonfinite,
                         noise_scale=(self.noise_every or "first") if self.measure_noise else False,
@@ -234,9 +240,9 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         """
         owner = owner or self.owner_name
         policy = None
-        if isinstance(steps, AdaptiveAccumulation):
+        if isinstance(steps, (AdaptiveAccumulation, GoodputAccumulation)):
             if not self.measure_noise:
-                raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as an AdaptiveAccumulation policy "
+                raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as an {type(steps).__name__} policy "
                                  f"needs the noise scale, but {self.owner_name} does not measure it. Build it with "
                                  f"noise_scale=True (or 'first').")
             policy, steps = steps, steps.initial_steps
@@ -251,6 +257,14 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self._stage_firsts = Tensor(schedule.firsts, mstype.int32)
         self._stage_counts = Tensor(schedule.counts, mstype.int32)
         self._device_policy = policy.device_policy if policy is not None else None
+        if isinstance(policy, GoodputAccumulation) and not policy.given and not self._times_windows:
+            raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as a GoodputAccumulation policy must be "
+                             f"told each window's time to calibrate, but {self.owner_name} ends its windows inside a "
+                             f"compiled step of yours, which cannot time them. Pass the window-time constants you "
+                             f"measured: GoodputAccumulation(..., micro_time=t_micro, end_time=t_end).")
+        self._goodput = isinstance(policy, GoodputAccumulation)  # decided when compiled: which rule chooses N
+        if self._goodput:
+            self._bind_goodput(policy)
         write_parameter(self.accu_steps, schedule.steps_at(0))  # not set_data: see write_parameter
         if self._cache_slot is not None:  # N changed after the cell was first called
             self._check_compile_cache()
@@ -297,8 +311,81 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             return int(self.accu_steps.asnumpy())
         return self.accumulation_schedule.steps_at(int(self.accu_windows.asnumpy()))
 
+    # ------------------------------------------------------------------ a goodput policy's measurements
+    def _bind_goodput(self, policy):
+        """A :class:`GoodputAccumulation`'s constants (t_micro, t_end) and calibration rows in Parameters of the
+        cell ('<window prefix>.goodput_*'), so that the window's end reads the constants on the device and a state
+        file holds what the policy measured; written from the host (:meth:`observe_window`)."""
+        rows = 2 * policy.calibration_windows
+        if getattr(self, "accu_goodput_constants", None) is None:
+            self.accu_goodput_constants = Parameter(Tensor([0.0, 0.0], mstype.float32),
+                                                    name=f"{self._window_prefix}.goodput_constants",
+                                                    requires_grad=False)
+        if getattr(self, "accu_goodput_observed", None) is None or \
+                self.accu_goodput_observed.shape[0] != max(rows, 1):
+            self.accu_goodput_observed = Parameter(Tensor(-np.ones((max(rows, 1), 3), np.float32)),
+                                                   name=f"{self._window_prefix}.goodput_observed",
+                                                   requires_grad=False)
+        self._write_goodput(policy)
+        self._last_window_end = time.perf_counter()  # the policy leaves the first window it is told of untimed
+
+    def _write_goodput(self, policy):
+        """The policy's host state to its Parameters; remembered, so that a state loaded into them since is seen."""
+        observed = -np.ones(self.accu_goodput_observed.shape, np.float32)
+        for row, values in enumerate(policy.state_dict()["observed"][:observed.shape[0]]):
+            observed[row] = values
+        constants = np.array(policy.device_constants, np.float32)
+        write_parameter(self.accu_goodput_constants, constants)
+        write_parameter(self.accu_goodput_observed, observed)
+        self._goodput_written = (constants, observed)
+
+    def _window_micro_batches(self):
+        """Before a window's end from Python: its micro-batches, read from the device for a goodput policy (which
+        times windows), else None."""
+        return int(self.accu_micro_steps.asnumpy()) if self._goodput else None
+
+    def _time_window(self, micro_batches):
+        """After a window's end from Python (the parallel cells' ``end_window``, under the trainers too): its wall
+        time since the previous window's end reported to a goodput policy, once the device has chosen the next N
+        (reading the window count waits for it)."""
+        if micro_batches is None:
+            return
+        update = int(self.accu_windows.asnumpy()) - 1
+        now = time.perf_counter()
+        self.observe_window(update, micro_batches, max(now - self._last_window_end, 1e-9))
+        self._last_window_end = now
+
+    def observe_window(self, update, micro_batches, seconds):
+        """
+        Report window `update`'s wall time (seconds since the previous window's end, the device synchronised) to a
+        :class:`GoodputAccumulation` policy, after the window's end chose the next N; nothing for another N. Once
+        the policy's calibration is fitted its constants go to the device, which decides with them from then on.
+        A state loaded into the cell since the last report (a resumed run) is taken into the policy first.
+
+        Args:
+            update (int): The window's index, from 0.
+            micro_batches (int): Its micro-batches.
+            seconds (float): Its wall time, > 0.
+        """
+        policy = self.adaptive_policy
+        if not self._goodput:
+            return
+        constants, observed = self.accu_goodput_constants.asnumpy(), self.accu_goodput_observed.asnumpy()
+        if not (np.array_equal(constants, self._goodput_written[0]) and
+                np.array_equal(observed, self._goodput_written[1])):  # loaded from a state file
+            policy.load_state_dict({"micro_time": float(constants[0]), "end_time": float(constants[1]),
+                                    "observed": [row.tolist() for row in observed if row[0] >= 0]})
+        policy.observe(update, micro_batches, seconds)
+        self._write_goodput(policy)
+
     def _adapt_steps(self):
         """After the window's noise record: the policy's N for the next window, in ``accu_steps``."""
+        if self._goodput:
+            constants = self.accu_goodput_constants * 1.0
+            chosen = goodput_steps_on_device(self._device_policy, self.accu_steps, self.accu_windows,
+                                             self.noise_smooth_grad_sq, self.noise_smooth_trace,
+                                             self.accu_last_items, self.accu_micro_steps, constants[0], constants[1])
+            return ops.assign(self.accu_steps, chosen)
         chosen = next_steps_on_device(self._device_policy, self.accu_steps, self.accu_windows,
                                       self.noise_smooth_grad_sq, self.noise_smooth_trace, self.accu_last_items,
                                       self.accu_micro_steps)

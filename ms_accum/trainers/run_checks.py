@@ -13,8 +13,11 @@ from mindspore.dataset import Dataset
 from mindspore.nn import CellList
 
 from ..core.adaptive import AdaptiveAccumulation
+from ..core.goodput import GoodputAccumulation
 from ..core.progress_lr import ProgressLearningRate
 from ..core.schedule import AccumulationSchedule, max_updates, shown_steps_name
+
+POLICIES = (AdaptiveAccumulation, GoodputAccumulation)  # N chosen on the device as the run goes
 
 
 def check_dataset(owner, dataset, arg_name="train_dataset"):
@@ -121,7 +124,7 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, a
 
 def largest_steps(steps):
     """The largest N a run can take: an int's, a schedule's (an AccumulationSchedule) or a policy's max_steps."""
-    if isinstance(steps, AdaptiveAccumulation):
+    if isinstance(steps, POLICIES):
         return steps.max_steps
     if isinstance(steps, AccumulationSchedule):
         return max(steps.counts)
@@ -132,7 +135,7 @@ def check_window_fits(owner, steps_name, steps, micro_batches_per_epoch, partial
     """Raise if a window of the run (N an int, a schedule or a policy) can be longer than an epoch, unless windows
     are carried across epochs. `carry_hint` follows "pass partial_window='carry'" in the message."""
     if largest_steps(steps) > micro_batches_per_epoch and partial_window != "carry":
-        shown = steps if isinstance(steps, AdaptiveAccumulation) else largest_steps(steps)
+        shown = steps if isinstance(steps, POLICIES) else largest_steps(steps)
         raise ValueError(f"For '{owner}', {shown_steps_name(steps_name)} must be <= the {micro_batches_per_epoch} "
                          f"micro-batches in an epoch, "
                          f"but got {shown}. Lower it, or pass partial_window='carry'{carry_hint} to let windows span "
@@ -142,7 +145,7 @@ def check_window_fits(owner, steps_name, steps, micro_batches_per_epoch, partial
 def plan_updates(steps, micro_batches_per_epoch, epochs, partial_window):
     """(windows begun before each epoch, the run's updates) for N an int or a schedule; (None, None) for a policy,
     whose count of updates is decided as it goes."""
-    if isinstance(steps, AdaptiveAccumulation):
+    if isinstance(steps, POLICIES):
         return None, None
     schedule = steps if isinstance(steps, AccumulationSchedule) else AccumulationSchedule(steps)
     return schedule.run_plan(micro_batches_per_epoch, epochs, partial_window)
@@ -199,7 +202,7 @@ def check_run_learning_rate(owner, optimizer, steps, micro_batches_per_epoch, ep
         check_progress_lr_schedule(owner, optimizer, micro_batches_per_epoch * epochs, first, micro_batch_items,
                                    from_start, adascale=lr_scaling.startswith("adascale"))
         return
-    adaptive = isinstance(steps, AdaptiveAccumulation)
+    adaptive = isinstance(steps, POLICIES)
     most = max_updates(steps.min_steps, micro_batches_per_epoch, epochs, partial_window) if adaptive else \
         plan_updates(steps, micro_batches_per_epoch, epochs, partial_window)[1]
     check_lr_schedule(owner, optimizer, micro_batches_per_epoch * epochs, most, from_start=from_start,
