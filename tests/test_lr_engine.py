@@ -98,14 +98,14 @@ def close(got, want):
     return all(np.abs(g - w).max() <= RTOL * max(np.abs(w).max(), 1e-12) for g, w in zip(got, want))
 
 
-def run_path(path, net, optimizer, rule, noise):
+def run_path(path, net, optimizer, rule, noise, **options):
     """A function window -> None that runs one window's micro-batches through `path`, built on `net`."""
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     loss_net = nn.WithLossCell(net, loss)
     if path in ("cell", "loss_scale"):
         if path == "cell":
             cell = ms_accum.TrainAccuStepsCell(loss_net, optimizer, gradient_accumulation_steps=SCHEDULE,
-                                               noise_scale=noise, lr_scaling=rule)
+                                               noise_scale=noise, lr_scaling=rule, **options)
         else:
             cell = ms_accum.TrainAccuStepsWithLossScaleCell(
                 loss_net, optimizer, nn.FixedLossScaleUpdateCell(1024.0), gradient_accumulation_steps=SCHEDULE,
@@ -129,14 +129,14 @@ def run_path(path, net, optimizer, rule, noise):
             optim()
             clear()
         return optim, run
-    return functional_path(loss_net, optimizer, rule, noise)
+    return functional_path(loss_net, optimizer, rule, noise, options)
 
 
-def functional_path(loss_net, optimizer, rule, noise):
+def functional_path(loss_net, optimizer, rule, noise, options):
     """Accumulator in the tutorial's jit step (a function of its own: a jit function's closure must hold only what
     it reads)."""
     accumulator = ms_accum.Accumulator(optimizer, gradient_accumulation_steps=SCHEDULE, noise_scale=noise,
-                                       lr_scaling=rule)
+                                       lr_scaling=rule, **options)
     grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
 
     @ms.jit
@@ -150,12 +150,12 @@ def functional_path(loss_net, optimizer, rule, noise):
     return accumulator, run
 
 
-def check_rule(path, rule, kind):
+def check_rule(path, rule, kind, **options):
     """Each window's update against the reference at the rule's factor, and the control at factor 1."""
     noise = rule == "adascale"
     net = make_net()
     optimizer = make_optimizer(kind, net.trainable_params(), BASE_RATE[kind])
-    cell, run = run_path(path, net, optimizer, rule, noise)
+    cell, run = run_path(path, net, optimizer, rule, noise, **options)
     reference, control = Reference(kind), Reference(kind)
     estimates, factors = [], []
     control_failed = False
@@ -186,6 +186,13 @@ def test_each_window_is_the_large_batch_step_at_the_rules_rate(exec_mode, path, 
     # progress: G / G0 per window (1 + 1 + 3 + 3), or AdaScale's gains
     if rule != "adascale":
         assert cell.lr_state.progress == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("path", ["cell", "functional"])
+def test_the_rule_holds_without_the_nonfinite_check(exec_mode, path):
+    """nonfinite="apply" leaves no skip flag to order the factor's write before the step by: the window's loss is
+    ordered instead, and the step still reads the window's own factor."""
+    check_rule(path, "adascale", "adamw", nonfinite="apply")
 
 
 # ----------------------------------------------------------------- the trainers (GradientAccumulation, Model_ACCU)

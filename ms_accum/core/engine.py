@@ -199,9 +199,12 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         MindSpore's compile cache would load instead of compiling (compile_cache.py)."""
         schedule = getattr(self, "accumulation_schedule", None)
         steps = None if schedule is None else self.gradient_accumulation_steps
-        policy = getattr(self, "adaptive_policy", None)
-        if policy is not None:  # its initial N (and a goodput policy's constants) are Parameters' values, not frozen
-            steps = f"{type(policy).__name__}{self._device_policy}"
+        if getattr(self, "_goodput", False):  # its constants are Parameters' values, not frozen
+            steps = f"GoodputAccumulation{self._device_policy}"
+        elif getattr(self, "adaptive_policy", None) is not None:  # its initial N is a Parameter's value, not frozen
+            min_steps, max_steps, interval, max_factor = self._device_policy
+            steps = (f"AdaptiveAccumulation(min_steps={min_steps}, max_steps={max_steps}, interval={interval}, "
+                     f"max_factor={max_factor})")
         settings = dict(cell=type(self).__name__, mode=get_mode(), device=context.get_context("device_target"),
                         clip_norm=self.clip_norm, average=self.average, nonfinite=self.nonfinite,
                         noise_scale=(self.noise_every or "first") if self.measure_noise else False,
