@@ -43,7 +43,9 @@ class Accumulator(WindowEngine, nn.Cell):
             windows are counted from 0 in its ``accu_windows`` Parameter (a flushed window counts), so the schedule
             follows a saved and reloaded Accumulator; or an :class:`AdaptiveAccumulation` policy, decided on the
             device after each window, inside a compiled step too (needs `noise_scale`). In a compiled step a change
-            of N compiles nothing. The tutorial's ``accumulate_step`` (and ``accumulation_steps``, ``mini_steps``)
+            of N compiles nothing. A ``GoodputAccumulation`` policy (``ms_accum.core.goodput``) is taken with its
+            window-time constants given (`micro_time`, `end_time`): a window ended inside a compiled step cannot be
+            timed for its calibration. The tutorial's ``accumulate_step`` (and ``accumulation_steps``, ``mini_steps``)
             is accepted in its place, keyword only.
         clip_norm (float, optional): Clip each window's gradient to this global norm, once per window, as
             ``ops.clip_by_global_norm`` would clip the large batch's gradient. Default: ``None`` (no clipping).
@@ -63,6 +65,11 @@ class Accumulator(WindowEngine, nn.Cell):
             ``accu_nonfinite_streak``: ``"skip"`` goes on, ``"raise"`` raises instead; ``"apply"`` checks nothing
             and applies it, as :class:`mindspore.nn.TrainOneStepCell` does. With a loss scale only ``"skip"`` is
             taken: its overflow skip decides. Default: ``"skip"``.
+        lr_scaling (str): The learning-rate rule, as in :class:`TrainAccuStepsCell`: ``"none"``, ``"linear"``,
+            ``"sqrt"`` or ``"adascale"`` (needs `noise_scale`); G is the window's `num_items` over all devices
+            (its micro-batches when `num_items` is omitted). Default: ``"none"``.
+        reference_batch (float, optional): G0 in the same units, > 0; read with a rule only. Default: ``None``:
+            the first window's.
 
     Inputs:
         - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter (the rows of a
@@ -83,7 +90,8 @@ class Accumulator(WindowEngine, nn.Cell):
             compile cache on, if its stored graphs were compiled with other settings; when called, if `grads` does
             not hold one gradient per optimizer parameter, each of its shape; when a window ends, if a micro-batch of
             it had `num_items` <= 0, or some of its micro-batches had `num_items` and others not (the optimizer is
-            not stepped); `nonfinite` is not ``"skip"`` with a `loss_scaler`.
+            not stepped); `nonfinite` is not ``"skip"`` with a `loss_scaler`; `lr_scaling` or `reference_batch` is
+            refused as listed for :class:`TrainOptim`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -112,7 +120,7 @@ class Accumulator(WindowEngine, nn.Cell):
     """
 
     def __init__(self, optimizer, gradient_accumulation_steps=None, clip_norm=None, loss_scaler=None,
-                 noise_scale=False, average=True, nonfinite="skip",
+                 noise_scale=False, average=True, nonfinite="skip", lr_scaling="none", reference_batch=None,
                  *, accumulation_steps=None, mini_steps=None, accumulate_step=None):
         super().__init__(auto_prefix=False)
         owner = "Accumulator"
@@ -127,6 +135,7 @@ class Accumulator(WindowEngine, nn.Cell):
                           noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
                           loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
                           nonfinite=nonfinite)
+        self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)
         self.set_gradient_accumulation_steps(*steps)
         self.loss_scaler = loss_scaler
         self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)

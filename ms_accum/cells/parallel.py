@@ -43,6 +43,8 @@ class AccumulationModes:
     sets ``phase`` (MindSpore's graph phase) before every call.
     """
 
+    _times_windows = True  # end_window runs from Python: a goodput policy is told each window's time
+
     def _init_modes(self):
         self._mode = None            # None: automatic; True/False: chosen by the user or a trainer
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
@@ -135,7 +137,9 @@ class AccumulationModes:
                 buffers cleared, the skip counted), so the cell can go on.
         """
         self._select(False)
+        micro_batches = self._window_micro_batches()
         outputs = super().__call__()
+        self._time_window(micro_batches)
         if raise_skipped and self.nonfinite == "raise" and self.scale_kind is None:
             if int(float(self.accu_skip_history.asnumpy())) & 1:  # the newest window was skipped
                 raise window.NonFiniteWindowSkipped(window.nonfinite_message(self.owner_name, skipped=True), outputs)
@@ -191,8 +195,11 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             micro-batches per update, >= 1; or a schedule ``{first_update: N}`` (see :class:`AccumulationSchedule`;
             windows counted in the ``accu_windows`` Parameter, so it survives a saved state); or an
             :class:`AdaptiveAccumulation` policy, decided on the device after each window (its N in the
-            ``accu_steps`` Parameter; needs `noise_scale`). The automatic mode and the trainers without dataset
-            sink mode follow all three; dataset sink mode takes an int. ``accumulation_steps``, ``mini_steps`` and
+            ``accu_steps`` Parameter; needs `noise_scale`), or a ``GoodputAccumulation`` policy
+            (``ms_accum.core.goodput``: N for throughput x statistical efficiency; :meth:`end_window` times each
+            window for its calibration; its constants and measurements are Parameters of the cell,
+            ``accu_goodput_*``, in its state file). The automatic mode and the trainers without dataset
+            sink mode follow them all; dataset sink mode takes an int. ``accumulation_steps``, ``mini_steps`` and
             ``accumulate_step`` are accepted in its place (keyword only). Default: ``1``.
         clip_norm (float, optional): Clip the window's gradient (averaged, reduced across devices) to this global
             norm, once per window, as ``ops.clip_by_global_norm`` would clip the large batch's gradient; ``None``
@@ -212,6 +219,16 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             knows the data raises its own error instead, naming the window's micro-batches);
             ``"apply"`` checks nothing and applies it, as :class:`mindspore.nn.TrainOneStepCell` does.
             Default: ``"skip"``.
+        lr_scaling (str): How the optimizer's learning rate follows the window's global batch G (its items over all
+            devices) when N changes: ``"none"`` leaves the optimizer as it is; ``"linear"`` multiplies the rate by
+            G / G0, ``"sqrt"`` by sqrt(G / G0), ``"adascale"`` by AdaScale's gain r from the window's noise
+            estimates (sqrt(r) for an Adam-like optimizer; needs `noise_scale`; ``"adascale_sgd"`` and
+            ``"adascale_adam"`` name the form). With a rule the optimizer reads its schedule (a number, a list per
+            reference step or a ``LearningRateSchedule``) at the run's progress in reference steps (G / G0 per
+            window, r for AdaScale) instead of its update count (``ms_accum.core.progress_lr``); progress, the
+            factor and G0 are Parameters of the cell (``accu_lr_*``), in its state file. Default: ``"none"``.
+        reference_batch (float, optional): G0, the reference global batch in items (samples, or the ``num_items``
+            the loss reports), > 0; read with a rule only. Default: ``None``: the first window's items.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -225,7 +242,8 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             integer, or `noise_scale` is neither a bool nor a str.
         ValueError: If none of the optimizer's parameters is a parameter of `network` (some not: a warning), one
             has ``requires_grad=False``, N is < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or
-            not finite; when called, as listed for :class:`TrainForwardBackward` and :class:`TrainOptim`.
+            not finite, or `lr_scaling` or `reference_batch` is refused as listed for :class:`TrainOptim`; when
+            called, as listed for :class:`TrainForwardBackward` and :class:`TrainOptim`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -244,7 +262,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
     """
 
     def __init__(self, network, optimizer, sens=1.0, gradient_accumulation_steps=None, clip_norm=None,
-                 noise_scale=False, average=True, nonfinite="skip",
+                 noise_scale=False, average=True, nonfinite="skip", lr_scaling="none", reference_batch=None,
                  *, accumulation_steps=None, mini_steps=None, accumulate_step=None, _naming=None):
         naming = _naming or CellNaming("TrainAccuStepsCell")  # a trainer building the cell names it its own way
         owner = naming.owner
@@ -256,6 +274,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
                           check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
                           noise=noise_state(owner, naming.window_prefix, noise_scale, average), nonfinite=nonfinite,
                           rebuild=naming.rebuild_hint, raise_nonfinite_in_graph=False)
+        self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)
         self.set_gradient_accumulation_steps(*steps)
         self._init_modes()
 

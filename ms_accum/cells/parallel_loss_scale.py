@@ -52,6 +52,9 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         nonfinite (str): Only ``"skip"`` (the default), taken by every ms_accum cell: with a loss scale, a window
             holding an inf or a NaN is the overflow skip's to decide (skipped, the scale lowered). Accepted so that
             the cells take the same arguments; ``"raise"`` or ``"apply"`` is refused. Default: ``"skip"``.
+        lr_scaling (str): The learning-rate rule, as in :class:`TrainAccuStepsCell`. A skipped (overflowing)
+            window moves neither the progress nor the optimizer's step. Default: ``"none"``.
+        reference_batch (float, optional): G0, as in :class:`TrainAccuStepsCell`. Default: ``None``.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.
@@ -88,7 +91,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
     """
 
     def __init__(self, network, optimizer, scale_sense, gradient_accumulation_steps=None, clip_norm=None,
-                 noise_scale=False, average=True, nonfinite="skip",
+                 noise_scale=False, average=True, nonfinite="skip", lr_scaling="none", reference_batch=None,
                  *, accumulation_steps=None, mini_steps=None, accumulate_step=None, _naming=None):
         naming = _naming or CellNaming("TrainAccuStepsWithLossScaleCell")  # see TrainAccuStepsCell
         owner = naming.owner
@@ -107,6 +110,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
                           noise=noise_state(owner, naming.window_prefix, noise_scale, average),
                           loss_scale=(kind, updater, scale), nonfinite=nonfinite, rebuild=naming.rebuild_hint,
                           raise_nonfinite_in_graph=False)
+        self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)
         self.set_gradient_accumulation_steps(*steps)
         self._init_modes()
         self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{naming.window_prefix}.overflow",

@@ -165,6 +165,11 @@ class TrainOptim(WindowEngine, nn.Cell):
             ``accu_nonfinite_streak``: ``"skip"`` goes on, ``"raise"`` raises instead; ``"apply"`` checks nothing
             and applies it, as :class:`mindspore.nn.TrainOneStepCell` does. With a loss scale only ``"skip"`` is
             taken: its overflow skip decides. Default: ``"skip"``.
+        lr_scaling (str): The learning-rate rule, as in :class:`TrainAccuStepsCell`, for windows of the sizes the
+            caller makes them: ``"none"`` (the optimizer left as it is), ``"linear"``, ``"sqrt"`` or
+            ``"adascale"`` (needs `noise_scale`). Default: ``"none"``.
+        reference_batch (float, optional): G0 in samples or items, > 0; read with a rule only. Default: ``None``:
+            the first window's.
 
     Inputs:
         None.
@@ -187,7 +192,9 @@ class TrainOptim(WindowEngine, nn.Cell):
             ``"skip"`` with `scale_sense`; when called, if a micro-batch of the window reported ``num_items`` <= 0
             (the optimizer is not stepped), or if the buffers were applied and :class:`TrainClear` has not cleared
             them since; at the first call, with MindSpore's compile cache on, if its stored graphs were compiled with
-            other settings.
+            other settings; if `lr_scaling` is not a rule, is ``"adascale"`` without `noise_scale` or for an optimizer
+            it does not know, `reference_batch` is not a number > 0 or is given with ``"none"``, or the optimizer
+            does not read its rate through ``Optimizer.get_lr``.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -202,7 +209,7 @@ class TrainOptim(WindowEngine, nn.Cell):
     """
 
     def __init__(self, optimizer, grad_sum, average=True, clip_norm=None, scale_sense=None, noise_scale=False,
-                 nonfinite="skip"):
+                 nonfinite="skip", lr_scaling="none", reference_batch=None):
         super().__init__(auto_prefix=False)
         owner = "TrainOptim"
         self.optimizer = check_optimizer(owner, optimizer)
@@ -216,6 +223,7 @@ class TrainOptim(WindowEngine, nn.Cell):
                           noise=_noise_state(owner, state, noise_scale, average),
                           loss_scale=(kind, updater, scale) if kind else None, count_windows=False,
                           nonfinite=nonfinite)
+        self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)
         self.loss_scaled = kind is not None
         self.window = state
 

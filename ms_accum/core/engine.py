@@ -16,7 +16,10 @@ counters and its choices, decided once when the cell is built:
 
 The engine knows nothing of datasets, Model or training loops.
 """
+import time
 from typing import NamedTuple
+
+import numpy as np
 
 from mindspore import Parameter, ParameterTuple, Tensor, context, jit, mutable, ops
 from mindspore import dtype as mstype
@@ -28,12 +31,15 @@ from mindspore.nn import DistributedGradReducer, Identity
 from . import window
 from ..compat import get_device_num, get_gradients_mean, get_mode, get_parallel_mode
 from .adaptive import AdaptiveAccumulation, next_steps_on_device
+from .goodput import GoodputAccumulation, goodput_steps_on_device
 from .checks import check_choice
 from .compile_cache import check_cached_settings, compile_cache_on
 from .compiled import CompiledCall, through_a_branch, write_parameter
 from .deprecation import renamed
 from .loss_scale import update_scale
+from .lr_scaling import ADASCALE_RULES, check_reference_batch, resolve_scaling_rule
 from .noise_scale import NoiseMeasure
+from .progress_lr import ProgressState, advance_progress, prepare_window_rate, rewire_learning_rate
 from .runtime_checks import assert_in_graph
 from .schedule import STEPS_NAME, AccumulationSchedule, check_steps, shown_steps_name
 
@@ -106,6 +112,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
     :func:`data_parallel_reducer` or, on one device, from :meth:`_init_engine`'s defaults.
     """
 
+    _times_windows = False  # whether windows end from Python, where a goodput policy is told their times
+
     def _init_engine(self, owner, buffers, state, clip_norm=None, average=True, noise=None, loss_scale=None,
                      count_windows=True, items_source="returned by the loss network", rebuild="new cells",
                      nonfinite="skip", divide_in_place=True, raise_nonfinite_in_graph=True):
@@ -140,6 +148,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             self.parallel_mode, self.reducer_flag, self.degree, self.grad_reducer = \
                 ParallelMode.STAND_ALONE, False, 1, Identity()
         self._device_policy = None  # an AdaptiveAccumulation's constants, once N is set to one
+        self._goodput = False  # N chosen by a GoodputAccumulation (set_gradient_accumulation_steps)
         self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
         # With `average`, the window's mean over every device's items whatever MindSpore's gradients_mean says: the
         # buffers are divided by the items over all devices, times the device count the reducer divides by again
@@ -148,6 +157,36 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self.device_degree = float(self.degree) if reducer_mean else 1.0
         self.window_allreduce = ops.AllReduce(group=GlobalComm.WORLD_COMM_GROUP) if self.is_distributed else None
         self._cache_slot = None  # the cell's entry among the compile cache's recorded settings (compile_cache.py)
+        self._window_prefix = state.prefix
+        self.lr_scaling, self.lr_state = "none", None  # set by _init_lr_scaling
+
+    def _init_lr_scaling(self, optimizer, lr_scaling="none", reference_batch=None):
+        """Bind a learning-rate rule (``lr_scaling.py``) to the window's end: with a rule other than ``"none"``,
+        `optimizer` is rewired to read its rate from the progress and factor of a :class:`ProgressState` whose
+        Parameters ('<window prefix>.lr.*') are the cell's (``accu_lr_*``), so that the window's graph writes them
+        and a state file holds them. With ``"none"`` (the default) nothing is built and the optimizer is untouched.
+        Called by a front end after :meth:`_init_engine`, before the cell's first call."""
+        owner = self.owner_name
+        rule = resolve_scaling_rule(owner, lr_scaling, optimizer)
+        reference = check_reference_batch(owner, reference_batch)
+        if rule == "none":
+            if reference is not None:
+                raise ValueError(f"For '{owner}', 'reference_batch' is read by a learning-rate rule only, but got "
+                                 f"{reference_batch!r} with lr_scaling='none'. Pass lr_scaling='linear', 'sqrt' or "
+                                 f"'adascale', or drop reference_batch.")
+            return
+        if rule in ADASCALE_RULES and not self.measure_noise:
+            raise ValueError(f"For '{owner}', 'lr_scaling'={lr_scaling!r} reads AdaScale's gain from the window's "
+                             f"gradient noise scale, but {owner} does not measure it. Build it with noise_scale=True "
+                             f"(or 'first'), or pass lr_scaling='linear' or 'sqrt'.")
+        state = ProgressState(prefix=f"{self._window_prefix}.lr", reference_batch=reference)
+        rewire_learning_rate(optimizer, state, owner)
+        self.lr_scaling, self.lr_state = rule, state
+        self.accu_lr_steps, self.accu_lr_fraction, self.accu_lr_factor, self.accu_lr_reference = state.parameters
+        self.accu_lr_applied = state.applied_rate
+
+    def _lr_params(self):
+        return (self.accu_lr_steps, self.accu_lr_fraction, self.accu_lr_factor, self.accu_lr_reference)
 
     # ------------------------------------------------------------------ names of ms_accum 0.1
     last_items = renamed("last_items", "accu_last_items")
@@ -160,7 +199,9 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         MindSpore's compile cache would load instead of compiling (compile_cache.py)."""
         schedule = getattr(self, "accumulation_schedule", None)
         steps = None if schedule is None else self.gradient_accumulation_steps
-        if getattr(self, "adaptive_policy", None) is not None:  # its initial N is a Parameter's value, not frozen
+        if getattr(self, "_goodput", False):  # its constants are Parameters' values, not frozen
+            steps = f"GoodputAccumulation{self._device_policy}"
+        elif getattr(self, "adaptive_policy", None) is not None:  # its initial N is a Parameter's value, not frozen
             min_steps, max_steps, interval, max_factor = self._device_policy
             steps = (f"AdaptiveAccumulation(min_steps={min_steps}, max_steps={max_steps}, interval={interval}, "
                      f"max_factor={max_factor})")
@@ -169,6 +210,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                         noise_scale=(self.noise_every or "first") if self.measure_noise else False,
                         loss_scale=self.scale_kind, sens=getattr(self, "sens", None),
                         divide_in_place=self.divide_in_place, device_degree=self.device_degree,
+                        lr_scaling=self.lr_scaling,
                         gradient_accumulation_steps=steps,
                         buffers=tuple(tuple(buffer.shape) for buffer in self.accu_grads))
         return {key: str(value) for key, value in settings.items()}
@@ -201,9 +243,9 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         """
         owner = owner or self.owner_name
         policy = None
-        if isinstance(steps, AdaptiveAccumulation):
+        if isinstance(steps, (AdaptiveAccumulation, GoodputAccumulation)):
             if not self.measure_noise:
-                raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as an AdaptiveAccumulation policy "
+                raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as an {type(steps).__name__} policy "
                                  f"needs the noise scale, but {self.owner_name} does not measure it. Build it with "
                                  f"noise_scale=True (or 'first').")
             policy, steps = steps, steps.initial_steps
@@ -218,6 +260,14 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self._stage_firsts = Tensor(schedule.firsts, mstype.int32)
         self._stage_counts = Tensor(schedule.counts, mstype.int32)
         self._device_policy = policy.device_policy if policy is not None else None
+        if isinstance(policy, GoodputAccumulation) and not policy.given and not self._times_windows:
+            raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as a GoodputAccumulation policy must be "
+                             f"told each window's time to calibrate, but {self.owner_name} ends its windows inside a "
+                             f"compiled step of yours, which cannot time them. Pass the window-time constants you "
+                             f"measured: GoodputAccumulation(..., micro_time=t_micro, end_time=t_end).")
+        self._goodput = isinstance(policy, GoodputAccumulation)  # decided when compiled: which rule chooses N
+        if self._goodput:
+            self._bind_goodput(policy)
         write_parameter(self.accu_steps, schedule.steps_at(0))  # not set_data: see write_parameter
         if self._cache_slot is not None:  # N changed after the cell was first called
             self._check_compile_cache()
@@ -264,8 +314,81 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             return int(self.accu_steps.asnumpy())
         return self.accumulation_schedule.steps_at(int(self.accu_windows.asnumpy()))
 
+    # ------------------------------------------------------------------ a goodput policy's measurements
+    def _bind_goodput(self, policy):
+        """A :class:`GoodputAccumulation`'s constants (t_micro, t_end) and calibration rows in Parameters of the
+        cell ('<window prefix>.goodput_*'), so that the window's end reads the constants on the device and a state
+        file holds what the policy measured; written from the host (:meth:`observe_window`)."""
+        rows = 2 * policy.calibration_windows
+        if getattr(self, "accu_goodput_constants", None) is None:
+            self.accu_goodput_constants = Parameter(Tensor([0.0, 0.0], mstype.float32),
+                                                    name=f"{self._window_prefix}.goodput_constants",
+                                                    requires_grad=False)
+        if getattr(self, "accu_goodput_observed", None) is None or \
+                self.accu_goodput_observed.shape[0] != max(rows, 1):
+            self.accu_goodput_observed = Parameter(Tensor(-np.ones((max(rows, 1), 3), np.float32)),
+                                                   name=f"{self._window_prefix}.goodput_observed",
+                                                   requires_grad=False)
+        self._write_goodput(policy)
+        self._last_window_end = time.perf_counter()  # the policy leaves the first window it is told of untimed
+
+    def _write_goodput(self, policy):
+        """The policy's host state to its Parameters; remembered, so that a state loaded into them since is seen."""
+        observed = -np.ones(self.accu_goodput_observed.shape, np.float32)
+        for row, values in enumerate(policy.state_dict()["observed"][:observed.shape[0]]):
+            observed[row] = values
+        constants = np.array(policy.device_constants, np.float32)
+        write_parameter(self.accu_goodput_constants, constants)
+        write_parameter(self.accu_goodput_observed, observed)
+        self._goodput_written = (constants, observed)
+
+    def _window_micro_batches(self):
+        """Before a window's end from Python: its micro-batches, read from the device for a goodput policy (which
+        times windows), else None."""
+        return int(self.accu_micro_steps.asnumpy()) if self._goodput else None
+
+    def _time_window(self, micro_batches):
+        """After a window's end from Python (the parallel cells' ``end_window``, under the trainers too): its wall
+        time since the previous window's end reported to a goodput policy, once the device has chosen the next N
+        (reading the window count waits for it)."""
+        if micro_batches is None:
+            return
+        update = int(self.accu_windows.asnumpy()) - 1
+        now = time.perf_counter()
+        self.observe_window(update, micro_batches, max(now - self._last_window_end, 1e-9))
+        self._last_window_end = now
+
+    def observe_window(self, update, micro_batches, seconds):
+        """
+        Report window `update`'s wall time (seconds since the previous window's end, the device synchronised) to a
+        :class:`GoodputAccumulation` policy, after the window's end chose the next N; nothing for another N. Once
+        the policy's calibration is fitted its constants go to the device, which decides with them from then on.
+        A state loaded into the cell since the last report (a resumed run) is taken into the policy first.
+
+        Args:
+            update (int): The window's index, from 0.
+            micro_batches (int): Its micro-batches.
+            seconds (float): Its wall time, > 0.
+        """
+        policy = self.adaptive_policy
+        if not self._goodput:
+            return
+        constants, observed = self.accu_goodput_constants.asnumpy(), self.accu_goodput_observed.asnumpy()
+        if not (np.array_equal(constants, self._goodput_written[0]) and
+                np.array_equal(observed, self._goodput_written[1])):  # loaded from a state file
+            policy.load_state_dict({"micro_time": float(constants[0]), "end_time": float(constants[1]),
+                                    "observed": [row.tolist() for row in observed if row[0] >= 0]})
+        policy.observe(update, micro_batches, seconds)
+        self._write_goodput(policy)
+
     def _adapt_steps(self):
         """After the window's noise record: the policy's N for the next window, in ``accu_steps``."""
+        if self._goodput:
+            constants = self.accu_goodput_constants * 1.0
+            chosen = goodput_steps_on_device(self._device_policy, self.accu_steps, self.accu_windows,
+                                             self.noise_smooth_grad_sq, self.noise_smooth_trace,
+                                             self.accu_last_items, self.accu_micro_steps, constants[0], constants[1])
+            return ops.assign(self.accu_steps, chosen)
         chosen = next_steps_on_device(self._device_policy, self.accu_steps, self.accu_windows,
                                       self.noise_smooth_grad_sq, self.noise_smooth_trace, self.accu_last_items,
                                       self.accu_micro_steps)
@@ -424,12 +547,27 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         if self.reducer_flag:  # the window's mean loss over every device's items, as one device would report it
             loss_sum = self._sum_over_devices(loss_sum)
         mean_loss = ops.depend(loss_sum / ops.maximum(total, 1e-12), recorded)
+        increment = None
+        if self.lr_state is not None:  # the window's learning-rate factor, written before the step reads it
+            noise = (None, None)
+            if self.lr_scaling in ADASCALE_RULES:  # the smoothed estimates after this window's own record
+                noise = (ops.depend(self.noise_smooth_grad_sq * 1.0, recorded),
+                         ops.depend(self.noise_smooth_trace * 1.0, recorded))
+            increment = prepare_window_rate(self.lr_scaling, self._lr_params(), total, *noise)
         overflow = self._window_overflow(norm)
         next_scale = None
         if self.scale_kind is not None:
             overflow = update_scale(self.scale_kind, self.loss_scale_manager, self.accu_scale, overflow)
             next_scale = ops.depend(ops.reshape(self.accu_scale, ()) * 1.0, overflow)
+        if increment is not None:
+            if isinstance(overflow, bool):  # nonfinite="apply": no flag to order by, order the loss instead
+                mean_loss = ops.depend(mean_loss, increment)
+            else:
+                overflow = ops.depend(overflow, increment)
         mean_loss = self._step_unless(overflow, refused, shown, optimizer, grads, mean_loss)
+        if increment is not None:  # a skipped window moves neither progress nor the optimizer's global_step
+            mean_loss = ops.depend(mean_loss, advance_progress(
+                self._lr_params(), ops.depend(increment, mean_loss), None if isinstance(overflow, bool) else overflow))
         mean_loss = window.count_skip((self.accu_skipped_windows, self.accu_nonfinite_streak, self.accu_skip_history),
                                       overflow, mean_loss)
         if self.accu_windows is not None and self._device_policy is not None:

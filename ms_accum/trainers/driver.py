@@ -106,6 +106,12 @@ class GradientAccumulation:
             :class:`mindspore.nn.TrainOneStepCell` does. With `scale_sense` only ``"skip"`` is taken: its
             overflow skip decides, counted by :class:`WindowTelemetry` and stopped by `max_nonfinite_windows`, not
             warned of one by one (a dynamic loss scale overflows by design). Default: ``"skip"``.
+        lr_scaling (str): How the learning rate follows the window's global batch G when N changes, passed to the
+            cell (see :class:`TrainAccuStepsCell`): ``"none"``, ``"linear"`` (G / G0), ``"sqrt"`` (sqrt(G / G0))
+            or ``"adascale"`` (AdaScale's gain; needs `noise_scale`); with a rule the optimizer's schedule reads
+            the run's progress in reference steps, not its update count. Default: ``"none"``.
+        reference_batch (float, optional): G0 in samples or items, > 0; read with a rule only. Default: ``None``:
+            the first window's.
 
     Raises:
         TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
@@ -114,7 +120,8 @@ class GradientAccumulation:
         ValueError: If none of the optimizer's parameters is a parameter of the loss network (some not: a warning),
             one has ``requires_grad=False``, `sens` is zero or not finite, `clip_norm` is not a finite number > 0,
             `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or `nonfinite` is not
-            ``"skip"`` (or `sens` not 1.0) with `scale_sense`.
+            ``"skip"`` (or `sens` not 1.0) with `scale_sense`, or `lr_scaling` or `reference_batch` is refused as
+            listed for :class:`TrainOptim`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -134,8 +141,9 @@ class GradientAccumulation:
     """
 
     def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0, clip_norm=None, scale_sense=None,
-                 noise_scale=False, nonfinite="skip"):
+                 noise_scale=False, nonfinite="skip", lr_scaling="none", reference_batch=None):
         # The engine cell checks its own settings (the optimizer, average, clip_norm, noise_scale, nonfinite, the
+        # learning-rate rule,
         # loss scale), naming this trainer; only what the cell never sees is checked here.
         if loss_fn is not None:
             check_cell(OWNER, "network", network)
@@ -151,11 +159,12 @@ class GradientAccumulation:
         if scale_sense is None:
             self.cell = TrainAccuStepsCell(loss_network, optimizer, sens, clip_norm=clip_norm,
                                            noise_scale=noise_scale, average=average, nonfinite=nonfinite,
-                                           _naming=naming)
+                                           lr_scaling=lr_scaling, reference_batch=reference_batch, _naming=naming)
         else:
             self.cell = TrainAccuStepsWithLossScaleCell(loss_network, optimizer, scale_sense, clip_norm=clip_norm,
                                                         noise_scale=noise_scale, average=average,
-                                                        nonfinite=nonfinite, _naming=naming)
+                                                        nonfinite=nonfinite, lr_scaling=lr_scaling,
+                                                        reference_batch=reference_batch, _naming=naming)
         self.network = network
         self.optimizer = optimizer
         self.loss_network = loss_network

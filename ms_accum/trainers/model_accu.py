@@ -35,12 +35,19 @@ check_model_internals(Model)
 
 def _check_fixed_steps(owner, cell):
     """Dataset sink mode compiles its two graphs for one loop size each: it runs one N, not a schedule or a
-    policy."""
+    policy; a learning-rate rule is warned of (one N gives it one G: nothing to follow)."""
     if not isinstance(cell.gradient_accumulation_steps, int):
         raise ValueError(f"For '{owner}', the cell's 'gradient_accumulation_steps' must be one int in dataset sink "
                          f"mode: its accumulation graph is compiled for a sink loop of N steps, but got "
                          f"{cell.gradient_accumulation_steps!r}. Train with dataset_sink_mode=False, which follows a "
                          f"schedule or an AdaptiveAccumulation window by window, or pass one int N.")
+    if cell.lr_scaling != "none":  # the rule still runs at each window's end: with one G it has nothing to follow
+        warnings.warn(f"For '{owner}', dataset sink mode runs one N ({cell.gradient_accumulation_steps}), so the "
+                      f"learning-rate rule lr_scaling={cell.lr_scaling!r} has no batch change to follow: its factor "
+                      f"is 1 in every window when G0 is the first window's items (G / G0 throughout with a "
+                      f"reference_batch of other items; AdaScale's gain 1 likewise), and the schedule reads the "
+                      f"update count. Train with dataset_sink_mode=False to change N (a schedule, a policy) with "
+                      f"the learning rate following it.", UserWarning, stacklevel=4)
 
 
 class _Carrier(Callback):
@@ -127,7 +134,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         network (Cell): A :class:`TrainAccuStepsCell` or :class:`TrainAccuStepsWithLossScaleCell`. With a cell
             built with ``nonfinite="raise"``, a window whose gradient is not finite stops training with a
             :class:`NonFiniteWindowError` that names the window's micro-batches (the cell skips the window, then
-            raises its own error, which Model_ACCU replaces); the cell is left as it was built.
+            raises its own error, which Model_ACCU replaces); the cell is left as it was built. A learning-rate
+            rule is the cell's (its `lr_scaling`): it follows N without sink mode; in dataset sink mode, where N
+            is one int, its factor stays 1 (G0 the first window's items) and a warning says so.
         gradient_accumulation_steps (Union[int, dict, str, AccumulationSchedule, AdaptiveAccumulation], optional):
             N, replacing the cell's: an int, a schedule (a dict, its text such as ``'0:1,2:2'``, or an
             :class:`AccumulationSchedule`) or a policy. Without sink mode each window is laid out with the cell's N

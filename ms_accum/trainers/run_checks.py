@@ -1,10 +1,11 @@
 """The checks of a training run's arguments, made before its first micro-batch, written once for both trainers:
 the dataset, what the loss network takes, state saving, where the run starts, whether N fits an epoch, and the
-learning-rate list against the run's updates.
+learning-rate list against the run's updates (or, read from progress, against its reference steps).
 
 Each check raises with one message shape: "For 'Owner', 'arg' must be <expected>, but got <received>."
 """
 import inspect
+import math
 import warnings
 
 from mindspore import Tensor
@@ -12,7 +13,11 @@ from mindspore.dataset import Dataset
 from mindspore.nn import CellList
 
 from ..core.adaptive import AdaptiveAccumulation
+from ..core.goodput import GoodputAccumulation
+from ..core.progress_lr import ProgressLearningRate
 from ..core.schedule import AccumulationSchedule, max_updates, shown_steps_name
+
+POLICIES = (AdaptiveAccumulation, GoodputAccumulation)  # N chosen on the device as the run goes
 
 
 def check_dataset(owner, dataset, arg_name="train_dataset"):
@@ -86,6 +91,8 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, a
     """
     if not getattr(optimizer, "dynamic_lr", False):
         return
+    if _progress_rates(optimizer):  # read from progress: see check_progress_lr_schedule
+        return
     done = None  # the updates already done, read from the device only for a list
     rates = optimizer.learning_rate
     for rate in rates if isinstance(rates, (tuple, list, CellList)) else (rates,):
@@ -117,7 +124,7 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, a
 
 def largest_steps(steps):
     """The largest N a run can take: an int's, a schedule's (an AccumulationSchedule) or a policy's max_steps."""
-    if isinstance(steps, AdaptiveAccumulation):
+    if isinstance(steps, POLICIES):
         return steps.max_steps
     if isinstance(steps, AccumulationSchedule):
         return max(steps.counts)
@@ -128,7 +135,7 @@ def check_window_fits(owner, steps_name, steps, micro_batches_per_epoch, partial
     """Raise if a window of the run (N an int, a schedule or a policy) can be longer than an epoch, unless windows
     are carried across epochs. `carry_hint` follows "pass partial_window='carry'" in the message."""
     if largest_steps(steps) > micro_batches_per_epoch and partial_window != "carry":
-        shown = steps if isinstance(steps, AdaptiveAccumulation) else largest_steps(steps)
+        shown = steps if isinstance(steps, POLICIES) else largest_steps(steps)
         raise ValueError(f"For '{owner}', {shown_steps_name(steps_name)} must be <= the {micro_batches_per_epoch} "
                          f"micro-batches in an epoch, "
                          f"but got {shown}. Lower it, or pass partial_window='carry'{carry_hint} to let windows span "
@@ -138,16 +145,64 @@ def check_window_fits(owner, steps_name, steps, micro_batches_per_epoch, partial
 def plan_updates(steps, micro_batches_per_epoch, epochs, partial_window):
     """(windows begun before each epoch, the run's updates) for N an int or a schedule; (None, None) for a policy,
     whose count of updates is decided as it goes."""
-    if isinstance(steps, AdaptiveAccumulation):
+    if isinstance(steps, POLICIES):
         return None, None
     schedule = steps if isinstance(steps, AccumulationSchedule) else AccumulationSchedule(steps)
     return schedule.run_plan(micro_batches_per_epoch, epochs, partial_window)
 
 
-def check_run_learning_rate(owner, optimizer, steps, micro_batches_per_epoch, epochs, partial_window, from_start):
+def _progress_rates(optimizer):
+    """The optimizer's ProgressLearningRate cells (one per group), or () if it reads its rate by update."""
+    rates = optimizer.learning_rate
+    rates = rates if isinstance(rates, (tuple, list, CellList)) else (rates,)
+    return tuple(rate for rate in rates if isinstance(rate, ProgressLearningRate))
+
+
+def check_progress_lr_schedule(owner, optimizer, micro_steps, first_steps, micro_batch_items, from_start=True,
+                               adascale=False):
+    """
+    Raise if the learning-rate list of an optimizer that reads it from progress (a cell built with `lr_scaling`)
+    is too short for the run: it is indexed by reference steps, the run's samples over G0 (G0 given, in samples;
+    else the first window's, `first_steps` micro-batches of `micro_batch_items` samples over all devices, so that
+    the run takes `micro_steps` / `first_steps` of them), not by updates. The progress already made counts, as
+    the updates done do for a list read by update. With `adascale` that is the most the run may take (r <= G / G0
+    while G >= G0).
+    """
+    rates = _progress_rates(optimizer)
+    # a list is the rate's own table, or the table of the optimizer's _IteratorLearningRate it wraps
+    tables = [table.shape[0] for table in (rate.table if rate.table is not None else
+                                           getattr(rate.schedule, "learning_rate", None) for rate in rates)
+              if isinstance(table, Tensor) and len(table.shape) == 1]
+    if not tables or not from_start:
+        return
+    reference = float(rates[0].reference_batch.asnumpy())
+    ahead = micro_steps * micro_batch_items / reference if reference > 0 else micro_steps / first_steps
+    done = float(rates[0].progress_steps.asnumpy().reshape(-1)[0]) + float(rates[0].progress_fraction.asnumpy())
+    needs = math.ceil(done + ahead - 1e-6)
+    length = min(tables)
+    if length < needs:
+        may = "may need up to" if adascale else "needs"
+        raise ValueError(f"For '{owner}', the optimizer's learning-rate list must have an entry for every reference "
+                         f"step of the run (it is read at the run's progress, samples over G0, because the cell was "
+                         f"built with lr_scaling), but it has {length} and this run {may} {needs} ({done:g} done "
+                         f"before it, {ahead:g} in it: {micro_steps} micro-batches of {micro_batch_items:g} samples "
+                         f"over G0 = {reference if reference > 0 else first_steps * micro_batch_items:g}). Give it "
+                         f"{needs} entries, one per reference step, or use a LearningRateSchedule, which has no end.")
+
+
+def check_run_learning_rate(owner, optimizer, steps, micro_batches_per_epoch, epochs, partial_window, from_start,
+                            micro_batch_items=None, lr_scaling="none"):
     """:func:`check_lr_schedule` for a run of `epochs` epochs of `micro_batches_per_epoch` micro-batches with N
-    `steps` (an int, a schedule or a policy, whose run takes at most every window at its min_steps)."""
-    adaptive = isinstance(steps, AdaptiveAccumulation)
+    `steps` (an int, a schedule or a policy, whose run takes at most every window at its min_steps); for an
+    optimizer that reads its rate from progress, :func:`check_progress_lr_schedule` (`micro_batch_items`: the
+    samples of one micro-batch over all devices, None: not checked; `lr_scaling`: the cell's concrete rule)."""
+    if micro_batch_items is not None and _progress_rates(optimizer):
+        first = steps.initial_steps if hasattr(steps, "initial_steps") else \
+            steps.steps_at(0) if isinstance(steps, AccumulationSchedule) else steps
+        check_progress_lr_schedule(owner, optimizer, micro_batches_per_epoch * epochs, first, micro_batch_items,
+                                   from_start, adascale=lr_scaling.startswith("adascale"))
+        return
+    adaptive = isinstance(steps, POLICIES)
     most = max_updates(steps.min_steps, micro_batches_per_epoch, epochs, partial_window) if adaptive else \
         plan_updates(steps, micro_batches_per_epoch, epochs, partial_window)[1]
     check_lr_schedule(owner, optimizer, micro_batches_per_epoch * epochs, most, from_start=from_start,

@@ -17,6 +17,7 @@ from mindspore.nn import CellList
 from mindspore.train import Callback
 
 from ..core.noise_scale import noise_scale_of
+from ..core.progress_lr import ProgressLearningRate
 from .elastic import count
 
 
@@ -47,6 +48,9 @@ class WindowRecord:
         noise_scale (float): B_simple = tr(Sigma) / |G|^2 in items, from the exponentially smoothed estimates of
             this and earlier windows (NaN before the first estimate, or while the smoothed |G|^2 is not positive;
             0 while the smoothed tr(Sigma) is negative). Default: NaN.
+        progress (float): The run's progress after the window, in reference steps (G / G0 per applied window, or
+            AdaScale's gains), for an optimizer that reads its rate from progress (a cell built with
+            `lr_scaling`); NaN otherwise. Default: NaN.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -74,21 +78,39 @@ class WindowRecord:
     grad_sq: float = math.nan
     noise_trace: float = math.nan
     noise_scale: float = math.nan
+    progress: float = math.nan
 
 
 def _scalar(value):
     return float(np.asarray(value.asnumpy() if isinstance(value, Tensor) else value).reshape(-1)[0])
 
 
-def learning_rate_applied(optimizer):
-    """The learning rate of the optimizer's last step (the first parameter group's, for grouped rates)."""
+def _first_rate(optimizer):
+    """The optimizer's learning rate, its first parameter group's for grouped rates."""
     rate = optimizer.learning_rate
     if isinstance(rate, (list, tuple, CellList)):
         rate = rate[0]
+    return rate
+
+
+def learning_rate_applied(optimizer):
+    """The learning rate of the optimizer's last step (the first parameter group's, for grouped rates): for one
+    that reads it from progress, the rate its step recorded (the factor included; progress has moved on since)."""
+    rate = _first_rate(optimizer)
+    if isinstance(rate, ProgressLearningRate):
+        return _scalar(rate.applied_rate)
     if isinstance(rate, (Parameter, Tensor)):
         return _scalar(rate)
     step = max(int(_scalar(optimizer.global_step)) - 1, 0)
     return _scalar(rate(Tensor(step, mstype.int32)))
+
+
+def progress_of(optimizer):
+    """The run's progress in reference steps for an optimizer that reads its rate from progress, else NaN."""
+    rate = _first_rate(optimizer)
+    if not isinstance(rate, ProgressLearningRate):
+        return math.nan
+    return _scalar(rate.progress_steps) + _scalar(rate.progress_fraction)
 
 
 def window_record(cb_params, outputs, micro_batches, last, optimizer, noise=None, accumulation_steps=0):
@@ -110,7 +132,7 @@ def window_record(cb_params, outputs, micro_batches, last, optimizer, noise=None
                         grad_norm=_scalar(grad_norm), clipped=bool(_scalar(clipped)), loss_scale=scale,
                         overflow=overflow, learning_rate=learning_rate_applied(optimizer),
                         accumulation_steps=int(accumulation_steps), grad_sq=grad_sq, noise_trace=noise_trace,
-                        noise_scale=scale_b)
+                        noise_scale=scale_b, progress=progress_of(optimizer))
 
 
 def _open_csv(path, mode):
@@ -129,7 +151,8 @@ class WindowTelemetry(Callback):
     r"""
     Reports every update: the window's mean unscaled loss over its items, its micro-batches and items (samples,
     unless the loss network returns ``(loss, num_items)``), the gradient's global norm before clipping and whether
-    it was clipped, the loss scale, skipped (overflowing) windows and the learning rate applied; with the trainer's
+    it was clipped, the loss scale, skipped (overflowing) windows and the learning rate applied (with a learning-rate
+    rule, the rate the step read, its factor included, and the run's progress); with the trainer's
     ``noise_scale=True``, the window's estimates of |G|^2 and tr(Sigma) and the smoothed noise scale.
 
     Works with :class:`GradientAccumulation` and :class:`Model_ACCU`. Progress lines give updates done out of the

@@ -1,0 +1,446 @@
+"""The learning-rate rules (lr_scaling) on every path that ends a window: each window's update equals MindSpore's
+own optimizer stepped on the window's concatenated batch at the rate the rule gives, computed here independently.
+
+The model is a softmax regression (Dense + softmax cross-entropy) whose per-sample gradients numpy computes in
+closed form (``test_noise_scale.per_sample_grads``), so that AdaScale's gain r comes from noise estimates computed
+without MindSpore. N follows the schedule {0: 1, 2: 3}: G0 is the first window's 4 samples, later windows hold 12.
+Each check has a control: the same comparison with the factor left at 1 must fail.
+"""
+import math
+
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import Tensor, nn
+from mindspore.train import Callback
+
+import ms_accum
+from ms_accum.core.compiled import write_parameter
+from helpers import numpy_dataset
+from test_noise_scale import FEATURES, formula, make_net, per_sample_grads, population, smoothed_estimates
+
+SCHEDULE = {0: 1, 2: 3}
+WINDOWS = (1, 1, 3, 3)  # the schedule's N for windows 0 to 3
+MICRO = 4  # samples per micro-batch
+BASE_RATE = {"momentum": 0.5, "adamw": 0.05}
+RTOL = 2e-5
+
+
+def make_optimizer(kind, params, rate):
+    if kind == "momentum":
+        return nn.Momentum(params, learning_rate=rate, momentum=0.9)
+    return nn.AdamWeightDecay(params, learning_rate=rate, weight_decay=0.01)
+
+
+def windows_of_data(seed=3):
+    """WINDOWS windows of MICRO-sample micro-batches drawn from the population."""
+    x, y = population()
+    rng = np.random.default_rng(seed)
+    out = []
+    for steps in WINDOWS:
+        window = []
+        for _ in range(steps):
+            index = rng.choice(len(y), size=MICRO, replace=False)
+            window.append((x[index], y[index]))
+        out.append(window)
+    return out
+
+
+def expected_factor(rule, kind, window, net, estimates):
+    """The factor the rule gives the window, from its size and (AdaScale) the noise estimates computed in numpy
+    at the weights the window's gradients are taken at; `estimates` collects the windows' (grad_sq, trace)."""
+    total = sum(len(y) for _, y in window)
+    ratio = total / MICRO  # G / G0: the first window holds MICRO samples
+    if rule == "linear":
+        return ratio
+    if rule == "sqrt":
+        return math.sqrt(ratio)
+    if len(window) > 1:
+        estimates.append(formula([per_sample_grads(net, x, y) for x, y in window]))
+    smooth = smoothed_estimates(estimates)
+    grad_sq, trace = smooth[-1] if smooth else (0.0, 0.0)
+    gain = 1.0
+    if grad_sq > 0:
+        noise = max(trace, 0.0) / grad_sq
+        gain = ratio * (noise + 1.0 * MICRO) / (noise + total)
+    return gain if kind == "momentum" else math.sqrt(gain)
+
+
+class Reference:
+    """MindSpore's own optimizer stepped on each window's concatenated batch at a rate set before the step."""
+
+    def __init__(self, kind):
+        self.net, self.kind = make_net(), kind
+        self.optimizer = make_optimizer(kind, self.net.trainable_params(), BASE_RATE[kind])
+        loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        self.step = nn.TrainOneStepCell(nn.WithLossCell(self.net, loss), self.optimizer)
+
+    def update(self, window, factor):
+        before = weights(self.net)
+        write_parameter(self.optimizer.learning_rate, np.float32(BASE_RATE[self.kind] * factor))
+        x = np.concatenate([x for x, _ in window])
+        y = np.concatenate([y for _, y in window])
+        self.step(Tensor(x), Tensor(y))
+        return difference(weights(self.net), before)
+
+
+def weights(net):
+    return [p.asnumpy().astype(np.float64).copy() for p in net.trainable_params()]
+
+
+def difference(after, before):
+    return [a - b for a, b in zip(after, before)]
+
+
+def close(got, want):
+    """Whether two updates agree at float32 tolerance (relative to the largest entry of each tensor)."""
+    return all(np.abs(g - w).max() <= RTOL * max(np.abs(w).max(), 1e-12) for g, w in zip(got, want))
+
+
+def run_path(path, net, optimizer, rule, noise, **options):
+    """A function window -> None that runs one window's micro-batches through `path`, built on `net`."""
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    loss_net = nn.WithLossCell(net, loss)
+    if path in ("cell", "loss_scale"):
+        if path == "cell":
+            cell = ms_accum.TrainAccuStepsCell(loss_net, optimizer, gradient_accumulation_steps=SCHEDULE,
+                                               noise_scale=noise, lr_scaling=rule, **options)
+        else:
+            cell = ms_accum.TrainAccuStepsWithLossScaleCell(
+                loss_net, optimizer, nn.FixedLossScaleUpdateCell(1024.0), gradient_accumulation_steps=SCHEDULE,
+                noise_scale=noise, lr_scaling=rule)
+        cell.set_train(True)
+
+        def run(window):
+            for x, y in window:
+                cell(Tensor(x), Tensor(y))
+        return cell, run
+    if path == "single":
+        grad_sum = optimizer.parameters.clone(prefix="grad_sum", init="zeros")
+        forward_backward = ms_accum.TrainForwardBackward(loss_net, optimizer, grad_sum, noise_scale=noise)
+        optim = ms_accum.TrainOptim(optimizer, grad_sum, noise_scale=noise, lr_scaling=rule)
+        clear = ms_accum.TrainClear(grad_sum)
+        forward_backward.set_train(True)
+
+        def run(window):
+            for x, y in window:
+                forward_backward(Tensor(x), Tensor(y))
+            optim()
+            clear()
+        return optim, run
+    return functional_path(loss_net, optimizer, rule, noise, options)
+
+
+def functional_path(loss_net, optimizer, rule, noise, options):
+    """Accumulator in the tutorial's jit step (a function of its own: a jit function's closure must hold only what
+    it reads)."""
+    accumulator = ms_accum.Accumulator(optimizer, gradient_accumulation_steps=SCHEDULE, noise_scale=noise,
+                                       lr_scaling=rule, **options)
+    grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
+
+    @ms.jit
+    def step(x, y):
+        _, grads = grad_fn(x, y)
+        return accumulator(grads, x.shape[0])
+
+    def run(window):
+        for x, y in window:
+            step(Tensor(x), Tensor(y))
+    return accumulator, run
+
+
+def check_rule(path, rule, kind, **options):
+    """Each window's update against the reference at the rule's factor, and the control at factor 1."""
+    noise = rule == "adascale"
+    net = make_net()
+    optimizer = make_optimizer(kind, net.trainable_params(), BASE_RATE[kind])
+    cell, run = run_path(path, net, optimizer, rule, noise, **options)
+    reference, control = Reference(kind), Reference(kind)
+    estimates, factors = [], []
+    control_failed = False
+    for index, window in enumerate(windows_of_data()):
+        factor = expected_factor(rule, kind, window, reference.net, estimates)
+        factors.append(factor)
+        before = weights(net)
+        run(window)
+        got = difference(weights(net), before)
+        want = reference.update(window, factor)
+        assert close(got, want), (f"{path}/{rule}/{kind}: window {index} (N={len(window)}, factor {factor}): the "
+                                  f"update differs from the reference by "
+                                  f"{max(np.abs(g - w).max() for g, w in zip(got, want)):.3g}")
+        control_failed |= not close(got, control.update(window, 1.0))
+        control.net.weight.set_data(Tensor(reference.net.weight.asnumpy()))  # the control starts each window alike
+        control.net.bias.set_data(Tensor(reference.net.bias.asnumpy()))
+    assert max(abs(f - 1.0) for f in factors) > 0.05, f"{rule}: the factors {factors} do not test the rule"
+    assert control_failed, f"{path}/{rule}/{kind}: the control at factor 1 passed: the test cannot fail"
+    assert abs(float(cell.accu_lr_factor.asnumpy()) - factors[-1]) < 1e-5 * factors[-1]
+    return cell, factors
+
+
+@pytest.mark.parametrize("kind", ["momentum", "adamw"])
+@pytest.mark.parametrize("rule", ["linear", "sqrt", "adascale"])
+@pytest.mark.parametrize("path", ["cell", "loss_scale", "single", "functional"])
+def test_each_window_is_the_large_batch_step_at_the_rules_rate(exec_mode, path, rule, kind):
+    cell, _ = check_rule(path, rule, kind)
+    # progress: G / G0 per window (1 + 1 + 3 + 3), or AdaScale's gains
+    if rule != "adascale":
+        assert cell.lr_state.progress == pytest.approx(8.0)
+
+
+@pytest.mark.parametrize("path", ["cell", "functional"])
+def test_the_rule_holds_without_the_nonfinite_check(exec_mode, path):
+    """nonfinite="apply" leaves no skip flag to order the factor's write before the step by: the window's loss is
+    ordered instead, and the step still reads the window's own factor."""
+    check_rule(path, "adascale", "adamw", nonfinite="apply")
+
+
+# ----------------------------------------------------------------- the trainers (GradientAccumulation, Model_ACCU)
+
+
+class Snapshots(Callback):
+    """The network's weights after every update."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net, self.taken = net, [weights(net)]
+
+    def on_train_step_end(self, run_context):
+        self.taken.append(weights(self.net))
+
+
+def flat(windows):
+    return [batch for window in windows for batch in window]
+
+
+def check_trainer_run(snapshots, records, rule, kind):
+    """The run's per-window updates against the reference at the rule's factors, its telemetry (the rate applied,
+    G, the progress), and the control at factor 1."""
+    reference, control = Reference(kind), Reference(kind)
+    estimates, progress, control_failed = [], 0.0, False
+    for index, window in enumerate(windows_of_data()):
+        factor = expected_factor(rule, kind, window, reference.net, estimates)
+        want = reference.update(window, factor)
+        got = difference(snapshots[index + 1], snapshots[index])
+        assert close(got, want), f"{rule}/{kind}: window {index} differs from the reference"
+        control_failed |= not close(got, control.update(window, 1.0))
+        control.net.weight.set_data(Tensor(reference.net.weight.asnumpy()))
+        control.net.bias.set_data(Tensor(reference.net.bias.asnumpy()))
+        record = records[index]
+        assert record.items == len(window) * MICRO
+        assert record.learning_rate == pytest.approx(BASE_RATE[kind] * factor, rel=1e-5)
+        progress += len(window) if rule != "adascale" else factor if kind == "momentum" else factor ** 2
+        assert record.progress == pytest.approx(progress, rel=1e-5)
+    assert control_failed, f"{rule}/{kind}: the control at factor 1 passed: the test cannot fail"
+
+
+@pytest.mark.parametrize("kind", ["momentum", "adamw"])
+@pytest.mark.parametrize("rule", ["linear", "sqrt", "adascale"])
+@pytest.mark.parametrize("trainer", ["GradientAccumulation", "Model_ACCU"])
+def test_trainers_apply_the_rule_window_by_window(trainer, rule, kind):
+    net = make_net()
+    optimizer = make_optimizer(kind, net.trainable_params(), BASE_RATE[kind])
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    telemetry, snapshots = ms_accum.WindowTelemetry(), Snapshots(net)
+    dataset = numpy_dataset(flat(windows_of_data()))
+    if trainer == "GradientAccumulation":
+        driver = ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=rule == "adascale", lr_scaling=rule)
+        driver.train_process(1, dataset, SCHEDULE, callbacks=[telemetry, snapshots], ckpt_path=None, log_every=0)
+    else:
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=SCHEDULE,
+                                           noise_scale=rule == "adascale", lr_scaling=rule)
+        ms_accum.Model_ACCU(cell).train(1, dataset, callbacks=[telemetry, snapshots], dataset_sink_mode=False)
+    assert [r.micro_batches for r in telemetry.records] == list(WINDOWS)
+    check_trainer_run(snapshots.taken, telemetry.records, rule, kind)
+
+
+def test_without_a_rule_the_optimizer_is_left_as_it_is():
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params(), 0.1)
+    rate = optimizer.learning_rate
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, gradient_accumulation_steps=2)
+    assert optimizer.learning_rate is rate and cell.lr_state is None and cell.lr_scaling == "none"
+    assert not [p.name for p in cell.get_parameters() if ".lr." in p.name]
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    (dict(lr_scaling="cubic"), ValueError, r"For 'TrainAccuStepsCell', 'lr_scaling' must be one of"),
+    (dict(lr_scaling="adascale"), ValueError,
+     r"For 'TrainAccuStepsCell', 'lr_scaling'='adascale' reads AdaScale's gain from the window's gradient noise "
+     r"scale, but TrainAccuStepsCell does not measure it. Build it with noise_scale=True"),
+    (dict(reference_batch=64), ValueError,
+     r"For 'TrainAccuStepsCell', 'reference_batch' is read by a learning-rate rule only, but got 64 with "
+     r"lr_scaling='none'"),
+    (dict(lr_scaling="sqrt", reference_batch=0), ValueError,
+     r"For 'TrainAccuStepsCell', 'reference_batch' must be a finite number > 0"),
+    (dict(lr_scaling="sqrt", reference_batch="64"), TypeError,
+     r"For 'TrainAccuStepsCell', 'reference_batch' must be a finite number > 0"),
+])
+def test_refused_rules_name_the_argument(kwargs, error, message):
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params(), 0.1)
+    with pytest.raises(error, match=message):
+        ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, **kwargs)
+
+
+@pytest.mark.parametrize("make", ["Accumulator", "TrainOptim", "TrainAccuStepsWithLossScaleCell",
+                                  "GradientAccumulation"])
+def test_every_front_end_refuses_adascale_without_the_noise_scale(make):
+    net = make_net()
+    optimizer = make_optimizer("adamw", net.trainable_params(), 0.1)
+    owner = make
+    with pytest.raises(ValueError, match=rf"For '{owner}', 'lr_scaling'='adascale' reads AdaScale's gain"):
+        if make == "Accumulator":
+            ms_accum.Accumulator(optimizer, 2, lr_scaling="adascale")
+        elif make == "TrainOptim":
+            ms_accum.TrainOptim(optimizer, optimizer.parameters.clone(prefix="g", init="zeros"),
+                                lr_scaling="adascale")
+        elif make == "TrainAccuStepsWithLossScaleCell":
+            ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, nn.MSELoss()), optimizer,
+                                                     Tensor(1.0, ms.float32), lr_scaling="adascale")
+        else:
+            ms_accum.GradientAccumulation(net, nn.MSELoss(), optimizer, lr_scaling="adascale")
+
+
+def test_a_rate_list_is_checked_against_the_runs_reference_steps():
+    """With a rule a list is indexed by reference steps: 8 micro-batches of 4 samples over G0 = 4 take 8 entries,
+    though the run makes 4 updates."""
+    net = make_net()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=[0.1] * 7, momentum=0.9)
+    driver = ms_accum.GradientAccumulation(net, loss, optimizer, lr_scaling="linear")
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation.train_process', the optimizer's learning-rate "
+                                         r"list must have an entry for every reference step of the run .* but it has "
+                                         r"7 and this run needs 8"):
+        driver.train_process(1, numpy_dataset(flat(windows_of_data())), SCHEDULE, ckpt_path=None, log_every=0)
+
+
+# ----------------------------------------------------------------- exact resume
+
+
+def test_a_run_resumed_mid_window_equals_the_uninterrupted_run(tmp_path, monkeypatch):
+    """A changing N, AdaScale (its factor from the noise state) and a rate list read at the progress: killed inside
+    the third window, resumed into fresh weights from the state file, the run ends where the uninterrupted one
+    does, with the same progress and factor."""
+    from test_resume import _Killed, die_after  # pylint: disable=import-outside-toplevel
+    rates = [0.5, 0.4, 0.45, 0.3, 0.35, 0.2, 0.25, 0.15, 0.1, 0.12, 0.08, 0.05]
+    batches = flat(windows_of_data()) + flat(windows_of_data(seed=4))[:3]  # windows 1, 1, 3, 3, 3
+
+    def trainer(seed):
+        net = make_net(seed)
+        optimizer = nn.Momentum(net.trainable_params(), learning_rate=rates, momentum=0.9)
+        loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        return ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=True, lr_scaling="adascale"), net
+
+    full, full_net = trainer(0)
+    full.train_process(1, numpy_dataset(batches), SCHEDULE, ckpt_path=None, log_every=0)
+    state = str(tmp_path / "state.ckpt")
+    cut, _ = trainer(0)
+    die_after(monkeypatch, ms_accum.TrainAccuStepsCell, 3)  # windows 1, 1, then 1 micro-batch of 3
+    with pytest.raises(_Killed):
+        cut.train_process(1, numpy_dataset(batches), SCHEDULE, ckpt_path=None, log_every=0, state_path=state,
+                          save_state_every=1)
+    monkeypatch.undo()
+    resumed, net = trainer(5)
+    resumed.train_process(1, numpy_dataset(batches), SCHEDULE, ckpt_path=None, log_every=0, resume_from=state)
+    for got, want in zip(weights(net), weights(full_net)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert resumed.cell.lr_state.progress == pytest.approx(full.cell.lr_state.progress, rel=1e-6)
+    assert float(resumed.cell.accu_lr_factor.asnumpy()) == pytest.approx(float(full.cell.accu_lr_factor.asnumpy()))
+    assert full.cell.lr_state.progress > 5.0  # the gains moved progress beyond the first windows' 1 + 1
+
+
+# ----------------------------------------------------------------- N chosen for goodput
+
+
+def goodput_run(policy, batches, state_path=None, resume_from=None, seed=0):
+    """GradientAccumulation over `batches` with `policy`: (telemetry records, snapshots, trainer)."""
+    net = make_net(seed)
+    optimizer = make_optimizer("momentum", net.trainable_params(), 0.1)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    driver = ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=True)
+    telemetry, snapshots = ms_accum.WindowTelemetry(), Snapshots(net)
+    extra = {} if state_path is None else dict(state_path=state_path, save_state_every=1)
+    driver.train_process(1, numpy_dataset(batches), policy, callbacks=[telemetry, snapshots], ckpt_path=None,
+                         log_every=0, resume_from=resume_from, **extra)
+    return telemetry.records, snapshots.taken, driver
+
+
+def goodput_batches(count=26, seed=5):
+    x, y = population()
+    rng = np.random.default_rng(seed)
+    return [(x[index], y[index]) for index in (rng.choice(len(y), size=MICRO, replace=False) for _ in range(count))]
+
+
+def test_goodput_policy_calibrates_then_decides_as_the_host_rule():
+    """Windows 0-1 at N = 2, 2-3 at N = 4 (the calibration, timed by the cell), then N from the fitted constants and
+    the noise scale every 2 windows, as the host's next_steps decides from the same figures; each window the
+    large-batch step of its size."""
+    from ms_accum.core.goodput import GoodputAccumulation  # pylint: disable=import-outside-toplevel
+    policy = GoodputAccumulation(min_steps=2, max_steps=6, interval=2, calibration_windows=2)
+    batches = goodput_batches()
+    records, snapshots, driver = goodput_run(policy, batches)
+    sizes = [r.micro_batches for r in records]
+    assert sizes[:4] == [2, 2, 4, 4] and policy.frozen
+    np.testing.assert_allclose(driver.cell.accu_goodput_constants.asnumpy(), policy.device_constants, rtol=1e-6)
+    host = GoodputAccumulation(min_steps=2, max_steps=6, interval=2, calibration_windows=2,
+                               micro_time=policy.micro_time, end_time=policy.end_time)
+    for update in range(3, len(records) - 1):  # after the calibration: the constants are on the device
+        record = records[update]
+        want = host.next_steps(record.accumulation_steps, update, record.noise_scale,
+                               record.items / record.micro_batches)
+        assert records[update + 1].accumulation_steps == want, f"window {update + 1}: {sizes}"
+    reference, start = Reference("momentum"), 0
+    for index, size in enumerate(sizes):  # no rule: the rate the optimizer was built with, 0.1
+        want = reference.update(batches[start:start + size], 0.1 / BASE_RATE["momentum"])
+        start += size
+        assert close(difference(snapshots[index + 1], snapshots[index]), want), f"window {index} of {sizes}"
+
+
+def test_goodput_policy_state_resumes_from_the_state_file(tmp_path, monkeypatch):
+    """Killed after the calibration: the resumed run's fresh policy takes the measured constants from the state
+    file instead of calibrating again."""
+    from ms_accum.core.goodput import GoodputAccumulation  # pylint: disable=import-outside-toplevel
+    from test_resume import _Killed, die_after  # pylint: disable=import-outside-toplevel
+    state = str(tmp_path / "state.ckpt")
+    cut_policy = GoodputAccumulation(min_steps=2, max_steps=6, interval=2, calibration_windows=2)
+    die_after(monkeypatch, ms_accum.TrainAccuStepsCell, 15)  # the calibration's 12 micro-batches and 3 more
+    with pytest.raises(_Killed):
+        goodput_run(cut_policy, goodput_batches(), state_path=state)
+    monkeypatch.undo()
+    assert cut_policy.frozen
+    resumed_policy = GoodputAccumulation(min_steps=2, max_steps=6, interval=2, calibration_windows=2)
+    records, _, _ = goodput_run(resumed_policy, goodput_batches(), resume_from=state, seed=3)
+    assert resumed_policy.frozen and resumed_policy.device_constants == pytest.approx(cut_policy.device_constants,
+                                                                                      rel=1e-6)
+    assert records and all(r.accumulation_steps >= 2 for r in records)
+
+
+def test_goodput_policy_without_constants_is_refused_by_accumulator():
+    from ms_accum.core.goodput import GoodputAccumulation  # pylint: disable=import-outside-toplevel
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params(), 0.1)
+    with pytest.raises(ValueError, match=r"For 'Accumulator', 'gradient_accumulation_steps' as a GoodputAccumulation "
+                                         r"policy must be told each window's time"):
+        ms_accum.Accumulator(optimizer, GoodputAccumulation(2, 6), noise_scale=True)
+    given = GoodputAccumulation(2, 6, micro_time=0.01, end_time=0.02)
+    accumulator = ms_accum.Accumulator(optimizer, given, noise_scale=True)
+    np.testing.assert_allclose(accumulator.accu_goodput_constants.asnumpy(), [0.01, 0.02], rtol=1e-6)
+
+
+@pytest.mark.filterwarnings("ignore:For 'Model_ACCU.train', dataset sink mode needs a GPU or Ascend")
+def test_sink_mode_says_the_rule_has_nothing_to_follow():
+    """Dataset sink mode runs one N: a rule's factor stays 1 (G0 the first window), and a warning says so; asked on
+    CPU (MindSpore trains without sink there), the run still applies the factor 1 and reads the update count."""
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params(), BASE_RATE["momentum"])
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=2,
+                                       lr_scaling="linear")
+    telemetry = ms_accum.WindowTelemetry()
+    with pytest.warns(UserWarning, match=r"For 'Model_ACCU.train', dataset sink mode runs one N \(2\), so the "
+                                         r"learning-rate rule lr_scaling='linear' has no batch change to follow"):
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(goodput_batches(8)), callbacks=[telemetry],
+                                        dataset_sink_mode=True)
+    assert [r.learning_rate for r in telemetry.records] == pytest.approx([BASE_RATE["momentum"]] * 4)
+    assert [r.progress for r in telemetry.records] == pytest.approx([1.0, 2.0, 3.0, 4.0])
