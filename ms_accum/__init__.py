@@ -9,6 +9,7 @@ Functional (value_and_grad loops): :class:`Accumulator`.
 The micro-batch for a memory budget and a global batch: :func:`plan_micro_batch`.
 """
 from .core.adaptive import AdaptiveAccumulation
+from .core.goodput import GoodputAccumulation
 from .cells.parallel_loss_scale import TrainAccuStepsWithLossScaleCell
 from .cells.parallel import ACCUMULATE_PHASE, UPDATE_PHASE, TrainAccuStepsCell
 from .tools.batchnorm import adjust_batchnorm_momentum
@@ -42,6 +43,7 @@ __all__ = [
     "updates_per_epoch",
     "AccumulationSchedule",
     "AdaptiveAccumulation",
+    "GoodputAccumulation",
     "steps_for_global_batch",
     "TrainAccuStepsCell",
     "TrainAccuStepsWithLossScaleCell",

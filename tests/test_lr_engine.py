@@ -444,3 +444,20 @@ def test_sink_mode_says_the_rule_has_nothing_to_follow():
                                         dataset_sink_mode=True)
     assert [r.learning_rate for r in telemetry.records] == pytest.approx([BASE_RATE["momentum"]] * 4)
     assert [r.progress for r in telemetry.records] == pytest.approx([1.0, 2.0, 3.0, 4.0])
+
+
+def test_a_goodput_policy_that_calibrates_is_refused_in_data_parallel():
+    """Each device would fit its own window-time constants from its own clock, and devices choosing different N
+    would wait for each other at the reduction: in data parallel the constants must be given. (The cell's
+    is_distributed is set by hand here; building a DATA_PARALLEL cell needs msrun.) Nothing of the cell changes."""
+    net = nn.Dense(4, 2)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
+                                       noise_scale=True, gradient_accumulation_steps=3)
+    cell.is_distributed = True
+    with pytest.raises(ValueError, match=r"For 'TrainAccuStepsCell', 'gradient_accumulation_steps' as a "
+                                         r"GoodputAccumulation policy must be given its window-time constants in "
+                                         r"data parallel.*micro_time=t_micro, end_time=t_end"):
+        cell.set_gradient_accumulation_steps(ms_accum.GoodputAccumulation(2, 4))
+    assert cell.gradient_accumulation_steps == 3
+    cell.set_gradient_accumulation_steps(ms_accum.GoodputAccumulation(2, 4, micro_time=0.01, end_time=0.05))
+    assert isinstance(cell.gradient_accumulation_steps, ms_accum.GoodputAccumulation)

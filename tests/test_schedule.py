@@ -317,7 +317,8 @@ def test_every_entry_point_takes_every_older_name_of_n(alias):
         assert cell.gradient_accumulation_steps == 3, type(cell).__name__
     model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(loss_net, optimizer), **{alias: 2})
     assert model.gradient_accumulation_steps == 2
-    with pytest.raises(ValueError, match=rf"For 'GradientAccumulation.train_process', '{alias}' must be an int"):
+    with pytest.raises(ValueError, match=rf"For 'GradientAccumulation.train_process', '{alias}' "
+                                         r"[(]gradient_accumulation_steps[)] must be an int"):
         ms_accum.GradientAccumulation(net, loss, optimizer).train_process(
             1, numpy_dataset(micro_batches([4] * 4)), ckpt_path=None, **{alias: 0})
     with pytest.raises(ValueError, match=rf"For 'check_equivalence', '{alias}' must be an int >= 1"):
@@ -382,7 +383,7 @@ def test_adaptive_policy_needs_the_noise_scale():
     net, loss, optimizer = build("momentum")
     trainer = ms_accum.GradientAccumulation(net, loss, optimizer)
     with pytest.raises(ValueError, match=r"'gradient_accumulation_steps' as an AdaptiveAccumulation policy needs "
-                                         r"the noise scale, but the trainer was built with noise_scale=False"):
+                                         r"the noise scale, but GradientAccumulation was built with noise_scale=False"):
         trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), ms_accum.AdaptiveAccumulation(2, 3),
                               ckpt_path=None)
 
@@ -498,7 +499,7 @@ def test_adaptive_policy_on_a_cell_needs_the_noise_scale(path):
     net, loss, optimizer = build("momentum")
     policy = ms_accum.AdaptiveAccumulation(2, 4)
     with pytest.raises(ValueError, match=rf"For '{path}', 'gradient_accumulation_steps' as an AdaptiveAccumulation "
-                                         r"policy needs the noise scale, but it is not measured"):
+                                         rf"policy needs the noise scale, but {path} was built with noise_scale=False"):
         if path == "Accumulator":
             ms_accum.Accumulator(optimizer, policy)
         else:

@@ -36,14 +36,12 @@ class AccumulationModes:
 
     Contract: composed before :class:`WindowEngine` and a :class:`mindspore.nn.TrainOneStepCell` (``class
     Cell(AccumulationModes, WindowEngine, nn.TrainOneStepCell)``); the constructor calls ``_init_engine`` with
-    ``raise_nonfinite_in_graph=False`` (the window end raises from :meth:`end_window`, after its graph), then
-    ``set_gradient_accumulation_steps`` and :meth:`_init_modes`. It reads what those set: the engine's
+    ``window_end_in_python=True`` (:meth:`end_window` launches the window end's graph, raises after it and times
+    it), then ``set_gradient_accumulation_steps`` and :meth:`_init_modes`. It reads what those set: the engine's
     ``accu_micro_steps``, ``accu_skip_history``, ``nonfinite``, ``scale_kind``, ``owner_name``,
     ``next_window_steps()`` and ``_device_policy``, and the TrainOneStepCell's ``network`` (a LossAndItems); it
     sets ``phase`` (MindSpore's graph phase) before every call.
     """
-
-    _times_windows = True  # end_window runs from Python: a goodput policy is told each window's time
 
     def _init_modes(self):
         self._mode = None            # None: automatic; True/False: chosen by the user or a trainer
@@ -273,7 +271,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
         self._init_engine(owner, naming.buffers(self.weights), window.WindowState(naming.window_prefix),
                           check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
                           noise=noise_state(owner, naming.window_prefix, noise_scale, average), nonfinite=nonfinite,
-                          rebuild=naming.rebuild_hint, raise_nonfinite_in_graph=False)
+                          rebuild=naming.rebuild_hint, window_end_in_python=True)
         self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)
         self.set_gradient_accumulation_steps(*steps)
         self._init_modes()

@@ -109,7 +109,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
                           check_bool(owner, "average", average),
                           noise=noise_state(owner, naming.window_prefix, noise_scale, average),
                           loss_scale=(kind, updater, scale), nonfinite=nonfinite, rebuild=naming.rebuild_hint,
-                          raise_nonfinite_in_graph=False)
+                          window_end_in_python=True)
         self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)
         self.set_gradient_accumulation_steps(*steps)
         self._init_modes()

@@ -112,18 +112,17 @@ class WindowEngine(CompiledCall, NoiseMeasure):
     :func:`data_parallel_reducer` or, on one device, from :meth:`_init_engine`'s defaults.
     """
 
-    _times_windows = False  # whether windows end from Python, where a goodput policy is told their times
 
     def _init_engine(self, owner, buffers, state, clip_norm=None, average=True, noise=None, loss_scale=None,
                      count_windows=True, items_source="returned by the loss network", rebuild="new cells",
-                     nonfinite="skip", divide_in_place=True, raise_nonfinite_in_graph=True):
+                     nonfinite="skip", divide_in_place=True, window_end_in_python=False):
         """Bind the engine. `state`: the window's :class:`window.WindowState`; `noise`: a NoiseState or None;
         `loss_scale`: (kind, updater, scale Parameter) from ``loss_scale.py``, or None; `nonfinite`: what a window
         whose gradient is not finite does without a loss scale, ``"skip"``, ``"raise"`` or ``"apply"`` (no check,
-        as MindSpore's TrainOneStepCell); `raise_nonfinite_in_graph`: under "raise", whether the window end's graph
-        raises (the cells whose window ends inside a step of the user's), or skips the window and leaves the raise to
-        the front end's Python once the graph has run (the parallel cells, whose window end is a graph of its own,
-        so that the cell can go on); `divide_in_place`: the window's end divides (and clips) the buffers in
+        as MindSpore's TrainOneStepCell); `window_end_in_python`: whether a window ends in a graph of its own that the
+        front end launches from Python (the parallel cells), not inside a step of the user's: under "raise" its graph
+        skips the window and the front end raises once the graph has run (so that the cell can go on), and it can
+        time the windows for a goodput policy; `divide_in_place`: the window's end divides (and clips) the buffers in
         place and hands them to the optimizer, instead of a divided copy beside them."""
         self.owner_name, self.items_source, self.rebuild_hint = owner, items_source, rebuild
         # MindSpore's compile cache cannot store a raise in a graph: check with Assert instead (runtime_checks.py)
@@ -134,7 +133,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self.accu_last_items, self.accu_last_grad_norm, self.accu_last_clipped = state.last
         self.accu_skipped_windows, self.accu_nonfinite_streak, self.accu_skip_history = state.skips
         self.nonfinite = check_nonfinite(owner, nonfinite, loss_scale is not None)
-        self.raise_nonfinite_in_graph = raise_nonfinite_in_graph
+        self.window_end_in_python = window_end_in_python
         self.accu_windows = Parameter(Tensor(0, mstype.int32), name=f"{state.prefix}.windows",
                                       requires_grad=False) if count_windows else None
         self.accu_steps = Parameter(Tensor(1, mstype.int32), name=f"{state.prefix}.steps",
@@ -246,11 +245,25 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         if isinstance(steps, (AdaptiveAccumulation, GoodputAccumulation)):
             if not self.measure_noise:
                 raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as an {type(steps).__name__} policy "
-                                 f"needs the noise scale, but {self.owner_name} does not measure it. Build it with "
-                                 f"noise_scale=True (or 'first').")
+                                 f"needs the noise scale, but {self.owner_name} was built with noise_scale=False. "
+                                 f"Build it with noise_scale=True (or 'first').")
             policy, steps = steps, steps.initial_steps
         else:
             check_steps(owner, arg_name, steps)
+        if isinstance(policy, GoodputAccumulation) and not policy.given:
+            if not self.window_end_in_python:
+                raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as a GoodputAccumulation policy must "
+                                 f"be told each window's time to calibrate, but {self.owner_name} ends its windows "
+                                 f"inside a compiled step of yours, which cannot time them. Pass the window-time "
+                                 f"constants you measured: GoodputAccumulation(..., micro_time=t_micro, "
+                                 f"end_time=t_end).")
+            if self.is_distributed:
+                raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as a GoodputAccumulation policy must "
+                                 f"be given its window-time constants in data parallel, but got a policy that "
+                                 f"calibrates them: each device would fit its own from its own clock and the "
+                                 f"devices could choose different N and wait for each other at the reduction. "
+                                 f"Calibrate on one device (or measure the window times) and pass "
+                                 f"GoodputAccumulation(..., micro_time=t_micro, end_time=t_end).")
         schedule = AccumulationSchedule(steps, owner, arg_name)
         self.steps_name = arg_name
         self.adaptive_policy = policy
@@ -260,11 +273,6 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self._stage_firsts = Tensor(schedule.firsts, mstype.int32)
         self._stage_counts = Tensor(schedule.counts, mstype.int32)
         self._device_policy = policy.device_policy if policy is not None else None
-        if isinstance(policy, GoodputAccumulation) and not policy.given and not self._times_windows:
-            raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as a GoodputAccumulation policy must be "
-                             f"told each window's time to calibrate, but {self.owner_name} ends its windows inside a "
-                             f"compiled step of yours, which cannot time them. Pass the window-time constants you "
-                             f"measured: GoodputAccumulation(..., micro_time=t_micro, end_time=t_end).")
         self._goodput = isinstance(policy, GoodputAccumulation)  # decided when compiled: which rule chooses N
         if self._goodput:
             self._bind_goodput(policy)
@@ -461,7 +469,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             if self.nonfinite == "apply":  # no check: the window is applied whatever it holds
                 return False
             overflow = ops.logical_not(ops.isfinite(norm))
-            if self.nonfinite == "raise" and self.compile_cache_on and self.raise_nonfinite_in_graph:
+            if self.nonfinite == "raise" and self.compile_cache_on and not self.window_end_in_python:
                 overflow = window.assert_finite(overflow, norm)  # else raised in the skip's branch (_step_unless)
             return overflow
         return self._sum_over_devices(self._local_overflow()) > 0.0
@@ -485,7 +493,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         """Whether a window whose gradient is not finite raises in the skip's branch: nonfinite="raise" without a
         loss scale (whose overflows are skipped), in a cell that raises in its graph, and without the compile cache
         (there MindSpore's ``Assert`` checks it, in :meth:`_window_overflow`)."""
-        return self.nonfinite == "raise" and self.scale_kind is None and self.raise_nonfinite_in_graph and \
+        return self.nonfinite == "raise" and self.scale_kind is None and not self.window_end_in_python and \
             not self.compile_cache_on
 
     def _step_unless(self, overflow, refused, shown, optimizer, grads, result):

@@ -364,7 +364,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         sink_size = dataset_size if sink_size == -1 else sink_size
         cycles = sink_size // n
         check_lr_schedule("Model_ACCU.train", train_network(self).optimizer, epoch * sink_size, epoch * cycles,
-                          from_start=initial_epoch == 0 and self._resume_from is None)
+                          from_start=initial_epoch == 0)  # sink mode resumes at an epoch only
         dataset_sink_num = math.ceil(epoch * sink_size / dataset_size)
         set_sink_total(train_dataset, epoch * sink_size)
         cb_params.sink_size = sink_size
