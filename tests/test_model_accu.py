@@ -56,6 +56,7 @@ def test_train_without_sink_equals_large_batch_training(kind, exec_mode):
     assert log.steps == [(1, 1, 3), (1, 2, 3), (1, 3, 3), (2, 4, 3), (2, 5, 3), (2, 6, 3)]
     assert log.epochs == [(1, 3), (2, 6)]
     assert opt.global_step.asnumpy()[0] == 6
+    assert not any(p.asnumpy().any() for p in cell.accu_grads), "buffers not cleared at the last window's end"
 
 
 def test_accumulation_steps_argument_replaces_the_cells():
@@ -417,6 +418,7 @@ def test_sink_mode_carries_the_cells_features(fake_device, feature):
     assert [e for e in fake_device.events if e[0] in ("run", "end")] == \
         [("run", ms_accum.ACCUMULATE_PHASE, 4, True), ("end",)] * 3, "the sink branch was not taken"
     assert int(opt.global_step.asnumpy()[0]) == 3
+    assert not any(p.asnumpy().any() for p in cell.accu_grads), "buffers not cleared at the last window's end"
     assert_equals_large_batch(params_of(net), reference, windows, context=f"sink with {feature}", rounding=rounding,
                               gain=GAINS[rounding])
     if cell.measure_noise:
