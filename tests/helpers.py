@@ -186,7 +186,7 @@ def rounding_rtol(windows, rounding=FLOAT32_ROUNDING, gain=ROUNDING_GAIN):
     where C (:data:`ROUNDING_GAIN`, 16) bounds what the count of additions leaves out: sum|g_i| / |sum g_i| (the
     cancellation between the samples' gradients), the optimizer's gain from the gradient to the update (Momentum's
     velocity, Adam's normalisation) and a window's effect on the gradients of the next. Measured on the suite's
-    cases (docs/tests.md, How an equivalence test is built), the worst difference took C = 4.8 (AdamW); 16 leaves
+    cases (docs/tests.md, How an equivalence test is built), the worst difference took C = 4.7 (AdamW); 16 leaves
     three times that for other data, releases and machines, and stays far below what a wrong window makes: one
     micro-batch of N dropped, added twice or not divided moves a window's update by about 1/N of itself or more,
     where rtol is 1e-5 to 7e-4 for the suite's runs. `rounding`: u of the precision the gradients are computed in
