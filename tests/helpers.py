@@ -1,4 +1,5 @@
 """Small models, data, reference training and script runners used by several test modules."""
+import math
 import os
 import re
 import subprocess
@@ -12,6 +13,7 @@ from mindspore import Tensor, nn, ops
 from mindspore.train import Callback
 
 import ms_accum
+from ms_accum.core.noise_scale import NOISE_SMOOTHING
 from conftest import ROOT, ZOO
 
 
@@ -99,14 +101,19 @@ def params_of(net):
     return {p.name: p.asnumpy().copy() for p in net.get_parameters()}
 
 
-def reference_train(optimizer, windows, seed=0):
-    """Plain large-batch training: one TrainOneStepCell step per window on its concatenated micro-batches."""
-    net, loss, opt = build(optimizer, seed)
+def reference_run(optimizer, windows, seed=0, make=None):
+    """Plain large-batch training: one TrainOneStepCell step per window on its concatenated micro-batches; (the
+    parameters, each window's loss: the mean over its samples, at the parameters before its step). `make(optimizer,
+    seed)` builds (network, loss, optimizer) instead of :func:`build`."""
+    net, loss, opt = (make or build)(optimizer, seed)
     step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)
-    for window in windows:
-        x, y = concat(window)
-        step(Tensor(x), Tensor(y))
-    return params_of(net)
+    losses = [float(step(*map(Tensor, concat(window))).asnumpy()) for window in windows]
+    return params_of(net), losses
+
+
+def reference_train(optimizer, windows, seed=0, make=None):
+    """The parameters after :func:`reference_run`."""
+    return reference_run(optimizer, windows, seed, make)[0]
 
 
 def accumulate_train(optimizer, windows, seed=0, average=True):
@@ -124,12 +131,126 @@ def accumulate_train(optimizer, windows, seed=0, average=True):
 
 
 def assert_params_close(got, expected, rtol=1e-5, context=""):
-    """Every parameter within `rtol` relative to the largest magnitude of the expected parameter."""
+    """Every parameter within `rtol` relative to the largest magnitude of the expected parameter.
+
+    Not for an equivalence with the large batch: scaled by the weights, it passes a wrong update that is small
+    beside them. Use :func:`assert_equals_large_batch` for that, and :func:`assert_params_equal` for "nothing was
+    applied"."""
     assert got.keys() == expected.keys()
     for name, want in expected.items():
         scale = max(np.abs(want).max(), 1e-12)
         err = np.abs(got[name] - want).max() / scale
         assert err <= rtol, f"{context}: parameter {name} differs by {err:.3g} (relative), allowed {rtol}"
+
+
+def assert_params_equal(got, expected, context=""):
+    """Every parameter bit for bit as expected: what a skipped, dropped or refused window must leave."""
+    assert got.keys() == expected.keys(), f"{context}: parameters {sorted(got)} against {sorted(expected)}"
+    for name, want in expected.items():
+        changed = int(np.sum(got[name] != want))
+        assert not changed, f"{context}: parameter {name} changed in {changed} of its {want.size} elements"
+
+
+# ------------------------------------------------------------------ equivalence with the large batch
+# The unit roundoff u of float32 (2^-24) and of float16 (2^-11): the largest relative error of one rounding.
+FLOAT32_ROUNDING = float(np.finfo(np.float32).eps) / 2
+FLOAT16_ROUNDING = float(np.finfo(np.float16).eps) / 2
+# C of rounding_rtol: the cancellation between the summed terms, the optimizer's gain and the later windows' carry.
+ROUNDING_GAIN = 16
+# C for a float16 network, with FLOAT16_ROUNDING: its kernels round each micro-batch's gradient once where the large
+# batch rounds the window's once, far fewer roundings than B + N. Measured on every path, amp O1 and O2, both modes
+# (tests/test_mixed_precision.py, and sink mode's O2): up to 0.065; allowed about 4 times that.
+FLOAT16_GAIN = 0.25
+
+
+def loss_terms(batch):
+    """The terms a micro-batch's loss averages over: the size of its labels (its second array; its only array for a
+    network that reads its targets from its inputs): its samples, or the token slots of a token-level loss."""
+    return int(np.size(batch[1] if len(batch) > 1 else batch[0]))
+
+
+def rounding_rtol(windows, rounding=FLOAT32_ROUNDING, gain=ROUNDING_GAIN):
+    """
+    The largest difference float rounding explains between an accumulated run and the large batch's, relative to
+    the quantity compared (a parameter's update, a window's loss or gradient norm).
+
+    The two compute each window's mean gradient in their own order: the large batch sums the gradients of its B
+    loss terms in one reduction; accumulation sums each micro-batch's, weighs the N micro-batch means by their
+    items, adds them into its buffers and divides. A floating-point sum of n terms is within (n - 1) x u x sum|terms|
+    of the exact sum (u the unit roundoff; Higham, *Accuracy and Stability of Numerical Algorithms*, 2002, (4.4)),
+    so the two window gradients differ by at most about (B + N) x u x sum|g_i| / B per element, and the windows'
+    differences add up along the run (each window starts from the parameters the last one left). Hence
+
+        rtol = C x u x sum over the windows of (B + N)
+
+    where C (:data:`ROUNDING_GAIN`, 16) bounds what the count of additions leaves out: sum|g_i| / |sum g_i| (the
+    cancellation between the samples' gradients), the optimizer's gain from the gradient to the update (Momentum's
+    velocity, Adam's normalisation) and a window's effect on the gradients of the next. Measured on the suite's
+    cases (docs/tests.md, How an equivalence test is built), the worst difference took C = 4.7 (AdamW); 16 leaves
+    three times that for other data, releases and machines, and stays far below what a wrong window makes: one
+    micro-batch of N dropped, added twice or not divided moves a window's update by about 1/N of itself or more,
+    where rtol is 1e-5 to 7e-4 for the suite's runs. `rounding`: u of the precision the gradients are computed in
+    (:data:`FLOAT16_ROUNDING` for a float16 network, with :data:`FLOAT16_GAIN`).
+    """
+    additions = sum(sum(loss_terms(batch) for batch in window) + len(window) for window in windows)
+    return gain * rounding * additions
+
+
+def update_errors(got, expected, before):
+    """{name: the largest element of |(got - before) - (expected - before)|, less two spacings of the parameter in
+    its dtype (the rounding of storing it after the update, on each side), / the largest element of
+    |expected - before|}: each parameter's update error relative to its expected update (to the largest update of
+    any parameter where the expected one is zero), in float64."""
+    assert got.keys() == expected.keys() == before.keys(), \
+        f"parameters {sorted(got)} against the reference's {sorted(expected)}"
+    updates = {name: expected[name].astype(np.float64) - before[name] for name in expected}
+    largest = max(float(np.abs(update).max()) for update in updates.values())
+    errors = {}
+    for name, update in updates.items():
+        scale = float(np.abs(update).max()) or largest
+        stored = 2.0 * np.spacing(np.abs(expected[name])).astype(np.float64)
+        difference = np.abs(got[name].astype(np.float64) - before[name] - update)
+        errors[name] = float(np.maximum(difference - stored, 0.0).max()) / scale
+    return errors
+
+
+def a_wrong_window(windows):
+    """`windows` with the last window's last micro-batch dropped (the last window dropped when it holds one)."""
+    last = windows[-1]
+    return windows[:-1] + ([last[:-1]] if len(last) > 1 else [])
+
+
+def assert_equals_large_batch(got, reference, windows, context="", rounding=FLOAT32_ROUNDING, gain=ROUNDING_GAIN):
+    """
+    The equivalence check of the suite: the update of an accumulated run equals the large batch's, parameter by
+    parameter, within what float rounding explains, and the same check fails on a wrong window.
+
+    Args:
+        got (dict): name -> numpy value of every parameter after the accumulated run.
+        reference (Callable): windows -> the same dict after training a fresh copy of the run's model (built as
+            the run's was) one step per window on its concatenated micro-batches, written without ms_accum
+            (``nn.TrainOneStepCell``, or ``value_and_grad`` and the optimizer). ``reference([])`` is then the
+            parameters before training.
+        windows (list): The run's windows as it applied them, each a list of micro-batches (tuples of numpy
+            arrays, the labels second).
+        context (str): Named in the failure.
+        rounding, gain: Of :func:`rounding_rtol`, the tolerance.
+
+    Raises:
+        AssertionError: If a parameter's update (after - before) differs from the large batch's by more than
+            :func:`rounding_rtol` of the largest element of that update, or if the reference trained on a wrong
+            window (:func:`a_wrong_window`: a micro-batch dropped) passes the same check, which then could not
+            fail.
+    """
+    before, expected = reference([]), reference(windows)
+    rtol = rounding_rtol(windows, rounding, gain)
+    errors = update_errors(got, expected, before)
+    worst = max(errors, key=lambda name: np.nan_to_num(errors[name], nan=np.inf))
+    assert errors[worst] <= rtol, (f"{context}: the update of parameter {worst} differs from the large batch's by "
+                                   f"{errors[worst]:.3g} of its largest element, allowed {rtol:.3g}")
+    control = update_errors(reference(a_wrong_window(windows)), expected, before)
+    assert max(control.values()) > rtol, (f"{context}: the check cannot fail: a run with a micro-batch dropped "
+                                          f"differs by {max(control.values()):.3g} only, allowed {rtol:.3g}")
 
 
 def numpy_dataset(batches, shuffle=False):
@@ -229,21 +350,92 @@ def grad_norm(grads):
     return float(np.sqrt(sum(float((g.asnumpy().astype(np.float64) ** 2).sum()) for g in grads)))
 
 
-def functional_reference(optimizer, windows, clip_norm=None, seed=0, make=None):
+def functional_reference(optimizer, windows, clip_norm=None, seed=0, make=None, average=True):
     """Large-batch training written without ms_accum or TrainOneStepCell: per window, value_and_grad of the mean
-    loss over the concatenated micro-batches, ops.clip_by_global_norm when clip_norm is given, one optimizer step.
+    loss over the concatenated micro-batches (with `average` False, the sum of the micro-batches' mean-loss
+    gradients: the raw sum), ops.clip_by_global_norm when clip_norm is given, one optimizer step.
     Returns (parameters, each window's gradient norm before clipping)."""
     net, loss, opt = (make or build)(optimizer, seed)
     loss_net = nn.WithLossCell(net, loss)
     grad_fn = ms.value_and_grad(loss_net, None, opt.parameters)
     norms = []
     for window in windows:
-        _, grads = grad_fn(*(Tensor(np.concatenate(parts)) for parts in zip(*window)))
+        if average:
+            _, grads = grad_fn(*(Tensor(np.concatenate(parts)) for parts in zip(*window)))
+        else:
+            parts = [grad_fn(*map(Tensor, batch))[1] for batch in window]
+            grads = tuple(sum(grad[i] for grad in parts[1:]) + parts[0][i] for i in range(len(parts[0])))
         norms.append(grad_norm(grads))
         if clip_norm is not None:
             grads = ops.clip_by_global_norm(grads, clip_norm)
         opt(grads)
     return params_of(net), norms
+
+
+def large_batch(optimizer, clip_norm=None, make=None, average=True):
+    """The reference of :func:`assert_equals_large_batch` written with value_and_grad: windows -> the parameters
+    after :func:`functional_reference`."""
+    return lambda windows: functional_reference(optimizer, windows, clip_norm, make=make, average=average)[0]
+
+
+# ------------------------------------------------------------------ the noise scale's reference
+def noise_estimates(sizes, means):
+    """
+    The noise scale's estimator (docs/noise_scale.md) in float64, on a window's micro-batch mean gradients `means`
+    (flat arrays) weighing `sizes` items each (K = len(sizes) >= 2): (grad_sq, noise_trace, and the magnitudes each
+    is a difference of: |g|^2 + that of noise_trace / W, and (sum w_i |g_i|^2 + W |g|^2) / (K - 1)).
+    """
+    sizes = np.asarray(sizes, np.float64)
+    total = sizes.sum()
+    window = sum(size * mean for size, mean in zip(sizes, means)) / total
+    window_sq = float(window @ window)
+    micro_sq = float(sum(size * float(mean @ mean) for size, mean in zip(sizes, means)))
+    trace = (micro_sq - total * window_sq) / (len(sizes) - 1)
+    trace_terms = (micro_sq + total * window_sq) / (len(sizes) - 1)
+    return window_sq - trace / total, trace, window_sq + trace_terms / total, trace_terms
+
+
+def noise_reference(optimizer, windows, make=None):
+    """
+    The noise scale of a large-batch run written without ms_accum: per window, each micro-batch's mean gradient by
+    value_and_grad at the window's parameters, :func:`noise_estimates` weighted by their samples, the smoothing of
+    ``ms_accum.core.noise_scale`` (windows of one micro-batch: NaN, not smoothed), then one optimizer step on the
+    concatenated window's gradient. Returns per window ((grad_sq, noise_trace, smoothed grad_sq, smoothed
+    noise_trace), the magnitude each is a difference of), as the cells' ``noise_records`` read after it.
+    """
+    net, loss, opt = (make or build)(optimizer, 0)
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+    smooth, smooth_terms, records = np.zeros(2), np.zeros(2), []
+    for window in windows:
+        if len(window) > 1:
+            means = [np.concatenate([g.asnumpy().astype(np.float64).ravel() for g in grad_fn(*map(Tensor, b))[1]])
+                     for b in window]
+            grad_sq, trace, sq_terms, trace_terms = noise_estimates([loss_terms(b) for b in window], means)
+            smooth = NOISE_SMOOTHING * smooth + (1 - NOISE_SMOOTHING) * np.array([grad_sq, trace])
+            smooth_terms = NOISE_SMOOTHING * smooth_terms + (1 - NOISE_SMOOTHING) * np.array([sq_terms, trace_terms])
+        else:
+            grad_sq = trace = sq_terms = trace_terms = math.nan
+        records.append(((grad_sq, trace, *smooth), (sq_terms, trace_terms, *smooth_terms)))
+        opt(grad_fn(*map(Tensor, concat(window)))[1])
+    return records
+
+
+def assert_noise_records_match(got, reference, windows, context=""):
+    """`got` (a cell's ``noise_records`` values after each window, or a prefix of each) against
+    :func:`noise_reference`'s: each estimate within 2 x :func:`rounding_rtol` of the magnitude it is a difference
+    of (a squared norm's relative rounding is twice its vector's), NaN where the reference has none."""
+    bound = 2 * rounding_rtol(windows)
+    for index, (values, (want, terms)) in enumerate(zip(got, reference)):
+        for name, value, expected, magnitude in zip(NOISE_RECORDS, values, want, terms):
+            if math.isnan(expected):
+                assert math.isnan(value), f"{context}: window {index}'s {name} is {value}, where there is no estimate"
+            else:
+                assert abs(value - expected) <= bound * magnitude, \
+                    (f"{context}: window {index}'s {name} is {value}, the large batch's {expected} (allowed "
+                     f"{bound * magnitude:.3g})")
+
+
+NOISE_RECORDS = ("grad_sq", "noise_trace", "smoothed grad_sq", "smoothed noise_trace")
 
 
 def msrun_argv(node, master, port, script, *args, log_dir, workers_per_node=1, nodes=2):

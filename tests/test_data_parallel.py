@@ -5,18 +5,20 @@ import re
 import signal
 import subprocess
 import time
+from functools import partial
 
 import numpy as np
 import pytest
 
 import mindspore as ms
-from mindspore import Tensor, nn
+from mindspore import nn
 
 import ms_accum
 from conftest import ZOO
 from dp_worker import CLIP_NORM, load, rank_batches, rank_token_batches, scenario, union_windows
-from helpers import (ACCURACY, KILL_NODE_TIMEOUT, SAMPLE, assert_params_close, build, functional_reference,
-                     launch_local, params_of, reference_train, run_local, run_script, token_reference, train_py_worker)
+from helpers import (ACCURACY, KILL_NODE_TIMEOUT, SAMPLE, assert_equals_large_batch, assert_noise_records_match,
+                     assert_params_equal, functional_reference, large_batch, launch_local, noise_reference, params_of,
+                     reference_train, run_local, run_script, token_reference, train_py_worker)
 from src.dataset import create_dataset
 from src.lenet import LeNet5
 
@@ -61,10 +63,8 @@ def test_two_ranks_equal_single_process_training_on_their_union(plain_graph_run)
     _, ranks = plain_graph_run
     for name, value in params(ranks[0]).items():
         np.testing.assert_array_equal(params(ranks[1])[name], value, err_msg=f"{name} differs between ranks")
-    expected = reference_train("momentum", union_windows(3, 3))
-    for name, want in expected.items():
-        err = np.abs(params(ranks[0])[name] - want).max() / np.abs(want).max()
-        assert err <= 1e-5, f"{name}: relative difference {err:.3g} to single-process training on the union"
+    assert_equals_large_batch(params(ranks[0]), partial(reference_train, "momentum"), union_windows(3, 3),
+                              context="two ranks against one process on their union")
     assert all(r["global_step"][0] == 3 and bool(r["accu_grads_zero"]) for r in ranks)
 
 
@@ -94,11 +94,9 @@ def test_overflow_on_one_rank_makes_both_skip(worker_runs, mode):
         assert overflow == 1.0 and scale == 512.0, f"rank {r} window 0: overflow {overflow}, scale {scale}"
         assert arrays["outputs"][1][1] == 0.0 and arrays["outputs"][1][2] == 512.0
         assert arrays["global_step"][0] == 1, f"rank {r} did not skip the overflowing window"
-    expected = reference_train("momentum", union_windows(windows, steps)[1:])
-    for name, want in expected.items():
-        np.testing.assert_array_equal(params(ranks[1])[name], params(ranks[0])[name])
-        err = np.abs(params(ranks[0])[name] - want).max() / np.abs(want).max()
-        assert err <= 1e-5, f"{name}: relative difference {err:.3g} after the skipped window"
+    assert_params_equal(params(ranks[1]), params(ranks[0]), context="rank 1 against rank 0")
+    assert_equals_large_batch(params(ranks[0]), partial(reference_train, "momentum"),
+                              union_windows(windows, steps)[1:], context="after the skipped window")
 
 
 def test_token_counts_are_summed_over_ranks(worker_runs):
@@ -110,41 +108,33 @@ def test_token_counts_are_summed_over_ranks(worker_runs):
     union = [[per_rank[r][w * steps + s] for r in range(WORLD) for s in range(steps)] for w in range(windows)]
     rank_tokens = [[float(b[2].sum()) for b in batches] for batches in per_rank]
     assert rank_tokens[0][:steps] != rank_tokens[1][:steps], "the ranks must hold different token counts"
-    expected = token_reference("momentum", union)
-    for name, want in expected.items():
-        np.testing.assert_array_equal(params(ranks[1])[name], params(ranks[0])[name])
-        err = np.abs(params(ranks[0])[name] - want).max() / np.abs(want).max()
-        assert err <= 1e-5, f"{name}: relative difference {err:.3g} to one process on the union's token mean"
+    assert_params_equal(params(ranks[1]), params(ranks[0]), context="rank 1 against rank 0")
+    assert_equals_large_batch(params(ranks[0]), partial(token_reference, "momentum"), union,
+                              context="one process on the union's token mean")
 
 
 def test_noise_scale_counts_every_micro_batch_of_both_ranks(worker_runs):
     """One micro-batch per rank and window: alone, a rank has no estimate (one micro-batch); the estimate sums
-    both ranks' micro-batches, and equals one process's on their union (whose estimator test_noise_scale.py checks
-    against numpy per-sample truth)."""
-    windows = 3
+    both ranks' micro-batches: each window's (grad_sq, noise_trace) equals the estimator (helpers.noise_estimates,
+    the formula test_noise_scale.py checks against per-sample truth) on the two micro-batches' value_and_grad
+    gradients at the window's parameters of one process's large-batch run on their union, without ms_accum."""
+    windows = union_windows(3, 1)
     ranks = load(worker_runs, NOISE)
-    net, loss, optimizer = build("momentum")
-    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, accumulation_steps=WORLD,
-                                       noise_scale=True)
-    expected = []
-    for window in union_windows(windows, 1):
-        for x, y in window:
-            cell(Tensor(x), Tensor(y))
-        expected.append([float(value.asnumpy()) for value in cell.noise_records[:2]])
+    reference = noise_reference("momentum", windows)
     for r, arrays in enumerate(ranks):
         assert np.isfinite(arrays["outputs"]).all(), f"rank {r} has no estimate: {arrays['outputs']}"
-        np.testing.assert_allclose(arrays["outputs"], expected, rtol=1e-4, err_msg=f"rank {r}: (grad_sq, trace)")
+        assert_noise_records_match(arrays["outputs"], reference, windows, context=f"rank {r}")
 
 
 def test_the_window_is_the_large_batchs_mean_whatever_gradients_mean_says(worker_runs):
     """With gradients_mean=False MindSpore's reducer sums the devices' gradients: the window is still the mean over
     both ranks' samples (it was 2 times that), for TrainAccuStepsCell and for an Accumulator in a jit step."""
     ranks = load(worker_runs, MEAN_FALSE)
-    expected = reference_train("momentum", union_windows(2, 2))
     for rank, arrays in enumerate(ranks):
         for prefix in ("param:", "accumulator:"):
             got = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
-            assert_params_close(got, expected, rtol=1e-5, context=f"rank {rank}, {prefix[:-1]}")
+            assert_equals_large_batch(got, partial(reference_train, "momentum"), union_windows(2, 2),
+                                      context=f"rank {rank}, {prefix[:-1]}")
 
 
 def test_a_flush_with_the_open_window_on_one_device_only_applies_it_on_both(worker_runs):
@@ -152,10 +142,10 @@ def test_a_flush_with_the_open_window_on_one_device_only_applies_it_on_both(work
     rank 1's returned at once. Both now apply the last window, rank 0's micro-batch alone, as one process would."""
     ranks = load(worker_runs, UNEVEN_FLUSH)
     extra = rank_batches(0, WORLD, 3, 2)[4]
-    expected = reference_train("momentum", union_windows(2, 2) + [[extra]])
     for rank, arrays in enumerate(ranks):
         got = {k[len("accumulator:"):]: v for k, v in arrays.items() if k.startswith("accumulator:")}
-        assert_params_close(got, expected, rtol=1e-5, context=f"rank {rank}")
+        assert_equals_large_batch(got, partial(reference_train, "momentum"), union_windows(2, 2) + [[extra]],
+                                  context=f"rank {rank}")
 
 
 def test_model_accu_refuses_devices_with_unequal_epochs_before_training(worker_runs):
@@ -171,12 +161,11 @@ def test_model_accu_refuses_devices_with_unequal_epochs_before_training(worker_r
 def test_the_reduced_window_gradient_is_clipped_once(worker_runs):
     """Clipping sees the window's gradient averaged over both ranks, as one process on the union would."""
     ranks = load(worker_runs, CLIP)
-    expected, norms = functional_reference("momentum", union_windows(2, 3), clip_norm=CLIP_NORM)
+    norms = functional_reference("momentum", union_windows(2, 3), clip_norm=CLIP_NORM)[1]
     assert min(norms) > 2 * CLIP_NORM, f"the windows' norms {norms} must be well above clip_norm"
-    for name, want in expected.items():
-        np.testing.assert_array_equal(params(ranks[1])[name], params(ranks[0])[name])
-        err = np.abs(params(ranks[0])[name] - want).max() / np.abs(want).max()
-        assert err <= 1e-5, f"{name}: relative difference {err:.3g} to the clipped large batch on the union"
+    assert_params_equal(params(ranks[1]), params(ranks[0]), context="rank 1 against rank 0")
+    assert_equals_large_batch(params(ranks[0]), large_batch("momentum", CLIP_NORM), union_windows(2, 3),
+                              context="the clipped large batch on the union")
 
 
 def msrun_train_py(out_dir, *args, node_timeout=None):

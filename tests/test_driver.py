@@ -2,6 +2,7 @@
 import os
 import re
 import warnings
+from functools import partial
 
 import numpy as np
 import pytest
@@ -12,8 +13,8 @@ from mindspore import nn
 from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
 
 import ms_accum
-from helpers import (assert_params_close, build, concat, micro_batches, numpy_dataset, params_of, reference_train,
-                     windows_of_sizes)
+from helpers import (assert_equals_large_batch, assert_params_equal, build, concat, micro_batches, numpy_dataset,
+                     params_of, reference_run, reference_train, rounding_rtol, windows_of_sizes)
 
 
 def _trainer(optimizer="momentum"):
@@ -34,8 +35,8 @@ def test_partial_window_policies(policy, epochs, window_sizes, exec_mode):
     stream = batches * epochs
     if policy == "drop":
         stream = batches[:8] + batches[:8]
-    expected = reference_train("momentum", windows_of_sizes(stream, window_sizes))
-    assert_params_close(params_of(net), expected, context=f"{policy}, {exec_mode}")
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"),
+                              windows_of_sizes(stream, window_sizes), context=f"{policy}, {exec_mode}")
     assert len(losses) == len(window_sizes)
     assert opt.global_step.asnumpy()[0] == len(window_sizes)
     assert all(not p.asnumpy().any() for p in trainer.grad_sum), "buffers not empty after training"
@@ -52,8 +53,8 @@ def test_graph_mode_compiles_the_network_once_and_the_window_end_without_it():
     trainer.train_process(2, numpy_dataset(batches), 4, ckpt_path=None, log_every=0)
     phases = sorted(key.split(".")[0] for key in trainer.cell.compile_cache)
     assert phases == ["train_accumulate", "train_update"], trainer.cell.compile_cache
-    expected = reference_train("momentum", windows_of_sizes(batches * 2, [4] * 4))
-    assert_params_close(params_of(net), expected, context="two graphs")
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"),
+                              windows_of_sizes(batches * 2, [4] * 4), context="two graphs")
 
 
 def test_carry_flushes_a_window_still_open_after_the_last_epoch():
@@ -62,15 +63,16 @@ def test_carry_flushes_a_window_still_open_after_the_last_epoch():
     losses = trainer.train_process(3, numpy_dataset(batches), 4, partial_window="carry", ckpt_path=None,
                                    log_every=0)
     assert len(losses) == 3  # 9 micro-batches: windows of 4, 4, then the last 1 flushed
-    expected = reference_train("sgd", windows_of_sizes(batches * 3, [4, 4, 1]))
-    assert_params_close(params_of(net), expected, context="carry across 3 epochs")
+    assert_equals_large_batch(params_of(net), partial(reference_train, "sgd"),
+                              windows_of_sizes(batches * 3, [4, 4, 1]), context="carry across 3 epochs")
 
 
 def test_unequal_last_batch_is_weighted_by_samples():
     batches = micro_batches([4, 4, 4, 3])
     trainer, net, _ = _trainer("adam")
     trainer.train_process(1, numpy_dataset(batches), 2, ckpt_path=None, log_every=0)
-    assert_params_close(params_of(net), reference_train("adam", windows_of_sizes(batches, [2, 2])), context="last batch 3")
+    assert_equals_large_batch(params_of(net), partial(reference_train, "adam"), windows_of_sizes(batches, [2, 2]),
+                              context="last batch 3")
 
 
 def test_prints_the_window_mean_loss_over_samples(capsys):
@@ -87,21 +89,14 @@ def test_prints_the_window_mean_loss_over_samples(capsys):
 
 
 def test_returns_every_window_mean_loss_read_at_the_end(exec_mode):
-    """The losses stay on the device until the end: each must still be its own window's value."""
+    """The losses stay on the device until the end: each must still be its own window's value, the mean loss over
+    the window's samples at the parameters it started from, as the large batch's TrainOneStepCell returns it."""
     batches = micro_batches([4, 2, 4, 4, 4, 3])
-    trainer, _, _ = _trainer("momentum")
+    trainer, net, _ = _trainer("momentum")
     losses = trainer.train_process(1, numpy_dataset(batches), 2, ckpt_path=None, log_every=0)
-    net, loss, opt = build("momentum")
-    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-    forward_backward = ms_accum.TrainForwardBackward(nn.WithLossCell(net, loss), opt, grad_sum)
-    optim, clear = ms_accum.TrainOptim(opt, grad_sum), ms_accum.TrainClear(grad_sum)
-    expected = []
-    for window in windows_of_sizes(batches, [2, 2, 2]):
-        for x, y in window:
-            forward_backward(ms.Tensor(x), ms.Tensor(y))
-        expected.append(float(optim().asnumpy()))
-        clear()
-    assert losses == pytest.approx(expected, rel=1e-6), exec_mode
+    windows = windows_of_sizes(batches, [2, 2, 2])
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"), windows, context=exec_mode)
+    assert losses == pytest.approx(reference_run("momentum", windows)[1], rel=rounding_rtol(windows)), exec_mode
     assert len(set(losses)) == 3
 
 
@@ -201,7 +196,7 @@ def test_final_checkpoint_round_trips(tmp_path):
     assert "global_step" in saved and not any(name.startswith("grad_sum") for name in saved)
     fresh, _, _ = build("momentum", seed=5)
     ms_accum.load_network_checkpoint(fresh, path)
-    assert_params_close(params_of(fresh), params_of(net), rtol=0, context="reloaded")
+    assert_params_equal(params_of(fresh), params_of(net), context="reloaded")
     assert os.listdir(tmp_path / "sub") == ["final.ckpt"]
 
 
@@ -225,7 +220,7 @@ def test_failed_checkpoint_write_keeps_the_previous_file(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["model.ckpt"], "a partial file was left behind"
     fresh, _, _ = build("momentum", seed=5)
     ms_accum.load_network_checkpoint(fresh, path)
-    assert_params_close(params_of(fresh), before, rtol=0, context="previous checkpoint")
+    assert_params_equal(params_of(fresh), before, context="previous checkpoint")
 
 
 TRAINERS = {"driver": "GradientAccumulation.train_process", "model_accu": "Model_ACCU.train"}

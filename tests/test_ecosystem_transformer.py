@@ -14,8 +14,8 @@ import mindspore as ms
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import Normal, initializer
 
-from ecosystem import assert_updates_match, large_batch_reference, load_weights, train_path, update_errors
-from helpers import params_of
+from ecosystem import large_batch, load_weights, train_path, windows_of
+from helpers import assert_equals_large_batch, params_of, update_errors
 
 pytestmark = pytest.mark.ecosystem
 
@@ -97,22 +97,27 @@ LENGTHS = [(12, 12, 9), (3, 2, 4), (9, 8, 5), (6, 5, 4), (12, 11, 11), (2, 2, 2)
 
 @functools.lru_cache(maxsize=None)
 def reference(optimizer):
-    return large_batch_reference(functools.partial(make, optimizer), padded_sequences(LENGTHS), STEPS,
-                                 token_loss=True)
+    return large_batch(functools.partial(make, optimizer), token_loss=True)
+
+
+@functools.lru_cache(maxsize=None)
+def sequences():
+    return tuple(padded_sequences(LENGTHS))
 
 
 @pytest.mark.parametrize("optimizer", ["momentum", "adamw"])
 @pytest.mark.parametrize("path", ["accumulator", "driver"])
 def test_token_windows_equal_the_large_batch_s_token_mean(path, optimizer, exec_mode):
-    got = train_path(path, functools.partial(make, optimizer), padded_sequences(LENGTHS), STEPS,
-                     token_loss=True)
-    assert_updates_match(got, reference(optimizer), initial_weights(), context=f"{path}, {optimizer}, {exec_mode}")
+    got = train_path(path, functools.partial(make, optimizer), list(sequences()), STEPS, token_loss=True)
+    assert_equals_large_batch(got, reference(optimizer), windows_of(sequences(), STEPS),
+                              context=f"{path}, {optimizer}, {exec_mode}")
 
 
 def test_weighting_by_sequences_instead_of_tokens_is_caught():
     """The per-sample weighting of the same token means (each micro-batch weighs its 3 sequences) is off."""
-    got = train_path("accumulator", functools.partial(_per_sample, "momentum"), padded_sequences(LENGTHS), STEPS)
-    errors = update_errors(got, reference("momentum"), initial_weights())
+    got = train_path("accumulator", functools.partial(_per_sample, "momentum"), list(sequences()), STEPS)
+    windows = windows_of(sequences(), STEPS)
+    errors = update_errors(got, reference("momentum")(windows), reference("momentum")([]))
     assert max(errors.values()) > 0.1
 
 

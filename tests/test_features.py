@@ -111,7 +111,7 @@ EVIDENCE = {
         "test_elastic::test_a_users_own_loop_keeps_its_global_batch_in_its_state[accumulator]"),
     "sparse embedding gradients (`nn.EmbeddingLookup(sparse=True)`)": (
         "test_sparse::test_three_cells_accumulate_sparse_rows[graph]",
-        "test_sparse::test_sparse_and_dense_embeddings_train_alike_through_the_driver",
+        "test_sparse::test_the_driver_trains_a_sparse_embedding_as_the_dense_large_batch",
         "test_sparse::test_parallel_cells_accumulate_sparse_rows[plain]",
         "test_sparse::test_model_accu_accumulates_sparse_rows[no_sink]",
         "test_sparse::test_model_accu_accumulates_sparse_rows[sink]",

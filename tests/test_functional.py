@@ -1,5 +1,7 @@
 """Accumulator: the functional (value_and_grad) loop, in PYNATIVE and inside mindspore.jit, against the large
 batch."""
+from functools import partial
+
 import numpy as np
 import pytest
 
@@ -7,8 +9,8 @@ import mindspore as ms
 from mindspore import Tensor, amp, nn
 
 import ms_accum
-from helpers import (assert_params_close, build, build_tagger, concat, functional_reference, micro_batches,
-                     params_of, reference_train, token_batches, token_reference)
+from helpers import (assert_equals_large_batch, assert_params_equal, build, build_tagger, concat, large_batch,
+                     micro_batches, params_of, reference_train, token_batches, token_reference)
 
 
 def train(optimizer, batches, steps, style, weigh=True, flush=False, seed=0, loss_scaler=None):
@@ -43,8 +45,8 @@ STYLES = ["python", "jit"]
 def test_windows_equal_the_large_batch(sizes, optimizer, style):
     batches = micro_batches(sizes * 2, seed=12)
     net, opt, flags, _ = train(optimizer, batches, 4, style)
-    expected, _ = functional_reference(optimizer, [batches[:4], batches[4:]])
-    assert_params_close(params_of(net), expected, context=f"{optimizer}, {sizes}, {style}")
+    assert_equals_large_batch(params_of(net), large_batch(optimizer), [batches[:4], batches[4:]],
+                              context=f"{optimizer}, {sizes}, {style}")
     assert flags == [False, False, False, True] * 2
     assert opt.global_step.asnumpy()[0] == 2
 
@@ -54,11 +56,16 @@ def test_without_num_items_every_micro_batch_weighs_the_same(style):
     """The tutorial's intent: the mean of the micro-batch gradients, whatever their sizes."""
     batches = micro_batches((5, 3, 4, 2), seed=13)
     net, _, _, _ = train("sgd", batches, 4, style, weigh=False)
-    ref_net, ref_loss, ref_opt = build("sgd")
-    grad_fn = ms.value_and_grad(nn.WithLossCell(ref_net, ref_loss), None, ref_opt.parameters)
-    grads = [grad_fn(Tensor(x), Tensor(y))[1] for x, y in batches]
-    ref_opt(tuple(Tensor(np.mean([g[i].asnumpy() for g in grads], axis=0)) for i in range(len(grads[0]))))
-    assert_params_close(params_of(net), params_of(ref_net), context=f"equal weights, {style}")
+
+    def mean_of_micro_batch_gradients(windows):
+        ref_net, ref_loss, ref_opt = build("sgd")
+        grad_fn = ms.value_and_grad(nn.WithLossCell(ref_net, ref_loss), None, ref_opt.parameters)
+        for window in windows:
+            grads = [grad_fn(Tensor(x), Tensor(y))[1] for x, y in window]
+            ref_opt(tuple(Tensor(np.mean([g[i].asnumpy() for g in grads], axis=0)) for i in range(len(grads[0]))))
+        return params_of(ref_net)
+    assert_equals_large_batch(params_of(net), mean_of_micro_batch_gradients, [batches],
+                              context=f"equal weights, {style}")
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -75,16 +82,16 @@ def test_token_counts_weigh_the_micro_batches(style):
     step = ms.jit(step) if style == "jit" else step
     for batch in batches:
         step(*map(Tensor, batch))
-    assert_params_close(params_of(net), token_reference("momentum", [batches[:3], batches[3:]]),
-                        context=f"tokens, {style}")
+    assert_equals_large_batch(params_of(net), partial(token_reference, "momentum"), [batches[:3], batches[3:]],
+                              context=f"tokens, {style}")
 
 
 @pytest.mark.parametrize("style", STYLES)
 def test_flush_applies_the_partial_window_with_its_own_weight(style):
     batches = micro_batches((4, 4, 4, 4, 3), seed=14)
     net, opt, flags, accumulator = train("momentum", batches, 2, style, flush=True)
-    expected, _ = functional_reference("momentum", [batches[:2], batches[2:4], batches[4:]])
-    assert_params_close(params_of(net), expected, context=f"flushed, {style}")
+    assert_equals_large_batch(params_of(net), large_batch("momentum"), [batches[:2], batches[2:4], batches[4:]],
+                              context=f"flushed, {style}")
     assert flags == [False, True, False, True, False, True]
     assert not bool(accumulator.flush().asnumpy()), "an empty window has nothing to flush"
     assert opt.global_step.asnumpy()[0] == 3
@@ -108,7 +115,8 @@ def test_drop_discards_the_partial_window(style):
     assert int(accumulator.accu_windows.asnumpy()) == 0 and int(opt.global_step.asnumpy()[0]) == 0
     for x, y in batches[2:]:
         step(Tensor(x), Tensor(y))
-    assert_params_close(params_of(net), reference_train("momentum", [batches[2:]]), context=f"drop, {style}")
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"), [batches[2:]],
+                              context=f"drop, {style}")
 
 
 def test_learning_rate_schedule_advances_once_per_window():
@@ -120,12 +128,15 @@ def test_learning_rate_schedule_advances_once_per_window():
     for x, y in batches:
         accumulator(grad_fn(Tensor(x), Tensor(y))[1], len(y))
     assert opt.global_step.asnumpy()[0] == 3
-    ref_net, ref_loss, _ = build("sgd")
-    ref_opt = nn.SGD(ref_net.trainable_params(), learning_rate=[0.1, 0.05, 0.025])
-    step = nn.TrainOneStepCell(nn.WithLossCell(ref_net, ref_loss), ref_opt)
-    for w in range(3):
-        step(*map(Tensor, concat(batches[2 * w:2 * w + 2])))
-    assert_params_close(params_of(net), params_of(ref_net), context="schedule per window")
+    def large_batch_on_the_schedule(windows):
+        ref_net, ref_loss, _ = build("sgd")
+        ref_opt = nn.SGD(ref_net.trainable_params(), learning_rate=[0.1, 0.05, 0.025])
+        step = nn.TrainOneStepCell(nn.WithLossCell(ref_net, ref_loss), ref_opt)
+        for window in windows:
+            step(*map(Tensor, concat(window)))
+        return params_of(ref_net)
+    assert_equals_large_batch(params_of(net), large_batch_on_the_schedule, [batches[0:2], batches[2:4], batches[4:6]],
+                              context="schedule per window")
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -139,8 +150,8 @@ def test_overflow_in_one_micro_batch_skips_the_window_and_halves_the_scale_once(
     assert float(scaler.scale_value.asnumpy()) == 512.0, "the scale must be halved once, for the window"
     assert opt.global_step.asnumpy()[0] == 1, "the overflowing window must not step the optimizer"
     assert not bool(accumulator.last_overflow.asnumpy())
-    expected, _ = functional_reference("momentum", [batches[3:]])
-    assert_params_close(params_of(net), expected, context=f"window after the skipped one, {style}")
+    assert_equals_large_batch(params_of(net), large_batch("momentum"), [batches[3:]],
+                              context=f"window after the skipped one, {style}")
 
 
 def test_graph_mode_calls_from_python_compile_once_and_skip_overflows():
@@ -149,16 +160,16 @@ def test_graph_mode_calls_from_python_compile_once_and_skip_overflows():
     ms.set_context(mode=ms.GRAPH_MODE)
     batches = micro_batches((4, 3, 4, 2), seed=17)
     net, opt, flags, accumulator = train("momentum", batches, 2, "python")
-    expected, _ = functional_reference("momentum", [batches[:2], batches[2:]])
-    assert_params_close(params_of(net), expected, context="graph mode, called from Python")
+    assert_equals_large_batch(params_of(net), large_batch("momentum"), [batches[:2], batches[2:]],
+                              context="graph mode, called from Python")
     assert len(accumulator.compile_cache) == 1, accumulator.compile_cache
     poisoned = [(x.copy(), y) for x, y in micro_batches((4,) * 4, seed=18)]
     poisoned[0][0][0, 0, 0, 0] = np.nan
     scaler = amp.DynamicLossScaler(2.0 ** 10, 2, 1000)
     net, opt, flags, _ = train("momentum", poisoned, 2, "python", loss_scaler=scaler)
     assert float(scaler.scale_value.asnumpy()) == 512.0 and opt.global_step.asnumpy()[0] == 1
-    expected, _ = functional_reference("momentum", [poisoned[2:]])
-    assert_params_close(params_of(net), expected, context="graph mode, after the skipped window")
+    assert_equals_large_batch(params_of(net), large_batch("momentum"), [poisoned[2:]],
+                              context="graph mode, after the skipped window")
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -292,7 +303,7 @@ def test_the_items_check_as_an_assert_stops_the_window(monkeypatch, items):
             unweighed(Tensor(x2), Tensor(y2))
         else:
             weighed(Tensor(x2), Tensor(y2), Tensor(items[1], ms.float32))
-    assert_params_close(params_of(net), before, context="nothing applied")
+    assert_params_equal(params_of(net), before, context="nothing applied")
     assert opt.global_step.asnumpy()[0] == 0
 
 
@@ -325,7 +336,7 @@ def test_a_window_mixing_given_and_omitted_items_is_refused(style, ends_with):
             weighed(Tensor(x3), Tensor(y3))
         else:
             accumulator.flush()
-    assert_params_close(params_of(net), before, context="nothing applied")
+    assert_params_equal(params_of(net), before, context="nothing applied")
     assert opt.global_step.asnumpy()[0] == 0
 
 
@@ -338,6 +349,6 @@ def test_omitting_items_in_every_window_is_not_mixing():
     for index, (x, y) in enumerate(batches):
         grads = grad_fn(Tensor(x), Tensor(y))[1]
         accumulator(grads, 4) if index // 2 != 1 else accumulator(grads)  # pylint: disable=expression-not-assigned
-    expected, _ = functional_reference("sgd", [batches[:2], batches[2:4], batches[4:]])
-    assert_params_close(params_of(net), expected, context="given, omitted, given")
+    assert_equals_large_batch(params_of(net), large_batch("sgd"), [batches[:2], batches[2:4], batches[4:]],
+                              context="given, omitted, given")
     assert opt.global_step.asnumpy()[0] == 3

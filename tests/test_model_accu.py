@@ -2,18 +2,22 @@
 import os
 import subprocess
 import sys
+from functools import partial
 
 import numpy as np
 import pytest
 
 import mindspore as ms
+import mindspore.train.dataset_helper as helper_module
 import mindspore.train.model as model_module
 from mindspore import amp, nn
 from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
 
 import ms_accum
-from helpers import (assert_params_close, build, micro_batches, numpy_dataset, params_of, reference_train,
-                     windows_of_sizes)
+from ms_accum.compat import cell_graph_executor
+from helpers import (FLOAT16_GAIN, FLOAT16_ROUNDING, FLOAT32_ROUNDING, ROUNDING_GAIN, assert_equals_large_batch,
+                     assert_noise_records_match, assert_params_equal, build, large_batch, micro_batches,
+                     noise_reference, numpy_dataset, params_of, reference_train, windows_of_sizes)
 from test_accu_cells import CELLS, make_cell
 
 
@@ -47,11 +51,12 @@ def test_train_without_sink_equals_large_batch_training(kind, exec_mode):
     cell, net, opt = make_cell(kind, steps=4)
     log = StepLog()
     ms_accum.Model_ACCU(cell).train(2, numpy_dataset(batches), callbacks=[log], dataset_sink_mode=False)
-    assert_params_close(params_of(net), reference_train("momentum", windows_of(batches, 4, epochs=2)),
-                        context=f"{kind}, {exec_mode}")
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"), windows_of(batches, 4, epochs=2),
+                              context=f"{kind}, {exec_mode}")
     assert log.steps == [(1, 1, 3), (1, 2, 3), (1, 3, 3), (2, 4, 3), (2, 5, 3), (2, 6, 3)]
     assert log.epochs == [(1, 3), (2, 6)]
     assert opt.global_step.asnumpy()[0] == 6
+    assert not any(p.asnumpy().any() for p in cell.accu_grads), "buffers not cleared at the last window's end"
 
 
 def test_accumulation_steps_argument_replaces_the_cells():
@@ -60,7 +65,8 @@ def test_accumulation_steps_argument_replaces_the_cells():
     model = ms_accum.Model_ACCU(cell, accumulation_steps=3)
     assert model.accumulation_steps == 3 == cell.accumulation_steps
     model.train(1, numpy_dataset(batches), dataset_sink_mode=False)
-    assert_params_close(params_of(net), reference_train("momentum", windows_of(batches, 3)), context="N=3")
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"), windows_of(batches, 3),
+                              context="N=3")
 
 
 @pytest.mark.parametrize("policy, epochs, window_sizes", [
@@ -75,8 +81,8 @@ def test_partial_window_policies_without_sink(policy, epochs, window_sizes, exec
     log = StepLog()
     ms_accum.Model_ACCU(cell).train(epochs, numpy_dataset(batches), callbacks=[log], partial_window=policy)
     stream = (batches[:8] if policy == "drop" else batches) * epochs
-    assert_params_close(params_of(net), reference_train("momentum", windows_of_sizes(stream, window_sizes)),
-                        context=f"{policy}, {exec_mode}")
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"),
+                              windows_of_sizes(stream, window_sizes), context=f"{policy}, {exec_mode}")
     assert opt.global_step.asnumpy()[0] == len(window_sizes) == log.steps[-1][1]
     assert not any(p.asnumpy().any() for p in cell.accu_grads), "buffers not empty after training"
 
@@ -90,7 +96,7 @@ def test_drop_discards_the_open_window(kind, exec_mode):
     cell.set_accumulation(True)
     cell(ms.Tensor(x), ms.Tensor(y))
     assert int(cell.drop().asnumpy()) == 1
-    assert_params_close(params_of(net), before, context="drop")
+    assert_params_equal(params_of(net), before, context="drop")
     assert not any(p.asnumpy().any() for p in cell.accu_grads) and int(cell.accu_micro_steps.asnumpy()) == 0
     assert int(cell.accu_windows.asnumpy()) == 0 and opt.global_step.asnumpy()[0] == 0
 
@@ -109,7 +115,8 @@ def test_sink_mode_request_on_cpu_runs_the_same_alternation_and_says_so(sink_siz
                                          rf"dataset_sink_mode=False on CPU\.$"):
         ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), callbacks=[LossMonitor(1)], dataset_sink_mode=True,
                                         sink_size=sink_size)
-    assert_params_close(params_of(net), reference_train("momentum", windows_of(batches, 2)), context="cpu sink")
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"), windows_of(batches, 2),
+                              context="cpu sink")
     printed = capsys.readouterr().out
     assert printed.count("loss is") == 4 and "epoch: 1 step: 4, loss is" in printed
 
@@ -212,39 +219,26 @@ class TestBadInput:
             ms_accum.Model_ACCU(cell).build()
 
 
-# ------------------------------------------------------------------ sink mode with the device seams faked
+# ------------------------------------------------------------------ sink mode, as far as a CPU runs it
 class _Backend:
-    """What the device would hold: the loop size in force, and a trace of the calls."""
+    """What the device would hold: the loop size in force (the last one registered), the host's view of the data
+    queue, and a trace of the calls."""
 
     def __init__(self):
         self.iter_num = 1
+        self.host = None
         self.events = []
+        self.loop_sizes = []  # (loop size, phase) as the executor's init_dataset received them
 
 
-class _FakeHelper:
-    """The device queue, fed from the host: the dataset repeated for every epoch it was sent for."""
+class _SinkNet(nn.Cell):
+    """In place of the GetNext wrapper, whose GetNext has no CPU kernel: one launch runs the real cell `loop`
+    times on the next micro-batches of the data queue's dataset, read on the host, `loop` the loop size registered
+    when its phase first ran (a device reads it when it compiles the phase)."""
 
-    def __init__(self, dataset, epochs, backend):
-        self.host = dataset.create_tuple_iterator(num_epochs=epochs)
-        self.backend = backend
-
-    def continue_send(self):
-        self.backend.events.append(("continue_send",))
-
-    def stop_send(self):
-        self.backend.events.append(("stop_send",))
-
-    def release(self):
-        self.backend.events.append(("release",))
-
-
-class _FakeSinkNet(nn.Cell):
-    """The GetNext wrapper: one launch runs the real cell `loop` times, `loop` frozen at its phase's first call."""
-
-    def __init__(self, network, helper, backend):
+    def __init__(self, network, backend):
         super().__init__(auto_prefix=False)
         self.network = network
-        self.helper = helper
         self.backend = backend
         self.loops = {}
 
@@ -252,12 +246,13 @@ class _FakeSinkNet(nn.Cell):
         loop = self.loops.setdefault(self.phase, self.backend.iter_num)
         self.backend.events.append(("run", self.phase, loop, self.network.accumulation))
         for _ in range(loop):
-            out = self.network(*next(self.helper.host))
+            out = self.network(*next(self.backend.host))
         return out
 
 
 class _DeviceContext:
-    """mindspore.context as Model sees it, reporting a GPU so that _train takes the sink branch."""
+    """mindspore.context as a module sees it, reporting a GPU: Model's _train then takes the sink branch, and
+    DatasetHelper builds a device's loop-sink queue."""
 
     def __init__(self, real):
         self._real = real
@@ -271,22 +266,44 @@ class _DeviceContext:
 
 @pytest.fixture
 def fake_device(monkeypatch):
+    """
+    Model_ACCU's sink mode with what a CPU can run of it run for real: MindSpore's DatasetHelper makes the data
+    queue (a TransferDataset, fed by its send thread on the host, continued, stopped and released as on a device),
+    and the executor's init_dataset takes each loop size (the queue's 1, the accumulation phase's N), as
+    Model_ACCU's seams call them. Faked, because a CPU has no kernel for them: the device target MindSpore's Model
+    and DatasetHelper read (a GPU), InitDataSetQueue (init_dataset is told not to run its graph) and GetNext (the
+    cell runs its sunk steps on the dataset read on the host, :class:`_SinkNet`). What only a device shows: the
+    sunk graph's loop on the device, GetNext reading the queue, and the queue's timing (docs/parallel.md, What was
+    run where). Returns the :class:`_Backend` holding the trace.
+    """
     backend = _Backend()
     monkeypatch.setattr(model_module, "context", _DeviceContext(model_module.context))
+    monkeypatch.setattr(helper_module, "context", _DeviceContext(helper_module.context))
+    init_dataset = cell_graph_executor.init_dataset
 
-    def make_helper(self, dataset, sink_size, dataset_sink_num):
+    def register_without_running(*args, **kwargs):
+        backend.loop_sizes.append((args[1], kwargs.get("phase")))
+        return init_dataset(*args, **dict(kwargs, need_run=False))
+    monkeypatch.setattr(cell_graph_executor, "init_dataset", register_without_running)
+    make_helper = ms_accum.Model_ACCU._make_sink_helper  # pylint: disable=protected-access
+
+    def make_and_trace_helper(self, dataset, sink_size, dataset_sink_num):
         backend.events.append(("helper", sink_size, dataset_sink_num))
-        dataset.__loop_size__ = 1
-        return _FakeHelper(dataset, dataset_sink_num, backend)
+        helper = make_helper(self, dataset, sink_size, dataset_sink_num)
+        for name in ("continue_send", "stop_send", "release"):
+            setattr(helper, name, _traced(getattr(helper, name), backend.events, name))
+        backend.host = dataset.create_tuple_iterator(num_epochs=dataset_sink_num)
+        return helper
+    register = ms_accum.Model_ACCU._register_loop_size  # pylint: disable=protected-access
 
-    def register(dataset, loop, phase):
+    def register_and_trace(dataset, loop, phase):
         backend.events.append(("register", phase, loop))
         backend.iter_num = loop
+        register(dataset, loop, phase)
 
-    monkeypatch.setattr(ms_accum.Model_ACCU, "_make_sink_helper", make_helper)
-    monkeypatch.setattr(ms_accum.Model_ACCU, "_connect", lambda self, h: _FakeSinkNet(self._train_network, h,
-                                                                                        backend))
-    monkeypatch.setattr(ms_accum.Model_ACCU, "_register_loop_size", staticmethod(register))
+    monkeypatch.setattr(ms_accum.Model_ACCU, "_make_sink_helper", make_and_trace_helper)
+    monkeypatch.setattr(ms_accum.Model_ACCU, "_connect", lambda self, helper: _SinkNet(self._train_network, backend))
+    monkeypatch.setattr(ms_accum.Model_ACCU, "_register_loop_size", staticmethod(register_and_trace))
     real_end = ms_accum.Model_ACCU._end_window  # pylint: disable=protected-access
 
     def end_window(self):
@@ -294,6 +311,13 @@ def fake_device(monkeypatch):
         return real_end(self)
     monkeypatch.setattr(ms_accum.Model_ACCU, "_end_window", end_window)
     return backend
+
+
+def _traced(call, events, name):
+    def traced():
+        events.append((name,))
+        return call()
+    return traced
 
 
 class _EvalInTrain(Callback):
@@ -324,6 +348,7 @@ def test_sink_mode_alternates_two_graphs_per_window(fake_device, mode, capsys):
     registrations = [i for i, e in enumerate(events) if e[0] == "register"]
     assert [events[i] for i in registrations] == [("register", accumulate, n)]
     assert registrations[0] < events.index(runs[0])
+    assert fake_device.loop_sizes == [(1, "dataset"), (n, accumulate + "_dataset")]  # the queue's, then the phase's
     assert events[-2:] == [("stop_send",), ("release",)]
     assert events.count(("continue_send",)) == 2
     assert log.steps == [(1, 1, 2), (1, 2, 2), (2, 3, 2), (2, 4, 2)]
@@ -331,7 +356,8 @@ def test_sink_mode_alternates_two_graphs_per_window(fake_device, mode, capsys):
     assert "epoch: 2 step: 2, loss is" in capsys.readouterr().out
     if mode == "graph":
         assert {key.split(".")[0] for key in cell.compile_cache} == {accumulate, update}
-    assert_params_close(params_of(net), reference_train("momentum", windows_of(batches, n)), context="sink")
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"), windows_of(batches, n),
+                              context="sink")
 
 
 def test_sink_mode_takes_n_from_the_global_batch(fake_device):
@@ -355,34 +381,61 @@ def test_sink_size_must_be_a_multiple_of_the_window(fake_device):
     assert not fake_device.events
 
 
-SINK_FEATURES = {
-    "clip_norm": dict(clip_norm=0.05),
-    "raw_sum": dict(average=False),
-    "noise_scale": dict(noise_scale=True),
-    "loss_scale": dict(scale_sense=ms.Tensor(2.0 ** 10, ms.float32)),
-    "mixed_precision_o2": dict(amp_level="O2"),
+def _amp_o2(optimizer, seed):
+    """:func:`helpers.build`'s network converted by mindspore.amp at level O2 (float16, BatchNorm and loss in
+    float32)."""
+    net, loss, opt = build(optimizer, seed)
+    return amp.auto_mixed_precision(net, "O2"), loss, opt
+
+
+CLIP_NORM = 0.05  # a tenth of the windows' gradient norms: every window is clipped
+SINK_FEATURES = {  # the cell's arguments, the large batch it must equal, the precision of its rounding
+    "clip_norm": (dict(clip_norm=CLIP_NORM), large_batch("momentum", CLIP_NORM), FLOAT32_ROUNDING),
+    "raw_sum": (dict(average=False), large_batch("momentum", average=False), FLOAT32_ROUNDING),
+    "noise_scale": (dict(noise_scale=True), large_batch("momentum"), FLOAT32_ROUNDING),
+    "loss_scale": (dict(scale_sense=ms.Tensor(2.0 ** 10, ms.float32)), large_batch("momentum"), FLOAT32_ROUNDING),
+    "mixed_precision_o2": (dict(make=_amp_o2), partial(reference_train, "momentum", make=_amp_o2), FLOAT16_ROUNDING),
 }
+GAINS = {FLOAT32_ROUNDING: ROUNDING_GAIN, FLOAT16_ROUNDING: FLOAT16_GAIN}
 
 
 @pytest.mark.parametrize("feature", sorted(SINK_FEATURES))
 def test_sink_mode_carries_the_cells_features(fake_device, feature):
-    """The sunk graphs run the cell with its features: sink mode (device seams faked) ends where the same cell
-    trained without sink ends, and that path is checked against large-batch references elsewhere."""
-    batches = micro_batches((4, 3, 4, 2, 4, 4, 3, 4, 4, 2, 4, 3))
-    finals = []
-    for sink in (True, False):
-        net, loss, opt = build("momentum")
-        kwargs = dict(SINK_FEATURES[feature])
-        if "amp_level" in kwargs:
-            net = amp.auto_mixed_precision(net, kwargs.pop("amp_level"))
-        cls = ms_accum.TrainAccuStepsWithLossScaleCell if "scale_sense" in kwargs else ms_accum.TrainAccuStepsCell
-        cell = cls(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=4, **kwargs)
-        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), dataset_sink_mode=sink)  # 3 windows
-        finals.append(({name: value.astype(np.float32) for name, value in params_of(net).items()},
-                       [float(v.asnumpy()) for v in cell.noise_records or ()]))
-    assert fake_device.events, "the sink branch was not taken"
-    assert_params_close(finals[0][0], finals[1][0], context=f"sink with {feature}")
-    np.testing.assert_allclose(finals[0][1], finals[1][1], rtol=1e-5, err_msg="noise records")
+    """In GRAPH_MODE, sink mode as far as a CPU runs it (fixture fake_device: the data queue made and fed, the
+    loop sizes registered) trains the cell with each feature to the large batch's update, built without ms_accum:
+    clipped by ops.clip_by_global_norm, the raw sum of the micro-batches' gradients, a static loss scale that
+    changes nothing, the same network converted to float16 by amp O2 (float16's rounding); with the noise scale,
+    every window's estimates equal the estimator on the micro-batches' value_and_grad gradients."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    kwargs, reference, rounding = SINK_FEATURES[feature]
+    batches = micro_batches((4,) * 12)  # the one shape a device queue holds
+    windows = [batches[i:i + 4] for i in range(0, 12, 4)]
+    kwargs = dict(kwargs)
+    net, loss, opt = kwargs.pop("make", build)("momentum", 0)
+    cls = ms_accum.TrainAccuStepsWithLossScaleCell if "scale_sense" in kwargs else ms_accum.TrainAccuStepsCell
+    cell = cls(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=4, **kwargs)
+    noise = []
+    ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), dataset_sink_mode=True,
+                                    callbacks=[_NoiseRecords(cell, noise)] if cell.measure_noise else None)
+    assert [e for e in fake_device.events if e[0] in ("run", "end")] == \
+        [("run", ms_accum.ACCUMULATE_PHASE, 4, True), ("end",)] * 3, "the sink branch was not taken"
+    assert int(opt.global_step.asnumpy()[0]) == 3
+    assert not any(p.asnumpy().any() for p in cell.accu_grads), "buffers not cleared at the last window's end"
+    assert_equals_large_batch(params_of(net), reference, windows, context=f"sink with {feature}", rounding=rounding,
+                              gain=GAINS[rounding])
+    if cell.measure_noise:
+        assert_noise_records_match(noise, noise_reference("momentum", windows), windows, context="sink")
+
+
+class _NoiseRecords(Callback):
+    """Each update's noise records (grad_sq, noise_trace and their smoothed values), read into `records`."""
+
+    def __init__(self, cell, records):
+        super().__init__()
+        self.cell, self.records = cell, records
+
+    def on_train_step_end(self, run_context):
+        self.records.append([float(value.asnumpy()) for value in self.cell.noise_records])
 
 
 @pytest.mark.parametrize("changing", [{0: 1, 2: 2}, "adaptive"], ids=["schedule", "adaptive"])

@@ -20,6 +20,7 @@ from mindspore import Tensor, nn
 import ms_accum
 from ms_accum.core.noise_scale import NOISE_SMOOTHING
 import paths
+from helpers import noise_estimates
 
 FEATURES, CLASSES = 3, 4
 Z_LIMIT = 4.0  # standard errors: a correct estimator fails by chance about once in 16 000 checks
@@ -72,8 +73,7 @@ def formula(micro_grads, first_only=False):
         small, big = np.sum(means[0] ** 2), window_sq
         grad_sq = (total * big - sizes[0] * small) / (total - sizes[0])
         return grad_sq, (small - big) / (1 / sizes[0] - 1 / total)
-    trace = (sum(s * np.sum(m ** 2) for s, m in zip(sizes, means)) - total * window_sq) / (len(sizes) - 1)
-    return window_sq - trace / total, trace
+    return noise_estimates(sizes, means)[:2]
 
 
 def smoothed_estimates(estimates):

@@ -5,6 +5,7 @@ sum (average=False) on the three cells, the parallel loss-scale cell and Accumul
 references built without ms_accum: value_and_grad on the concatenated window (or summed per micro-batch for the
 raw sum) and the same optimizer.
 """
+
 import numpy as np
 import pytest
 
@@ -13,7 +14,7 @@ from mindspore import Tensor, amp, nn
 
 import ms_accum
 import paths
-from helpers import assert_params_close, build, micro_batches, numpy_dataset, params_of
+from helpers import assert_equals_large_batch, build, large_batch, micro_batches, numpy_dataset, params_of
 
 SCALE = 2.0 ** 10
 FORMS = {
@@ -81,25 +82,6 @@ class _Path:
         return float(holder.accu_scale.asnumpy())
 
 
-def _reference(windows, average=True):
-    """Momentum stepped once per window: the gradient of the window's mean loss (or the raw sum of its
-    micro-batches' mean-loss gradients), by value_and_grad with no ms_accum code."""
-    net, loss, opt = build("momentum")
-
-    def forward(x, y):
-        return loss(net(x), y)
-    grad_fn = ms.value_and_grad(forward, None, opt.parameters)
-    for window in windows:
-        if average:
-            _, grads = grad_fn(Tensor(np.concatenate([x for x, _ in window])),
-                               Tensor(np.concatenate([y for _, y in window])))
-        else:
-            parts = [grad_fn(Tensor(x), Tensor(y))[1] for x, y in window]
-            grads = tuple(sum(g[i] for g in parts[1:]) + parts[0][i] for i in range(len(parts[0])))
-        opt(grads)
-    return params_of(net)
-
-
 @pytest.mark.parametrize("form", sorted(FORMS))
 @pytest.mark.parametrize("path", PATHS)
 def test_every_loss_scale_form_skips_an_overflowing_window_on_every_path(path, form, exec_mode):
@@ -115,7 +97,8 @@ def test_every_loss_scale_form_skips_an_overflowing_window_on_every_path(path, f
         np.testing.assert_array_equal(value, before[name], err_msg=f"{path}/{form}: {name} moved")
     assert run.scale_now() == (SCALE / 2 if form in DYNAMIC else SCALE), f"{path}/{form}: scale not updated once"
     assert not run.window(batches[3:])
-    assert_params_close(params_of(run.net), _reference([batches[3:]]), context=f"{path}/{form}/{exec_mode}")
+    assert_equals_large_batch(params_of(run.net), large_batch("momentum"), [batches[3:]],
+                              context=f"{path}/{form}/{exec_mode}")
 
 
 @pytest.mark.parametrize("form", sorted(FORMS))
@@ -131,7 +114,8 @@ def test_the_driver_takes_every_loss_scale_form(form, exec_mode):
     trainer.train_process(1, numpy_dataset(batches), 3, callbacks=[telemetry], ckpt_path=None, log_every=0)
     assert [r.overflow for r in telemetry.records] == [True, False], telemetry.records
     assert float(trainer.cell.accu_scale.asnumpy()) == (SCALE / 2 if form in DYNAMIC else SCALE)
-    assert_params_close(params_of(net), _reference([batches[3:]]), context=f"driver/{form}/{exec_mode}")
+    assert_equals_large_batch(params_of(net), large_batch("momentum"), [batches[3:]],
+                              context=f"driver/{form}/{exec_mode}")
 
 
 RAW_SUM_PATHS = {"cells": "three_cells", "parallel": "accu_steps", "accumulator": "accumulator", "driver": "driver",
@@ -143,7 +127,8 @@ def _trains_the_raw_sum(path, context):
     batches = micro_batches((4, 3, 4, 4, 2, 4), seed=7)
     net, loss, opt = build("momentum")
     paths.train(RAW_SUM_PATHS[path], nn.WithLossCell(net, loss), opt, batches, 3, average=False)
-    assert_params_close(params_of(net), _reference([batches[:3], batches[3:]], average=False), context=context)
+    assert_equals_large_batch(params_of(net), large_batch("momentum", average=False), [batches[:3], batches[3:]],
+                              context=context)
 
 
 @pytest.mark.parametrize("path", PATHS)

@@ -6,7 +6,7 @@ import mindspore as ms
 from mindspore import Tensor, nn
 
 import ms_accum
-from helpers import assert_params_close, numpy_dataset, params_of
+from helpers import assert_equals_large_batch, concat, numpy_dataset, params_of
 
 N, MICRO = 4, 6
 MOMENTUM = 0.9
@@ -58,16 +58,17 @@ def test_driver_window_equals_the_large_batch_in_training_mode(exec_mode):
     batches, base = equal_statistics_batches()
     net = train_with_driver(0.0, batches)
     assert net.training, "the driver must leave the network in training mode, as Model.train does"
-    ref_net, ref_loss, ref_opt = build(0.0)
-    ref_net.set_train(True)
-    step = nn.TrainOneStepCell(nn.WithLossCell(ref_net, ref_loss), ref_opt)
-    for w in range(2):
-        window = batches[w * N:(w + 1) * N]
-        step(Tensor(np.concatenate([x for x, _ in window])), Tensor(np.concatenate([y for _, y in window])))
-    trainable = {p.name for p in ref_net.trainable_params()}
-    assert_params_close({k: v for k, v in params_of(net).items() if k in trainable},
-                        {k: v for k, v in params_of(ref_net).items() if k in trainable},
-                        context=f"BatchNorm in training mode, {exec_mode}")
+    trainable = {p.name for p in net.trainable_params()}
+
+    def large_batch(windows):
+        ref_net, ref_loss, ref_opt = build(0.0)
+        ref_net.set_train(True)
+        step = nn.TrainOneStepCell(nn.WithLossCell(ref_net, ref_loss), ref_opt)
+        for window in windows:
+            step(*map(Tensor, concat(window)))
+        return {k: v for k, v in params_of(ref_net).items() if k in trainable}
+    assert_equals_large_batch({k: v for k, v in params_of(net).items() if k in trainable}, large_batch,
+                              [batches[:N], batches[N:2 * N]], context=f"BatchNorm in training mode, {exec_mode}")
     # BatchNorm updated its moving mean once per micro-batch: 8 updates from 0 towards the channel means.
     channel_mean = base.mean(axis=(0, 2, 3))
     np.testing.assert_allclose(net.bn.moving_mean.asnumpy(), (1 - MOMENTUM ** (2 * N)) * channel_mean, rtol=1e-4)
