@@ -16,7 +16,7 @@ from mindspore import Tensor, nn
 import ms_accum
 from ms_accum.core import compiled
 import paths
-from helpers import assert_equals_large_batch, build, micro_batches, params_of, reference_train
+from helpers import assert_equals_large_batch, build, concat, micro_batches, params_of, reference_train
 
 SIZES = (3, 5, 4)  # one window of three unequal micro-batches
 
