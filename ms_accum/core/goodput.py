@@ -351,8 +351,9 @@ class GoodputAccumulation:
 
     def __repr__(self):
         constants = f", micro_time={self.micro_time}, end_time={self.end_time}" if self.frozen else ""
-        return (f"GoodputAccumulation(min_steps={self.min_steps}, max_steps={self.max_steps}, interval={self.interval}, "
-                f"calibration_windows={self.calibration_windows}, calibration_steps={self.calibration_steps}"
+        return (f"GoodputAccumulation(min_steps={self.min_steps}, max_steps={self.max_steps}, "
+                f"interval={self.interval}, calibration_windows={self.calibration_windows}, "
+                f"calibration_steps={self.calibration_steps}"
                 f"{constants})")
 
     def next_steps(self, current, update, noise_scale, micro_batch_items):

@@ -166,8 +166,8 @@ def run_steps(owner, cell, settings, world, required, trained=False):
         raise ValueError(f"For '{owner}', {argument} sets one N, but the cell's '{cell.steps_name}' is {current!r}. "
                          f"Build the cell without it, or drop {argument}.")
     if steps != current and trained:
-        raise ValueError(f"For '{owner}', {source} needs N = {steps!r}, but the cell has trained with N = {current!r} and its graphs "
-                         f"hold it. Build a new cell and Model_ACCU for another N.")
+        raise ValueError(f"For '{owner}', {source} needs N = {steps!r}, but the cell has trained with N = {current!r} "
+                         f"and its graphs hold it. Build a new cell and Model_ACCU for another N.")
     if steps != current and current != 1:
         raise ValueError(f"For '{owner}', N must be given once, but the cell's '{cell.steps_name}' is {current!r} "
                          f"and {source} gives N = {steps!r}. Build the cell without N (and Model_ACCU without "

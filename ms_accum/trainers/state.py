@@ -148,7 +148,8 @@ def save_training_state(cell, state_path, micro_batches_done=None, updates_done=
             :func:`load_training_state` can resume the state on another device count. Default: ``None``.
         open_window (int): Micro-batches of the open window when `layout` is given (0 at an update boundary).
             Default: ``0``.
-        micro_steps_done (int): Deprecated: `micro_batches_done`, its name before ms_accum 0.4.0 (keyword only; removed in 0.5.0).
+        micro_steps_done (int): Deprecated: `micro_batches_done`, its name before ms_accum 0.4.0 (keyword only;
+            removed in 0.5.0).
 
     Returns:
         str, the absolute path written.
@@ -287,7 +288,8 @@ def load_training_state(cell, state_path, total_micro_batches=None, rank=0, worl
             global batch is the saved run's and lets the device count change. Default: ``None``.
         drop_window (Callable, optional): Discards the cell's open window (such as the cell's ``drop``); needed
             when the device count changes and the state was written inside a window. Default: ``None``.
-        total_micro_steps (int): Deprecated: `total_micro_batches`, its name before ms_accum 0.4.0 (keyword only; removed in 0.5.0).
+        total_micro_steps (int): Deprecated: `total_micro_batches`, its name before ms_accum 0.4.0 (keyword only;
+            removed in 0.5.0).
 
     Returns:
         tuple[int, int], micro-batches done (on each device of this run) and windows begun at the position
