@@ -59,7 +59,7 @@ def parse(argv=None):
     parser.add_argument("--train_samples", type=int, default=None, help="use only this many (a quick run)")
     parser.add_argument("--out", default=None, help="the runs' JSON (default: none kept)")
     parser.add_argument("--img_dir", default=os.path.join(harness.ROOT, "docs", "img"))
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--results_file", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.target = args.target or TARGETS[args.model]
     unknown = set(args.configs.split(",")) - set(CONFIGS)
@@ -191,7 +191,7 @@ def run_config(config, args, train, test, rank, world):
 
 def worker(args):
     """Every repeat of every configuration, taking turns, on this process (one of --devices); rank 0 writes the
-    runs to ``--worker`` (a JSON path)."""
+    runs to ``--results_file`` (a JSON path)."""
     harness.start_mindspore("graph")
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     rank, world = 0, 1
@@ -211,17 +211,17 @@ def worker(args):
             print(f"rank {rank}: repeat {repeat} {config}: {run['seconds']:.1f} s, reached {run['reached']}, "
                   f"accuracy {run['final_accuracy']:.4f}", flush=True)
     if rank == 0:
-        with open(args.worker, "w", encoding="utf-8") as file:
+        with open(args.results_file, "w", encoding="utf-8") as file:
             json.dump(runs, file)
 
 
 def launch(args, path):
     """This script on --devices msrun workers (127.0.0.1), which write the runs to `path`."""
     msrun = os.path.join(os.path.dirname(sys.executable), "msrun")
-    argv = [a for a in sys.argv[1:] if not a.startswith("--worker")]
+    argv = [a for a in sys.argv[1:] if not a.startswith("--results_file")]
     cmd = [msrun, f"--worker_num={args.devices}", f"--local_worker_num={args.devices}", "--master_addr=127.0.0.1",
            f"--master_port={harness_port()}", "--join=True", f"--log_dir={path}.logs",
-           os.path.abspath(__file__), *argv, f"--worker={path}"]
+           os.path.abspath(__file__), *argv, f"--results_file={path}"]
     env = dict(os.environ, MS_RETRY_INTERVAL_LOWER="1", MS_RETRY_INTERVAL_UPPER="2")
     done = subprocess.run(cmd, env=env, check=False)
     if done.returncode:
@@ -312,12 +312,12 @@ def plot(args, runs):
 
 def main(argv=None):
     args = parse(argv)
-    if args.worker:
+    if args.results_file:
         worker(args)
         return
     path = args.out or os.path.join("/tmp", f"batch_schedules_{os.getpid()}.json")
     if args.devices == 1:
-        args.worker = path
+        args.results_file = path
         worker(args)
     else:
         launch(args, path)
