@@ -12,7 +12,11 @@ configurations, each on a fresh network of the same initial weights, taking turn
 - ``warmup-linear``, ``warmup-sqrt``, ``warmup-adascale``: a batch-size warm-up ``{0: 1, w: 4, w': 16}`` (N 1 for
   the first ``--warmup_samples`` samples, 4 for as many, then 16) under each learning-rate rule;
 - ``adaptive``: ``AdaptiveAccumulation(2, 32, interval=10)``;
-- ``goodput``: ``GoodputAccumulation(2, 32, interval=10)``, calibrating (5 windows at N 2, 5 at N 16).
+- ``goodput``: ``GoodputAccumulation(2, 32, interval=10)``, calibrating (10 windows at N 2, 10 at N 16).
+
+A policy measures the noise scale from two micro-batches a window or more on each device (``min_steps`` >= 2), so
+the two policies run micro-batches of b / 2 (``--policy_micro_batch``): their smallest window is G0, as N = 1's,
+and their largest 16 G0, as N = 16's.
 
 All but the warm-ups use one rule, ``--rule`` (AdaScale by default), and all one schedule on progress (reference
 steps of G0 = b x devices): a linear warm-up over the first 5 % of the budget, then a cosine to 0 at its end, so
@@ -49,6 +53,8 @@ def parse(argv=None):
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--epochs", type=int, default=3, help="the budget, in epochs of the training set")
     parser.add_argument("--micro_batch", type=int, default=32, help="b, per device")
+    parser.add_argument("--policy_micro_batch", type=int, default=None,
+                        help="the micro-batch of adaptive and goodput (default: b / 2)")
     parser.add_argument("--lr", type=float, default=0.01, help="the peak rate at G0 = b x devices")
     parser.add_argument("--rule", choices=["linear", "sqrt", "adascale"], default="adascale")
     parser.add_argument("--warmup_samples", type=int, default=12000, help="each warm-up stage's samples")
@@ -62,6 +68,7 @@ def parse(argv=None):
     parser.add_argument("--results_file", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.target = args.target or TARGETS[args.model]
+    args.policy_micro_batch = args.policy_micro_batch or max(1, args.micro_batch // 2)
     unknown = set(args.configs.split(",")) - set(CONFIGS)
     if unknown:
         parser.error(f"--configs takes {', '.join(CONFIGS)}, but got {', '.join(sorted(unknown))}")
@@ -91,6 +98,11 @@ def network(model):
     return nn.SequentialCell(nn.Flatten(), nn.Dense(1024, 256), nn.ReLU(), nn.Dense(256, 10))
 
 
+def micro_batch_of(config, args):
+    """The micro-batch of `config`: b, or b / 2 for a policy (see the module's docstring)."""
+    return args.policy_micro_batch if config in ("adaptive", "goodput") else args.micro_batch
+
+
 def steps_of(config, args, world):
     """The N argument of `config`."""
     import ms_accum  # pylint: disable=import-outside-toplevel
@@ -99,7 +111,7 @@ def steps_of(config, args, world):
     if config == "adaptive":
         return ms_accum.AdaptiveAccumulation(min_steps=2, max_steps=32, interval=10)
     if config == "goodput":
-        return ms_accum.GoodputAccumulation(min_steps=2, max_steps=32, interval=10, calibration_windows=5,
+        return ms_accum.GoodputAccumulation(min_steps=2, max_steps=32, interval=10, calibration_windows=10,
                                             calibration_steps=(2, 16))
     first = max(1, args.warmup_samples // (args.micro_batch * world))
     return {0: 1, first: 4, first + max(1, first // 4): 16}
@@ -124,7 +136,7 @@ def accuracy(net, test, rank, world):
     return sum(r[0] for r in rows) / sum(r[1] for r in rows)
 
 
-def clock_callback(args, net, test, rank, world):
+def clock_callback(args, net, test, rank, world, micro_batch):
     """A callback that evaluates every --eval_every samples with the clock stopped, and stops at the target."""
     from mindspore.train import Callback  # pylint: disable=import-outside-toplevel
 
@@ -136,7 +148,7 @@ def clock_callback(args, net, test, rank, world):
 
         def on_train_step_end(self, run_context):
             cb_params = run_context.original_args()
-            self.samples = cb_params.micro_batches_done * args.micro_batch * world
+            self.samples = cb_params.micro_batches_done * micro_batch * world
             if self.samples >= self.next_eval:
                 self.evaluate(cb_params.cur_step_num)
                 self.next_eval += args.eval_every
@@ -166,8 +178,9 @@ def run_config(config, args, train, test, rank, world):
     ds.config.set_seed(1)
     shards = dict(num_shards=world, shard_id=rank) if world > 1 else {}
     data = ds.NumpySlicesDataset({"image": train[0], "label": train[1]}, shuffle=True, **shards)
-    data = data.batch(args.micro_batch, drop_remainder=True)
-    telemetry, clock = ms_accum.WindowTelemetry(), clock_callback(args, net, test, rank, world)
+    data = data.batch(micro_batch_of(config, args), drop_remainder=True)
+    telemetry = ms_accum.WindowTelemetry()
+    clock = clock_callback(args, net, test, rank, world, micro_batch_of(config, args))
     steps, reference = steps_of(config, args, world), args.micro_batch * world
     if world == 1:
         driver = ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=True, lr_scaling=rule,
