@@ -283,10 +283,18 @@ def print_tables(args, runs):
         for repeat in range(args.repeats):
             seconds = {r["config"]: r["reached"][1] if r["reached"] else math.inf for r in runs
                        if r["repeat"] == repeat}
-            fixed = sorted(seconds[c] for c in FIXED)
-            print(f"repeat {repeat + 1}: goodput {seconds['goodput']:.1f} s; best fixed N {fixed[0]:.1f} s "
-                  f"(goodput / best {seconds['goodput'] / fixed[0]:.2f}); median fixed N {fixed[1]:.1f} s "
-                  f"(median / goodput {fixed[1] / seconds['goodput']:.2f})")
+            fixed, mine = sorted(seconds[c] for c in FIXED), seconds["goodput"]
+            print(f"repeat {repeat + 1}: goodput {shown(mine)}; best fixed N {shown(fixed[0])} (goodput / best "
+                  f"{ratio(mine, fixed[0])}); median fixed N {shown(fixed[1])} (median / goodput "
+                  f"{ratio(fixed[1], mine)})")
+
+
+def shown(seconds):
+    return f"{seconds:.1f} s" if math.isfinite(seconds) else "not reached"
+
+
+def ratio(top, bottom):
+    return f"{top / bottom:.2f}" if math.isfinite(top) and math.isfinite(bottom) else "-"
 
 
 def plot(args, runs):
