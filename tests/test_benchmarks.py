@@ -426,8 +426,9 @@ def test_noise_cost_benchmark_refuses_bad_arguments(args, message):
 
 
 def test_batch_schedules_benchmark_prints_its_tables_and_draws_its_plot(tmp_path):
-    """A tiny run on the bundled sample (every configuration, 1024 samples each, a target out of reach): each configuration's row in the repeat's table and the medians, the goodput line, the plot and the
-    JSON of the runs (each trained, evaluated, its series one entry per update)."""
+    """A tiny run on the bundled sample (every configuration, 1024 samples each, a target out of reach): each
+    configuration's row in the repeat's table and the medians, the goodput line, the plot and the JSON of the runs
+    (each trained and evaluated, its series one entry per update)."""
     out = tmp_path / "runs.json"
     done = run("--devices", 1, "--data", SAMPLE, "--train_samples", 1024, "--epochs", 1, "--micro_batch", 8,
                "--eval_every", 512, "--warmup_samples", 64, "--target", 0.99, "--out", out, "--img_dir", tmp_path,

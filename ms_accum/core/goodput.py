@@ -33,10 +33,10 @@ file holds (:meth:`GoodputAccumulation.state_dict`, and the device's Parameters)
 uninterrupted one would. In data parallel each window's time is the slowest device's (the cells gather every
 device's time during the calibration, ``engine.slowest_device_seconds``): every device fits the same constants, and
 since the noise estimates and item counts it decides from are reduced across devices, every device chooses the same
-N (one choosing otherwise would wait alone at the next reduction). Window times vary from run to run (a shared machine, up to 2x here); a refit during the run
-would make decisions depend on the moment, and a resumed run would decide otherwise. Pass `micro_time` and
-`end_time` to skip the calibration (a path without a host loop, such as ``Accumulator`` in a user's ``ms.jit``
-step, has nobody to report times).
+N (one choosing otherwise would wait alone at the next reduction). Window times vary from run to run (a shared
+machine, up to 2x here); a refit during the run would make decisions depend on the moment, and a resumed run would
+decide otherwise. Pass `micro_time` and `end_time` to skip the calibration (a path without a host loop, such as
+``Accumulator`` in a user's ``ms.jit`` step, has nobody to report times).
 
 Decisions are taken every `interval` windows once the constants are frozen (N stays put between them, and while
 there is no noise estimate), on the host (:meth:`GoodputAccumulation.next_steps`) or on the device
