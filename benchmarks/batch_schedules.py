@@ -303,17 +303,18 @@ def plot(args, runs):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
     figure, axes = plt.subplots(2, 2, figsize=(12, 8))
-    for run in (r for r in runs if r["repeat"] == 0):
+    for index, run in enumerate(r for r in runs if r["repeat"] == 0):
+        style = dict(label=run["config"], color=f"C{index}")  # one colour a configuration in every panel
         seen, total = [], 0.0
         for items in run["series"]["G"]:
             total += items
             seen.append(total)
-        axes[0][0].plot(seen, run["series"]["G"], label=run["config"])
-        axes[0][1].plot(seen, run["series"]["lr"], label=run["config"])
+        axes[0][0].plot(seen, run["series"]["G"], **style)
+        axes[0][1].plot(seen, run["series"]["lr"], **style)
         noise = [(s, b) for s, b in zip(seen, run["series"]["noise"]) if b is not None and b > 0]
         if noise:
-            axes[1][0].plot(*zip(*noise), label=run["config"])
-        axes[1][1].plot([e[0] for e in run["evals"]], [e[2] for e in run["evals"]], marker=".", label=run["config"])
+            axes[1][0].plot(*zip(*noise), **style)
+        axes[1][1].plot([e[0] for e in run["evals"]], [e[2] for e in run["evals"]], marker=".", **style)
     for axis, title, log in ((axes[0][0], "G, samples per update", True), (axes[0][1], "learning rate", False),
                              (axes[1][0], "noise scale B_simple (smoothed), samples", True),
                              (axes[1][1], "test accuracy", False)):
