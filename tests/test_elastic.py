@@ -17,13 +17,13 @@ import pytest
 
 import mindspore as ms
 import mindspore.dataset as ds
-from mindspore import nn
+from mindspore import Tensor, nn
 
 import ms_accum
 from ms_accum.trainers.elastic import RunLayout, check_same_global_batch, dataset_shards, elastic_position
 from conftest import ZOO
-from helpers import (KILL_NODE_TIMEOUT, SAMPLE, launch_local, micro_batches, msrun_env, own_loop, params_of,
-                     run_local, train_py_worker)
+from helpers import (KILL_NODE_TIMEOUT, SAMPLE, assert_equals_large_batch, launch_local, micro_batches, msrun_env,
+                     own_loop, params_of, run_local, train_py_worker)
 import elastic_worker as ew
 from src.lenet import LeNet5
 
@@ -250,22 +250,30 @@ def _relative(got, want):
     return max(float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want if k != "losses")
 
 
-def _large_batch_reference():
-    """The run as large-batch steps of G on one order of the data (the one-shard sampler's), without ms_accum."""
-    net = ew.network()
-    optimizer = nn.Momentum(net.trainable_params(), learning_rate=ew.learning_rates(), momentum=0.9)
-    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+def _large_batch_windows():
+    """The run's windows on one order of the data (the one-shard sampler's), each one batch of G samples."""
     ds.config.set_seed(ew.DATA_SEED)
     x, y = ew.samples()
     data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=True, num_shards=1, shard_id=0).batch(
         ew.GLOBAL, drop_remainder=True)
-    iterator, updates = data.create_tuple_iterator(num_epochs=ew.EPOCHS), 0
-    for _ in range(ew.EPOCHS):
-        for images, labels in iterator:
-            step(images, labels)
-            updates += 1
-    assert updates == ew.UPDATES
+    iterator = data.create_tuple_iterator(num_epochs=ew.EPOCHS)
+    windows = [[(images.asnumpy(), labels.asnumpy())] for _ in range(ew.EPOCHS) for images, labels in iterator]
+    assert len(windows) == ew.UPDATES
+    return windows
+
+
+def _large_batch_reference(windows):
+    """The run as large-batch steps of G, one a window, without ms_accum: the trainable parameters after them."""
+    net = ew.network()
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=ew.learning_rates(), momentum=0.9)
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+    for window in windows:
+        step(*(Tensor(part) for part in window[0]))
     return {p.name: p.asnumpy() for p in net.trainable_params()}
+
+
+def _parameters(run):
+    return {name: value for name, value in run.items() if name != "losses"}
 
 
 class _Crash(Exception):
@@ -306,11 +314,12 @@ def api_runs(tmp_path_factory):
 
 @pytest.mark.slow
 def test_one_global_batch_trains_alike_on_one_and_two_devices(api_runs):
-    reference = _large_batch_reference()
-    assert _relative(api_runs["one_full"], reference) <= 1e-5
+    windows = _large_batch_windows()
+    assert_equals_large_batch(_parameters(api_runs["one_full"]), _large_batch_reference, windows, context="1 device")
     for rank in range(2):
-        assert _relative(api_runs["two_full"][rank], reference) <= 1e-5, f"rank {rank}"
-    assert _relative(api_runs["two_cut"], reference) > 1e-2, "the cut run was not cut"
+        assert_equals_large_batch(_parameters(api_runs["two_full"][rank]), _large_batch_reference, windows,
+                                  context=f"2 devices, rank {rank}")
+    assert _relative(api_runs["two_cut"], _large_batch_reference(windows)) > 1e-2, "the cut run was not cut"
     # the reported loss is the window's mean over every device's samples: the same on 1 and 2 devices
     assert len(api_runs["one_full"]["losses"]) == ew.UPDATES
     for rank in range(2):
