@@ -7,6 +7,7 @@ calling MindSpore's own schedule Cell at the reference step, times f from the ru
 window tests.
 """
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -197,6 +198,22 @@ def test_fractional_progress_does_not_drift():
     exact = 3000 * float(np.float32(1.0 / 3.0))
     assert abs(state.progress - exact) < 1e-4, (state.progress, exact)
     assert 0.0 <= float(state.fraction.asnumpy()) < 1.0
+
+
+@pytest.mark.parametrize("numerator, denominator", [(5, 3), (1, 3), (7, 3), (4, 7), (9, 7), (10, 9), (3, 10)])
+def test_whole_steps_are_reached_where_the_exact_sum_reaches_them(numerator, denominator):
+    """Increments of float32(p / q), q <= 10, from progress 1: after every window the whole steps are those of the
+    exact sum (fractions.Fraction), also where it is whole. Without the snap, 1 + 3 x float32(5/3) was 5.9999998,
+    and the schedule read entry 5 where entry 6 was due (found by a user's run with N following {0: 3, 1: 5})."""
+    state = ProgressState()
+    state.set_progress(1)
+    advance = Advance(state)
+    increment = Tensor(numerator / denominator, ms.float32)
+    for window in range(1, 3 * denominator + 1):
+        advance(increment)
+        exact = 1 + Fraction(numerator * window, denominator)
+        assert int(state.steps.asnumpy()[0]) == math.floor(exact), (window, state.progress, float(exact))
+        assert 0.0 <= float(state.fraction.asnumpy()) < 1.0
 
 
 def test_optimizer_checkpoint_holds_the_progress(tmp_path):

@@ -308,16 +308,25 @@ def prepare_window_rate(rule, lr_params, items, smooth_grad_sq=None, smooth_trac
     return ops.depend(increment, done)
 
 
+# A sum within this much below a whole reference step is that step. Increments are float32 (G / G0 rounded): three
+# windows of float32(5/3) from 1 sum to 5.9999998, which floor() takes for step 5, and the schedule would be read
+# one entry early from then on. Exact sums of such ratios reach whole steps every few windows, where the error
+# starts again from 0; 2^-14 covers about 500 windows' roundings, and moves a sum that is really that close to the
+# next step by at most 6e-5 of a step.
+WHOLE_STEP_SNAP = 2.0 ** -14
+
+
 def advance_progress(lr_params, increment, skipped=None):
     """
     In a graph, after the window's optimizer step: progress += `increment`, unless `skipped` (a bool Tensor: the
     window was skipped and the optimizer not stepped; None: it was applied). Whole steps go to the int32 counter,
-    the rest stays in the fraction. Returns a Tensor to depend on.
+    the rest stays in the fraction; a sum short of a whole step by float32 rounding (:data:`WHOLE_STEP_SNAP`) is that
+    step. Returns a Tensor to depend on.
     """
     steps, fraction, _, _ = lr_params
     if skipped is not None:
         increment = ops.select(skipped, ops.zeros_like(increment), increment)
     total = fraction + increment
-    whole = ops.floor(total)
+    whole = ops.floor(total + WHOLE_STEP_SNAP)
     done = ops.assign_add(steps, ops.reshape(ops.cast(whole, mstype.int32), (1,)))
-    return ops.depend(done, ops.assign(fraction, total - whole))
+    return ops.depend(done, ops.assign(fraction, ops.maximum(total - whole, ops.zeros_like(total))))
