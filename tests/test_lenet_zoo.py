@@ -541,3 +541,66 @@ def test_train_py_trains_mindcv_resnet18_and_eval_py_reads_its_checkpoint(tmp_pa
     assert re.search(r"\{'Accuracy': 0\.\d+\}", out), out
     code, _, err = run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", checkpoint, check=False)
     assert code == 2 and "lenet" in err.lower(), err
+
+
+def cosine_over_reference_steps(samples, warmup_samples, reference, peak=0.05):
+    """train.py's cosine with a learning-rate rule, built here from its definition: one entry per reference step of
+    `reference` samples, as many as the run's samples make (rounded up), the warm-up over its samples likewise."""
+    return warmup_cosine(peak, -(-samples // reference), -(-warmup_samples // reference))
+
+
+@pytest.mark.slow
+def test_train_py_lays_the_cosine_over_reference_steps_under_a_schedule_and_a_rule(tmp_path):
+    """--accumulation_schedule with --lr_scaling linear: each window's rate is the cosine's entry at the progress
+    before it (the samples seen over G0, the first window's 32) times G / G0, and progress ends at the run's samples
+    over G0 whatever the windows' sizes; the control, the cosine read at the update count, differs."""
+    run_script("train.py", "--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 32, "--epoch_size", 2,
+               "--accumulation_schedule", "0:1,4:2,8:4", "--lr_scaling", "linear", "--ckpt_path", tmp_path,
+               "--telemetry_csv", tmp_path / "t.csv", "--log_every", 0)
+    rows = read_csv(tmp_path / "t.csv")
+    rates = cosine_over_reference_steps(1280, 640, 32)
+    seen, control_differs = 0, False
+    for index, row in enumerate(rows):
+        items = float(row["items"])
+        want = rates[seen // 32] * items / 32
+        assert float(row["learning_rate"]) == pytest.approx(want, rel=1e-6), f"update {index}: {row}"
+        control_differs |= float(row["learning_rate"]) != pytest.approx(rates[index], rel=1e-3)
+        seen += int(items)
+        assert float(row["progress"]) == pytest.approx(seen / 32), f"update {index}: {row}"
+    assert seen == 1280 and [int(r["micro_batches"]) for r in rows][:9] == [1, 1, 1, 1, 2, 2, 2, 2, 4]
+    assert control_differs, "the rates read at the update count equal the progress's: the test cannot fail"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_an_adaptive_cosine_run_with_a_rule_resumed_mid_window_equals_the_uninterrupted_run(trainer, tmp_path):
+    """--adaptive_steps, --lr_schedule cosine and --lr_scaling adascale: a state written 57 micro-batches in (inside
+    a window of epoch 2) resumes to the uninterrupted run's N, learning rates, progress and parameters."""
+    common = ("--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 16, "--epoch_size", 2, "--adaptive_steps",
+              "2:8", "--adaptive_interval", 2, "--lr_scaling", "adascale", "--log_every", 0, "--save_state_every", 57,
+              "--trainer", trainer)
+    run_script("train.py", "--ckpt_path", tmp_path / "full", "--telemetry_csv", tmp_path / "full.csv", *common)
+    full_rows = read_csv(tmp_path / "full.csv")
+    ends = np.cumsum([int(r["micro_batches"]) for r in full_rows])
+    assert 57 not in ends and len({r["accumulation_steps"] for r in full_rows}) > 1, ends
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    shutil.copy(tmp_path / "full" / "train_state.ckpt", cut)
+    assert int(ms.load_checkpoint(str(cut / "train_state.ckpt"))["ms_accum_micro_steps_done"].asnumpy()) == 57
+    run_script("train.py", "--ckpt_path", cut, "--resume", cut / "train_state.ckpt", "--telemetry_csv",
+               tmp_path / "cut.csv", *common)
+    resumed_rows = read_csv(tmp_path / "cut.csv")
+    tail = full_rows[len(full_rows) - len(resumed_rows):]
+    assert int(resumed_rows[0]["update"]) == int(tail[0]["update"]) and int(tail[0]["update"]) > 1
+    for got, want in zip(resumed_rows, tail):
+        for column in ("accumulation_steps", "micro_batches", "items"):
+            assert got[column] == want[column], f"update {want['update']}: {column}"
+        for column in ("learning_rate", "progress"):
+            assert float(got[column]) == pytest.approx(float(want[column]), rel=1e-6), f"update {want['update']}"
+    name = f"checkpoint_lenet-2_{len(full_rows)}.ckpt"
+    full, resumed = (ms.load_checkpoint(str(d / name)) for d in (tmp_path / "full", cut))
+    fraction = [value for key, value in full.items() if key.endswith(".lr.progress_fraction")]
+    assert len(fraction) == 1 and float(fraction[0].asnumpy()) > 0, "AdaScale's gains must leave a fraction"
+    for key, value in full.items():
+        if key not in ("epoch_num", "step_num"):
+            np.testing.assert_allclose(resumed[key].asnumpy(), value.asnumpy(), rtol=1e-6, atol=1e-7, err_msg=key)
