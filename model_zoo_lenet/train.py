@@ -363,9 +363,9 @@ def check_lr_scaling(args, trainer_kind):
     """The learning-rate rule's flags: the rule itself, or None for the optimizer's own schedule over updates."""
     if args.lr_scaling in (None, "none"):
         if args.reference_batch is not None:
-            raise ValueError(f"'--reference_batch' is G0 of a learning-rate rule, but got '--lr_scaling "
-                             f"{args.lr_scaling}': pass --lr_scaling linear, sqrt or adascale, or drop "
-                             f"--reference_batch.")
+            given = "'--lr_scaling' is not given" if args.lr_scaling is None else "got '--lr_scaling none'"
+            raise ValueError(f"'--reference_batch' is G0 of a learning-rate rule, but {given}: pass --lr_scaling "
+                             f"linear, sqrt or adascale, or drop --reference_batch.")
         return None
     if args.dataset_sink_mode:
         raise ValueError(f"'--lr_scaling {args.lr_scaling}' follows N as it changes between windows, but "

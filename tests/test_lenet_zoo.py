@@ -386,6 +386,40 @@ class TestCommandLineErrors:
                               "must hold at least one batch", "holds 0")
 
     @pytest.mark.parametrize("flags, message", [
+        (("--lr_scaling", "sqrt", "--trainer", "model_accu", "--dataset_sink_mode"),
+         "'--lr_scaling sqrt' follows N as it changes between windows, but '--dataset_sink_mode' runs one N"),
+        (("--lr_scaling", "linear", "--trainer", "functional"), "'--lr_scaling linear' is an option of '--trainer "
+                                                                "driver' and '--trainer model_accu'"),
+        (("--reference_batch", "0"), "argument --reference_batch: must be a finite number > 0, but got '0'"),
+        (("--reference_batch", "64"), "'--reference_batch' is G0 of a learning-rate rule, but '--lr_scaling' is "
+                                      "not given"),
+        (("--goodput_steps", "2:8"), "'--goodput_steps' needs '--lr_schedule constant', but got '--lr_schedule "
+                                     "cosine'", "pass '--lr_scaling linear', 'sqrt' or 'adascale'"),
+        (("--goodput_steps", "2:8", "--adaptive_steps", "2:8"), "'--adaptive_steps' and '--goodput_steps' both "
+                                                                "set N"),
+        (("--goodput_steps", "4:4", "--lr_schedule", "constant"), "For 'GoodputAccumulation', 'max_steps' must be > "
+                                                                  "'min_steps' (4)"),
+        (("--goodput_steps", "2:8", "--lr_schedule", "constant", "--trainer", "functional"),
+         "'--goodput_steps' calibrates from the window times the driver and model_accu measure"),
+        (("--goodput_steps", "2:8", "--global_batch_size", "64"), "'--global_batch_size' sets N (G / (devices x "
+                                                                  "--batch_size)), but '--goodput_steps' was given"),
+    ])
+    def test_learning_rate_rule_flags(self, flags, message):
+        assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, *flags, check=False), message)
+
+    def test_exact_resume_refuses_another_reference_batch_or_rule(self, tmp_path):
+        common = ("--data_path", SAMPLE, "--num_samples", 256, "--batch_size", 32, "--accumulation_schedule",
+                  "0:1,2:2", "--log_every", 0, "--save_state_every", 1, "--ckpt_path", tmp_path, "--epoch_size", 1)
+        run_script("train.py", "--lr_scaling", "linear", *common)
+        assert_one_line_error(run_script("train.py", "--lr_scaling", "linear", "--reference_batch", 64, "--resume",
+                                         tmp_path, *common, check=False),
+                              "whose '--lr_scaling' reference batch G0 was 32 samples, but this run's is 64: pass "
+                              "--reference_batch 32")
+        assert_one_line_error(run_script("train.py", "--resume", tmp_path, *common, check=False),
+                              "which read its learning rate from its progress, but this run reads it at its update "
+                              "count: keep --lr_scaling as it was")
+
+    @pytest.mark.parametrize("flags, message", [
         (("--accumulation_schedule", "2:2"), "argument --accumulation_schedule: For 'train.py', "
                                              "'--accumulation_schedule' must say how many micro-batches the first "
                                              "windows hold (an entry for update 0)"),
