@@ -79,6 +79,18 @@ def steps_range(text):
     return low, high
 
 
+def window_times(text):
+    """argparse type: 'MICRO:END', seconds per micro-batch (> 0) and per window's end (>= 0)."""
+    try:
+        micro, end = (float(piece) for piece in text.split(":"))
+    except ValueError:
+        micro = end = math.nan
+    if not (0 < micro < math.inf and 0 <= end < math.inf):
+        raise argparse.ArgumentTypeError(f"must be MICRO:END, seconds per micro-batch (> 0) and per window's end "
+                                         f"(>= 0), such as 0.004:0.01, but got {text!r}")
+    return micro, end
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device_target", default="CPU", choices=["Ascend", "GPU", "CPU"])
@@ -129,9 +141,14 @@ def parse_args(argv):
     parser.add_argument("--goodput_steps", type=steps_range, default=None, metavar="MIN:MAX",
                         help="choose N between windows for goodput (throughput x statistical efficiency), in "
                              "MIN..MAX with MIN < MAX: the first 10 windows calibrate the window time at N = MIN and "
-                             "min(MAX, 2 x MIN), then N follows the measured noise scale (with --lr_schedule "
-                             "constant, or cosine with --lr_scaling; implies --noise_scale; one device, --trainer "
-                             "driver or model_accu; not with --dataset_sink_mode)")
+                             "min(MAX, 2 x MIN) (or --goodput_times gives it), then N follows the measured noise "
+                             "scale (with --lr_schedule constant, or cosine with --lr_scaling; implies --noise_scale; "
+                             "calibrating: one device, --trainer driver or model_accu; not with "
+                             "--dataset_sink_mode)")
+    parser.add_argument("--goodput_times", type=window_times, default=None, metavar="MICRO:END",
+                        help="--goodput_steps with the window-time model given instead of calibrated: seconds per "
+                             "micro-batch and per window's end, as measured in a quiet run (decisions then depend on "
+                             "the noise scale only, from the first window on)")
     parser.add_argument("--adaptive_interval", type=positive_int, default=10, metavar="WINDOWS",
                         help="windows between two decisions of --adaptive_steps or --goodput_steps (default: 10)")
     parser.add_argument("--lr", type=positive_float, default=0.05,
@@ -341,6 +358,9 @@ def accumulation_plan(args, trainer_kind):
     if varying and args.dataset_sink_mode:
         raise ValueError(f"'{varying[0]}' needs N to change between windows, but '--dataset_sink_mode' compiles its "
                          f"graphs for one --accumulation_steps: drop one of them.")
+    if args.goodput_times is not None and args.goodput_steps is None:
+        raise ValueError("'--goodput_times' is the window-time model of '--goodput_steps', which is not given: pass "
+                         "--goodput_steps MIN:MAX, or drop --goodput_times.")
     if args.adaptive_steps is None and args.goodput_steps is None:
         return None, args.accumulation_schedule or AccumulationSchedule(args.accumulation_steps)
     if args.lr_schedule != "constant" and args.lr_scaling in (None, "none"):
@@ -352,10 +372,12 @@ def accumulation_plan(args, trainer_kind):
     if args.adaptive_steps is not None:
         policy = ms_accum.AdaptiveAccumulation(*args.adaptive_steps, interval=args.adaptive_interval)
     else:
-        if trainer_kind == "functional":
+        if trainer_kind == "functional" and args.goodput_times is None:
             raise ValueError("'--goodput_steps' calibrates from the window times the driver and model_accu measure, "
-                             "but '--trainer functional' measures none: pass --trainer driver or model_accu.")
-        policy = ms_accum.GoodputAccumulation(*args.goodput_steps, interval=args.adaptive_interval)
+                             "but '--trainer functional' measures none: pass --trainer driver or model_accu, or the window times with --goodput_times.")
+        micro_time, end_time = args.goodput_times or (None, None)
+        policy = ms_accum.GoodputAccumulation(*args.goodput_steps, interval=args.adaptive_interval,
+                                              micro_time=micro_time, end_time=end_time)
     return policy, AccumulationSchedule(policy.initial_steps)
 
 
@@ -403,8 +425,10 @@ def learning_rate_of(args, total_updates, warmup_updates, rule):
 def describe(policy, plan, args, world):
     """How many micro-batches an update takes, for the start-up line."""
     if isinstance(policy, ms_accum.GoodputAccumulation):
-        return (f"N for goodput in {policy.min_steps}..{policy.max_steps}, every {policy.interval} windows after "
-                f"{policy.calibration_end} calibrating at N = {policy.calibration_steps}")
+        model = f"{policy.calibration_end} windows calibrating at N = {policy.calibration_steps}" if \
+            policy.calibration_end else f"window times {policy.micro_time:g} s x N + {policy.end_time:g} s"
+        return (f"N for goodput in {policy.min_steps}..{policy.max_steps}, every {policy.interval} windows, after "
+                f"{model}")
     if policy is not None:
         return (f"N adaptive in {policy.min_steps}..{policy.max_steps} from the noise scale, every "
                 f"{policy.interval} windows")

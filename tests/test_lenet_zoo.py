@@ -401,6 +401,9 @@ class TestCommandLineErrors:
                                                                   "'min_steps' (4)"),
         (("--goodput_steps", "2:8", "--lr_schedule", "constant", "--trainer", "functional"),
          "'--goodput_steps' calibrates from the window times the driver and model_accu measure"),
+        (("--goodput_times", "0.004:0.01"), "'--goodput_times' is the window-time model of '--goodput_steps', which "
+                                            "is not given"),
+        (("--goodput_times", "0:1"), "argument --goodput_times: must be MICRO:END, seconds per micro-batch (> 0)"),
         (("--goodput_steps", "2:8", "--global_batch_size", "64"), "'--global_batch_size' sets N (G / (devices x "
                                                                   "--batch_size)), but '--goodput_steps' was given"),
     ])
@@ -584,25 +587,40 @@ def cosine_over_reference_steps(samples, warmup_samples, reference, peak=0.05):
 
 
 @pytest.mark.slow
-def test_train_py_lays_the_cosine_over_reference_steps_under_a_schedule_and_a_rule(tmp_path):
-    """--accumulation_schedule with --lr_scaling linear: each window's rate is the cosine's entry at the progress
-    before it (the samples seen over G0, the first window's 32) times G / G0, and progress ends at the run's samples
-    over G0 whatever the windows' sizes; the control, the cosine read at the update count, differs."""
-    run_script("train.py", "--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 32, "--epoch_size", 2,
-               "--accumulation_schedule", "0:1,4:2,8:4", "--lr_scaling", "linear", "--ckpt_path", tmp_path,
-               "--telemetry_csv", tmp_path / "t.csv", "--log_every", 0)
+@pytest.mark.parametrize("flags, rule", [
+    (("--accumulation_schedule", "0:1,4:2,8:4", "--batch_size", 32), "linear"),
+    (("--goodput_steps", "2:8", "--goodput_times", "0.004:0.01", "--adaptive_interval", 2, "--batch_size", 16),
+     "sqrt"),
+], ids=["schedule-linear", "goodput-sqrt"])
+def test_train_py_lays_the_cosine_over_reference_steps_under_a_changing_n_and_a_rule(flags, rule, tmp_path):
+    """A schedule of N, or goodput's (its window times given: every N is the policy's answer to the figures
+    recorded before it), with a rule: each window's rate is the cosine's entry at the progress before it (the
+    samples seen over G0, the first window's 32) times G / G0 or its square root, and progress ends at the run's
+    samples over G0 whatever the windows' sizes; the control, the cosine read at the update count, differs."""
+    run_script("train.py", "--data_path", SAMPLE, "--num_samples", 640, "--epoch_size", 2, *flags, "--lr_scaling",
+               rule, "--ckpt_path", tmp_path, "--telemetry_csv", tmp_path / "t.csv", "--log_every", 0)
     rows = read_csv(tmp_path / "t.csv")
     rates = cosine_over_reference_steps(1280, 640, 32)
     seen, control_differs = 0, False
     for index, row in enumerate(rows):
-        items = float(row["items"])
-        want = rates[seen // 32] * items / 32
+        ratio = float(row["items"]) / 32
+        want = rates[seen // 32] * (ratio if rule == "linear" else ratio ** 0.5)
         assert float(row["learning_rate"]) == pytest.approx(want, rel=1e-6), f"update {index}: {row}"
         control_differs |= float(row["learning_rate"]) != pytest.approx(rates[index], rel=1e-3)
-        seen += int(items)
+        seen += int(float(row["items"]))
         assert float(row["progress"]) == pytest.approx(seen / 32), f"update {index}: {row}"
-    assert seen == 1280 and [int(r["micro_batches"]) for r in rows][:9] == [1, 1, 1, 1, 2, 2, 2, 2, 4]
-    assert control_differs, "the rates read at the update count equal the progress's: the test cannot fail"
+    assert seen == 1280 and control_differs, "the rates read at the update count equal the progress's"
+    steps = [int(r["accumulation_steps"]) for r in rows]
+    if rule == "linear":
+        assert steps[:9] == [1, 1, 1, 1, 2, 2, 2, 2, 4], steps
+        return
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    policy = ms_accum.GoodputAccumulation(2, 8, interval=2, micro_time=0.004, end_time=0.01)
+    assert steps[0] == 2 and len(set(steps)) > 2, steps
+    for index, row in enumerate(rows[:-1]):
+        want = policy.next_steps(steps[index], index, float(row["noise_scale"]),
+                                 float(row["items"]) / int(row["micro_batches"]))
+        assert steps[index + 1] == want, f"after window {index}: N {steps[index + 1]}, the policy says {want}"
 
 
 @pytest.mark.slow
