@@ -394,7 +394,9 @@ class TestCommandLineErrors:
         (("--reference_batch", "64"), "'--reference_batch' is G0 of a learning-rate rule, but '--lr_scaling' is "
                                       "not given"),
         (("--goodput_steps", "2:8"), "'--goodput_steps' needs '--lr_schedule constant', but got '--lr_schedule "
-                                     "cosine'", "pass '--lr_scaling linear', 'sqrt' or 'adascale'"),
+                                     "cosine': the number of updates, which the schedule is laid out over, is not "
+                                     "known in advance when N adapts. Or pass '--lr_scaling linear', 'sqrt' or "
+                                     "'adascale'"),
         (("--goodput_steps", "2:8", "--adaptive_steps", "2:8"), "'--adaptive_steps' and '--goodput_steps' both "
                                                                 "set N"),
         (("--goodput_steps", "4:4", "--lr_schedule", "constant"), "For 'GoodputAccumulation', 'max_steps' must be > "
