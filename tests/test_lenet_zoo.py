@@ -618,7 +618,7 @@ def test_train_py_lays_the_cosine_over_reference_steps_under_a_changing_n_and_a_
         return
     import ms_accum  # pylint: disable=import-outside-toplevel
     policy = ms_accum.GoodputAccumulation(2, 8, interval=2, micro_time=0.004, end_time=0.01)
-    assert steps[0] == 2 and len(set(steps)) > 2, steps
+    assert steps[0] == 2 and len(set(steps)) > 1, steps
     for index, row in enumerate(rows[:-1]):
         want = policy.next_steps(steps[index], index, float(row["noise_scale"]),
                                  float(row["items"]) / int(row["micro_batches"]))
