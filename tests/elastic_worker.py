@@ -61,6 +61,12 @@ def learning_rates(count=UPDATES):
     return [0.2 * (1.0 - 0.5 * u / count) for u in range(count)]
 
 
+def rule_steps():
+    """The reference steps of a run with a rule that Model_ACCU asks a rate for: every sample over G0, the tail
+    that partial_window="drop" leaves out included."""
+    return SAMPLES * EPOCHS // RULE_REFERENCE
+
+
 class LossLog(Callback):
     """Each update's reported loss (the window's mean over every device's samples)."""
 
@@ -77,7 +83,7 @@ def train(rank, world, state_path=None, save_state_every=0, resume_from=None, st
     of every update. With `rule` (a learning-rate rule) G0 is RULE_REFERENCE and the rates are laid out over the
     run's reference steps; "progress" and "applied_rate" are saved too."""
     net = network()
-    steps = UPDATES * GLOBAL // RULE_REFERENCE if rule else UPDATES
+    steps = rule_steps() if rule else UPDATES
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=learning_rates(steps), momentum=0.9)
     scaling = dict(lr_scaling=rule, reference_batch=RULE_REFERENCE) if rule else {}
     cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, **scaling)

@@ -355,7 +355,7 @@ def test_a_state_of_two_devices_with_a_rule_resumes_on_one_with_its_progress(rul
     built without ms_accum (the control, the rate of update u at factor 1, differs). The state written on 2
     devices after CUT_AT updates holds progress 2 CUT_AT and G0; resumed on 1 device (G kept) the run ends as the
     uninterrupted one: parameters, losses, progress and the last rate."""
-    rates = ew.learning_rates(2 * ew.UPDATES)
+    rates = ew.learning_rates(ew.rule_steps())
     reference = _large_batch_reference([rates[2 * u] * 2 ** 0.5 for u in range(ew.UPDATES)])
     full = rule_runs["two_full"]
     for rank in range(2):
@@ -370,8 +370,9 @@ def test_a_state_of_two_devices_with_a_rule_resumes_on_one_with_its_progress(rul
     assert _relative({k: v for k, v in resumed.items() if k not in ("progress", "applied_rate")}, full[0]) <= 1e-5
     np.testing.assert_allclose(resumed["losses"], full[0]["losses"][ew.CUT_AT:], rtol=1e-5)
     assert float(resumed["progress"]) == float(full[0]["progress"]) == 2 * ew.UPDATES
-    assert float(resumed["applied_rate"]) == pytest.approx(rates[-2] * 2 ** 0.5, rel=1e-6)
-    assert float(full[0]["applied_rate"]) == pytest.approx(rates[-2] * 2 ** 0.5, rel=1e-6)
+    last = rates[2 * (ew.UPDATES - 1)] * 2 ** 0.5  # the last update reads reference step 2 (UPDATES - 1)
+    assert float(resumed["applied_rate"]) == pytest.approx(last, rel=1e-6)
+    assert float(full[0]["applied_rate"]) == pytest.approx(last, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------- msrun: train.py
