@@ -367,7 +367,8 @@ def test_a_state_of_two_devices_with_a_rule_resumes_on_one_with_its_progress(rul
                 if ".lr." in name}
     assert (lr_state["progress_steps"], lr_state["reference_batch"]) == (2 * ew.CUT_AT, ew.RULE_REFERENCE)
     resumed = rule_runs["two_to_one"]
-    assert _relative({k: v for k, v in resumed.items() if k not in ("progress", "applied_rate")}, full[0]) <= 1e-5
+    network = [name for name in full[0] if name not in ("losses", "progress", "applied_rate")]
+    assert _relative(resumed, {name: full[0][name] for name in network}) <= 1e-5
     np.testing.assert_allclose(resumed["losses"], full[0]["losses"][ew.CUT_AT:], rtol=1e-5)
     assert float(resumed["progress"]) == float(full[0]["progress"]) == 2 * ew.UPDATES
     last = rates[2 * (ew.UPDATES - 1)] * 2 ** 0.5  # the last update reads reference step 2 (UPDATES - 1)
