@@ -262,10 +262,11 @@ def _large_batch_windows():
     return windows
 
 
-def _large_batch_reference(windows):
-    """The run as large-batch steps of G, one a window, without ms_accum: the trainable parameters after them."""
+def _large_batch_reference(windows, rates=None):
+    """The run as large-batch steps of G, one a window, without ms_accum, at `rates` (one per update; default: the
+    run's): the trainable parameters after them."""
     net = ew.network()
-    optimizer = nn.Momentum(net.trainable_params(), learning_rate=ew.learning_rates(), momentum=0.9)
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=rates or ew.learning_rates(), momentum=0.9)
     step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
     for window in windows:
         step(*(Tensor(part) for part in window[0]))
@@ -342,6 +343,48 @@ def test_a_state_of_one_device_written_inside_a_window_resumes_on_two(api_runs):
     assert "at epoch 1 with 16 of its 31 micro-batches done on each device" in api_runs["resumed_logs"]
     for rank in range(2):
         assert _relative(api_runs["two_resumed"][rank], api_runs["one_full"]) <= 1e-5, f"rank {rank}"
+
+
+@pytest.fixture(scope="module")
+def rule_runs(tmp_path_factory):
+    """With lr_scaling="sqrt" and G0 = G / 2 (each window 2 reference steps, the rate x sqrt(2)): on 2 msrun
+    devices the whole run and the run stopped after CUT_AT updates; on one device (here) the latter resumed."""
+    out = tmp_path_factory.mktemp("elastic_rule")
+    run_local(out / "two", os.path.join(HERE, "elastic_worker.py"), out, "full@sqrt", "cut@sqrt")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    two_to_one = ew.train(0, 1, resume_from=str(out / "cut@sqrt" / "rank_1" / "state.ckpt"), rule="sqrt")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    return dict(out=out, two_full=[dict(np.load(out / f"full@sqrt_rank_{r}.npz")) for r in range(2)],
+                two_to_one=two_to_one)
+
+
+@pytest.mark.slow
+def test_a_state_of_two_devices_with_a_rule_resumes_on_one_with_its_progress(rule_runs):
+    """The rule on 2 devices: every update is the large-batch step at the rate of reference step 2u times sqrt(2),
+    built without ms_accum (the control, the rate of update u at factor 1, differs). The state written on 2
+    devices after CUT_AT updates holds progress 2 CUT_AT and G0; resumed on 1 device (G kept) the run ends as the
+    uninterrupted one: parameters, losses, progress and the last rate."""
+    rates = ew.learning_rates(ew.rule_steps())
+    ruled = [rates[2 * u] * 2 ** 0.5 for u in range(ew.UPDATES)]
+    windows = _large_batch_windows()
+    full = rule_runs["two_full"]
+    network = [name for name in full[0] if name not in ("losses", "progress", "applied_rate")]
+    for rank in range(2):
+        assert_equals_large_batch({name: full[rank][name] for name in network},
+                                  lambda some: _large_batch_reference(some, ruled), windows, context=f"rank {rank}")
+    assert _relative(full[0], _large_batch_reference(windows)) > 1e-2, "the control passed: the test cannot fail"
+    saved = ms_accum.read_checkpoint(str(rule_runs["out"] / "cut@sqrt" / "rank_1" / "state.ckpt"))
+    assert int(saved["ms_accum_world"].asnumpy()) == 2 and int(saved["ms_accum_updates_done"].asnumpy()) == ew.CUT_AT
+    lr_state = {name.rsplit(".", 1)[1]: float(value.asnumpy().reshape(-1)[0]) for name, value in saved.items()
+                if ".lr." in name}
+    assert (lr_state["progress_steps"], lr_state["reference_batch"]) == (2 * ew.CUT_AT, ew.RULE_REFERENCE)
+    resumed = rule_runs["two_to_one"]
+    assert _relative(resumed, {name: full[0][name] for name in network}) <= 1e-5
+    np.testing.assert_allclose(resumed["losses"], full[0]["losses"][ew.CUT_AT:], rtol=1e-5)
+    assert float(resumed["progress"]) == float(full[0]["progress"]) == 2 * ew.UPDATES
+    last = rates[2 * (ew.UPDATES - 1)] * 2 ** 0.5  # the last update reads reference step 2 (UPDATES - 1)
+    assert float(resumed["applied_rate"]) == pytest.approx(last, rel=1e-6)
+    assert float(full[0]["applied_rate"]) == pytest.approx(last, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------- msrun: train.py
