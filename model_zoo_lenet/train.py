@@ -374,7 +374,8 @@ def accumulation_plan(args, trainer_kind):
     else:
         if trainer_kind == "functional" and args.goodput_times is None:
             raise ValueError("'--goodput_steps' calibrates from the window times the driver and model_accu measure, "
-                             "but '--trainer functional' measures none: pass --trainer driver or model_accu, or the window times with --goodput_times.")
+                             "but '--trainer functional' measures none: pass --trainer driver or model_accu, or the "
+                             "window times with --goodput_times.")
         micro_time, end_time = args.goodput_times or (None, None)
         policy = ms_accum.GoodputAccumulation(*args.goodput_steps, interval=args.adaptive_interval,
                                               micro_time=micro_time, end_time=end_time)

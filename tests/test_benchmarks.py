@@ -370,7 +370,8 @@ def test_no_path_copies_the_text_models_embedding_table():
     peaks, copy = _memory_table(done.stdout)
     assert list(peaks) == list(TABLE_PATHS), done.stdout[-3000:]
     above = {name: round((peak - peaks["plain-b"]) / copy, 3) for name, peak in peaks.items()}
-    assert all(copies <= 0.0 for copies in above.values()), f"copies above plain training at the micro-batch: {above}"
+    assert all(copies <= 0.0 for copies in above.values()), \
+        f"copies above plain training at the micro-batch: {above}"
 
 
 COMPILE_MEMORY = os.path.join(BENCHMARKS, "compile_memory.py")
