@@ -8,8 +8,12 @@ Each optimizer step applies the mean gradient of N micro-batches (--gradient_acc
 name --accumulation_steps) of --batch_size samples, the same update as one batch of N*batch_size (times the
 number of devices in parallel modes); --raw_sum applies their sum instead. With every trainer, N may follow a
 schedule (--accumulation_schedule 0:1,2:2,4:3) or be chosen between windows from the measured gradient noise
-scale (--adaptive_steps 2:16); --noise_scale records the noise scale of every window; --raw_sum and
---partial_window work alike (dataset sink mode takes one N and whole windows).
+scale (--adaptive_steps 2:16) or for goodput (--goodput_steps 2:16: throughput x statistical efficiency, from
+window times measured at the run's start); --noise_scale records the noise scale of every window; --raw_sum and
+--partial_window work alike (dataset sink mode takes one N and whole windows). With --lr_scaling the learning rate
+follows the window's global batch G (linear G/G0, sqrt, or AdaScale's gain) and --lr_schedule cosine is laid out
+over reference steps (the updates a run at the reference batch G0 would make on the same data), so a changing N
+keeps the schedule's length in data.
 Epoch checkpoints (network and optimizer state) are written at the end of every epoch, and only there, as
 <prefix>-<epoch>_<n>.ckpt in --ckpt_path (one device) or --ckpt_path/rank_<r> (parallel): the prefix is
 checkpoint_lenet (checkpoint_resnet18 for ResNet18; the first free <prefix>_<k> when another run's checkpoints
@@ -27,6 +31,7 @@ are launched with msrun, for example on 2 CPU processes:
 """
 import argparse
 import glob
+import math
 import os
 import sys
 import time
@@ -53,6 +58,7 @@ from src.plan import SpeedAfterFirstWindow, batch_size_argument, check_planning_
 from src.plan import plan as plan_micro_batch
 from ms_accum.tools.argtypes import positive_float, positive_int
 from ms_accum.trainers.checkpoint import load_into
+from ms_accum.core.progress_lr import ProgressLearningRate
 from ms_accum.core.schedule import AccumulationSchedule, schedule_argument
 from ms_accum.trainers.elastic import saved_layout
 from ms_accum.trainers.state import WORLD, is_state_file
@@ -71,6 +77,18 @@ def steps_range(text):
         raise argparse.ArgumentTypeError(f"must be MIN:MAX with 2 <= MIN <= MAX (a window of one micro-batch "
                                          f"carries no noise-scale estimate), such as 2:16, but got {text!r}")
     return low, high
+
+
+def window_times(text):
+    """argparse type: 'MICRO:END', seconds per micro-batch (> 0) and per window's end (>= 0)."""
+    try:
+        micro, end = (float(piece) for piece in text.split(":"))
+    except ValueError:
+        micro = end = math.nan
+    if not (0 < micro < math.inf and 0 <= end < math.inf):
+        raise argparse.ArgumentTypeError(f"must be MICRO:END, seconds per micro-batch (> 0) and per window's end "
+                                         f"(>= 0), such as 0.004:0.01, but got {text!r}")
+    return micro, end
 
 
 def parse_args(argv):
@@ -118,14 +136,37 @@ def parse_args(argv):
                              "noise_trace, noise_scale; the functional trainer prints it at each epoch's end)")
     parser.add_argument("--adaptive_steps", type=steps_range, default=None, metavar="MIN:MAX",
                         help="choose N between windows from the measured noise scale, in MIN..MAX, starting at MIN "
-                             "(with --lr_schedule constant; implies --noise_scale; not with --dataset_sink_mode)")
+                             "(with --lr_schedule constant, or cosine with --lr_scaling; implies --noise_scale; not "
+                             "with --dataset_sink_mode)")
+    parser.add_argument("--goodput_steps", type=steps_range, default=None, metavar="MIN:MAX",
+                        help="choose N between windows for goodput (throughput x statistical efficiency), in "
+                             "MIN..MAX with MIN < MAX: the first 10 windows calibrate the window time at N = MIN and "
+                             "min(MAX, 2 x MIN) (or --goodput_times gives it), then N follows the measured noise "
+                             "scale (with --lr_schedule constant, or cosine with --lr_scaling; implies --noise_scale; "
+                             "calibrating: one device, --trainer driver or model_accu; not with "
+                             "--dataset_sink_mode)")
+    parser.add_argument("--goodput_times", type=window_times, default=None, metavar="MICRO:END",
+                        help="--goodput_steps with the window-time model given instead of calibrated: seconds per "
+                             "micro-batch and per window's end, as measured in a quiet run (decisions then depend on "
+                             "the noise scale only, from the first window on)")
     parser.add_argument("--adaptive_interval", type=positive_int, default=10, metavar="WINDOWS",
-                        help="windows between two decisions of --adaptive_steps (default: 10)")
+                        help="windows between two decisions of --adaptive_steps or --goodput_steps (default: 10)")
     parser.add_argument("--lr", type=positive_float, default=0.05,
                         help="peak learning rate of the (large-batch) updates (default: %(default)s)")
     parser.add_argument("--lr_schedule", choices=["cosine", "constant"], default="cosine",
                         help="'cosine': linear warm-up over --warmup_epochs, then cosine decay towards 0, one step "
-                             "per update; 'constant': --lr throughout (default: %(default)s)")
+                             "per update (per reference step with --lr_scaling); 'constant': --lr throughout "
+                             "(default: %(default)s)")
+    parser.add_argument("--lr_scaling", choices=["none", "linear", "sqrt", "adascale"], default=None,
+                        help="how the learning rate follows the window's global batch G when N changes: 'linear' "
+                             "multiplies it by G/G0, 'sqrt' by sqrt(G/G0), 'adascale' by AdaScale's gain from the "
+                             "noise scale (implies --noise_scale); the schedule is then read at the run's progress "
+                             "in reference steps of G0 samples (G/G0 per window, the gain for adascale) instead of "
+                             "its update count. 'none' or unset: the optimizer steps its schedule once per update "
+                             "(a rule: --trainer driver or model_accu, not with --dataset_sink_mode)")
+    parser.add_argument("--reference_batch", type=positive_float, default=None, metavar="G0",
+                        help="G0 of --lr_scaling, in samples over all devices (default: the first window's, devices "
+                             "x --batch_size x its N)")
     parser.add_argument("--warmup_epochs", type=int, default=1,
                         help="epochs of linear warm-up of --lr_schedule cosine, 0 to --epoch_size; the last update "
                              "always comes after the warm-up (default: %(default)s)")
@@ -276,7 +317,8 @@ def set_global_batch(args, world):
         return
     given = [flag for flag, value in (("--gradient_accumulation_steps", args.accumulation_steps),
                                       ("--accumulation_schedule", args.accumulation_schedule),
-                                      ("--adaptive_steps", args.adaptive_steps)) if value is not None]
+                                      ("--adaptive_steps", args.adaptive_steps),
+                                      ("--goodput_steps", args.goodput_steps)) if value is not None]
     if given:
         raise ValueError(f"'--global_batch_size' sets N (G / (devices x --batch_size)), but '{given[0]}' was given "
                          f"too: pass one of them.")
@@ -305,28 +347,89 @@ def shards(args, rank, world):
 
 
 def accumulation_plan(args, trainer_kind):
-    """(the AdaptiveAccumulation policy or None, the AccumulationSchedule to plan the run with) from the flags."""
+    """(the AdaptiveAccumulation or GoodputAccumulation policy, or None; the AccumulationSchedule to plan the run
+    with) from the flags. A policy decides N as the run goes, so the number of updates is not known in advance: a
+    cosine schedule then needs a learning-rate rule, which lays it out over reference steps of the data."""
     varying = [flag for flag, value in (("--accumulation_schedule", args.accumulation_schedule),
-                                        ("--adaptive_steps", args.adaptive_steps)) if value is not None]
+                                        ("--adaptive_steps", args.adaptive_steps),
+                                        ("--goodput_steps", args.goodput_steps)) if value is not None]
     if len(varying) > 1:
-        raise ValueError("'--accumulation_schedule' and '--adaptive_steps' both set N: pass one of them.")
+        raise ValueError(f"'{varying[0]}' and '{varying[1]}' both set N: pass one of them.")
     if varying and args.dataset_sink_mode:
         raise ValueError(f"'{varying[0]}' needs N to change between windows, but '--dataset_sink_mode' compiles its "
                          f"graphs for one --accumulation_steps: drop one of them.")
-    if args.adaptive_steps is None:
+    if args.goodput_times is not None and args.goodput_steps is None:
+        raise ValueError("'--goodput_times' is the window-time model of '--goodput_steps', which is not given: pass "
+                         "--goodput_steps MIN:MAX, or drop --goodput_times.")
+    if args.adaptive_steps is None and args.goodput_steps is None:
         return None, args.accumulation_schedule or AccumulationSchedule(args.accumulation_steps)
-    if args.lr_schedule != "constant":
-        raise ValueError(f"'--adaptive_steps' needs '--lr_schedule constant', but got '--lr_schedule "
+    if args.lr_schedule != "constant" and args.lr_scaling in (None, "none"):
+        raise ValueError(f"'{varying[0]}' needs '--lr_schedule constant', but got '--lr_schedule "
                          f"{args.lr_schedule}': the number of updates, which the schedule is laid out over, is not "
-                         f"known in advance when N adapts.")
+                         f"known in advance when N adapts. Or pass '--lr_scaling linear', 'sqrt' or 'adascale', which "
+                         f"lays the schedule out over reference steps of the data.")
     args.noise_scale = True
-    low, high = args.adaptive_steps
-    policy = ms_accum.AdaptiveAccumulation(low, high, interval=args.adaptive_interval)
+    if args.adaptive_steps is not None:
+        policy = ms_accum.AdaptiveAccumulation(*args.adaptive_steps, interval=args.adaptive_interval)
+    else:
+        if trainer_kind == "functional" and args.goodput_times is None:
+            raise ValueError("'--goodput_steps' calibrates from the window times the driver and model_accu measure, "
+                             "but '--trainer functional' measures none: pass --trainer driver or model_accu, or the "
+                             "window times with --goodput_times.")
+        micro_time, end_time = args.goodput_times or (None, None)
+        policy = ms_accum.GoodputAccumulation(*args.goodput_steps, interval=args.adaptive_interval,
+                                              micro_time=micro_time, end_time=end_time)
     return policy, AccumulationSchedule(policy.initial_steps)
+
+
+def check_lr_scaling(args, trainer_kind):
+    """The learning-rate rule's flags: the rule itself, or None for the optimizer's own schedule over updates."""
+    if args.lr_scaling in (None, "none"):
+        if args.reference_batch is not None:
+            given = "'--lr_scaling' is not given" if args.lr_scaling is None else "got '--lr_scaling none'"
+            raise ValueError(f"'--reference_batch' is G0 of a learning-rate rule, but {given}: pass --lr_scaling "
+                             f"linear, sqrt or adascale, or drop --reference_batch.")
+        return None
+    if args.dataset_sink_mode:
+        raise ValueError(f"'--lr_scaling {args.lr_scaling}' follows N as it changes between windows, but "
+                         f"'--dataset_sink_mode' runs one N: drop one of them.")
+    if trainer_kind == "functional":
+        raise ValueError(f"'--lr_scaling {args.lr_scaling}' is an option of '--trainer driver' and '--trainer "
+                         f"model_accu', whose exact state holds the run's progress: pass one of them.")
+    if args.lr_scaling == "adascale":
+        args.noise_scale = True  # AdaScale's gain is read from the window's noise estimates
+    return args.lr_scaling
+
+
+def reference_steps(args, world, micro_batches, first_steps):
+    """With a learning-rate rule: (G0 in samples, the run's reference steps, the warm-up's). G0 is
+    --reference_batch, or the first window's samples over all devices; the run's reference steps are its samples
+    over all devices (every micro-batch of every epoch; an upper bound with --partial_window drop) over G0,
+    rounded up, so that the schedule holds an entry for every reference step the run reaches."""
+    reference = args.reference_batch or float(world * args.batch_size * first_steps)
+    epoch_samples = micro_batches * args.batch_size * world
+    total = math.ceil(args.epoch_size * epoch_samples / reference)
+    return reference, total, math.ceil(args.warmup_epochs * epoch_samples / reference)
+
+
+def learning_rate_of(args, total_updates, warmup_updates, rule):
+    """The optimizer's learning rate: --lr, or the warm-up and cosine with one entry per update (no rule) or per
+    reference step (a rule). AdaScale's progress, the sum of its gains, can pass the run's samples over G0 by less
+    than one step per window smaller than G0 (a partial window at an epoch's end): its list is followed by one
+    entry per epoch at the cosine's last rate, so that the rate read there is the schedule's end."""
+    if args.lr_schedule == "constant":
+        return args.lr
+    rates = warmup_cosine(args.lr, total_updates, warmup_updates)
+    return rates + rates[-1:] * args.epoch_size if rule == "adascale" else rates
 
 
 def describe(policy, plan, args, world):
     """How many micro-batches an update takes, for the start-up line."""
+    if isinstance(policy, ms_accum.GoodputAccumulation):
+        model = f"{policy.calibration_end} windows calibrating at N = {policy.calibration_steps}" if \
+            policy.calibration_end else f"window times {policy.micro_time:g} s x N + {policy.end_time:g} s"
+        return (f"N for goodput in {policy.min_steps}..{policy.max_steps}, every {policy.interval} windows, after "
+                f"{model}")
     if policy is not None:
         return (f"N adaptive in {policy.min_steps}..{policy.max_steps} from the noise scale, every "
                 f"{policy.interval} windows")
@@ -337,8 +440,8 @@ def describe(policy, plan, args, world):
 
 
 def check_same_run(optimizer, state_path, run_global_batch):
-    """An exact resume continues the same run: its global batch and its learning-rate schedule must be this
-    run's."""
+    """An exact resume continues the same run: its global batch, its learning-rate schedule and its learning-rate
+    rule's G0 (or no rule) must be this run's."""
     params = ms_accum.read_checkpoint(state_path)
     layout, _ = saved_layout(params, int(params[WORLD].asnumpy()) if WORLD in params else 1)
     if layout is not None and layout.steps and run_global_batch and layout.global_batch_size != run_global_batch:
@@ -346,14 +449,39 @@ def check_same_run(optimizer, state_path, run_global_batch):
                          f"{layout.describe()}, but this run's is {run_global_batch}: pass --global_batch_size "
                          f"{layout.global_batch_size} (or the --accumulation_steps that gives it), or resume from "
                          f"an epoch checkpoint to change it.")
-    saved = params.get(SCHEDULE)
     mine = optimizer.learning_rate
+    check_same_reference(params, state_path, mine)
+    if isinstance(mine, ProgressLearningRate):  # a rule: the rate read from progress
+        mine = next(rate for rate in (mine.schedule, mine.table, mine.fixed) if rate is not None)
+    saved = params.get(SCHEDULE)
     mine = getattr(mine, "learning_rate", mine)  # a list or Tensor rate is wrapped in _IteratorLearningRate
     if saved is not None and tuple(saved.shape) != tuple(mine.shape):
         raise ValueError(f"'--resume' {state_path!r} continues the exact run it was written by, whose learning-rate "
                          f"schedule has shape {tuple(saved.shape)}, but this run's has {tuple(mine.shape)}: keep "
                          f"--epoch_size, --lr_schedule and --warmup_epochs as they were, or resume from an epoch "
                          f"checkpoint to train longer.")
+
+
+def check_same_reference(params, state_path, rate):
+    """The saved run's learning-rate rule read progress in reference steps of the same G0 as this run's (`rate`, the
+    optimizer's learning rate: a ProgressLearningRate with a rule), or neither run has a rule."""
+    saved = next((name for name in params if name.endswith(REFERENCE_SUFFIX)), None)
+    mine = rate.reference_batch if isinstance(rate, ProgressLearningRate) else None
+    if saved is None and mine is None:
+        return
+    if saved is None or mine is None:
+        raise ValueError(f"'--resume' {state_path!r} continues the exact run it was written by, which read its "
+                         f"learning rate {'at its update count' if saved is None else 'from its progress'}, but "
+                         f"this run reads it {'from its progress' if saved is None else 'at its update count'}: keep "
+                         f"--lr_scaling as it was, or resume from an epoch checkpoint to change it.")
+    before, now = float(params[saved].asnumpy()), float(mine.asnumpy())
+    if before != now:
+        raise ValueError(f"'--resume' {state_path!r} continues the exact run it was written by, whose '--lr_scaling' "
+                         f"reference batch G0 was {before:g} samples, but this run's is {now:g}: pass "
+                         f"--reference_batch {before:g}, or resume from an epoch checkpoint to change it.")
+
+
+REFERENCE_SUFFIX = ".lr.reference_batch"  # G0 of a learning-rate rule, in a state file (progress_lr.ProgressState)
 
 
 def resume_target(path, rank, world):
@@ -437,6 +565,7 @@ def main(argv=None):
                          f"this run trains with '--trainer {trainer_kind}': pass --trainer driver, or drop it.")
     set_global_batch(args, world)
     policy, plan = accumulation_plan(args, trainer_kind)
+    rule = check_lr_scaling(args, trainer_kind)
     ms.set_seed(args.seed)
     dataset = create_dataset(args.data_path, args.batch_size, "train", num_samples=samples_per_process(args, world),
                              seed=args.seed, **shards(args, rank, world))
@@ -457,13 +586,22 @@ def main(argv=None):
     if not 0.0 <= args.momentum < 1.0:
         raise ValueError(f"'--momentum' must be in [0, 1), the weight of the previous velocity, but got "
                          f"{args.momentum}.")
-    learning_rate = args.lr if args.lr_schedule == "constant" else \
-        warmup_cosine(args.lr, total_updates, before[args.warmup_epochs])
+    reference_batch, schedule_line = None, ""
+    if rule is None:
+        learning_rate = learning_rate_of(args, total_updates, before[args.warmup_epochs], rule)
+    else:
+        reference_batch, total_steps, warmup_steps = reference_steps(args, world, steps, plan.steps_at(0))
+        learning_rate = learning_rate_of(args, total_steps, warmup_steps, rule)
+        schedule_line = (f"; learning rate x {rule} rule, read at the progress in reference steps of G0 = "
+                         f"{reference_batch:g} samples" + ("" if args.lr_schedule == "constant" else
+                                                         f", cosine over {total_steps} of them after a warm-up "
+                                                         f"of {min(warmup_steps, total_steps - 1)}"))
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=learning_rate, momentum=args.momentum)
     if trainer_kind == "driver":
         trainer = ms_accum.GradientAccumulation(net, loss, optimizer, average=not args.raw_sum,
                                                 clip_norm=args.clip_norm, noise_scale=args.noise_scale,
-                                                nonfinite=args.nonfinite)
+                                                nonfinite=args.nonfinite, lr_scaling=rule or "none",
+                                                reference_batch=reference_batch)
         state_cell = trainer.train_state
     elif trainer_kind == "functional":
         state_cell = ms_accum.TrainState(nn.WithLossCell(net, loss), optimizer)
@@ -471,7 +609,8 @@ def main(argv=None):
         state_cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer,
                                                  gradient_accumulation_steps=policy or plan, clip_norm=args.clip_norm,
                                                  noise_scale=args.noise_scale, average=not args.raw_sum,
-                                                 nonfinite=args.nonfinite)
+                                                 nonfinite=args.nonfinite, lr_scaling=rule or "none",
+                                                 reference_batch=reference_batch)
     resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
     run_global_batch = world * n * args.batch_size if policy is None and plan.constant is not None else None
     if exact:
@@ -491,7 +630,8 @@ def main(argv=None):
         raise ValueError(f"'--log_every' must be an int >= 0, but got {args.log_every}.")
     print(f"training {NETWORKS[args.network]} on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, "
           f"rank {rank} of {world}): {steps} micro-batches of {args.batch_size} per epoch, "
-          f"{describe(policy, plan, args, world)}, epochs {initial_epoch + 1}..{args.epoch_size}", flush=True)
+          f"{describe(policy, plan, args, world)}, epochs {initial_epoch + 1}..{args.epoch_size}{schedule_line}",
+          flush=True)
     files = EpochFiles(directory, checkpoint_prefix(directory, resume, exact, checkpoint_stem(args.network)),
                        args.keep_checkpoint_max,
                        {GLOBAL_BATCH: run_global_batch} if run_global_batch else None)

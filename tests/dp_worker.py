@@ -15,7 +15,9 @@ the noise scale, its outputs each window's (grad_sq, noise_trace). 'mean_false' 
 trains 'plain', then an Accumulator in a jit step on a second copy of the network (saved as
 'accumulator:<name>'); 'uneven_flush' trains only such an Accumulator, rank 0 on one micro-batch more than rank 1,
 and flushes on both; 'uneven_epochs' gives Model_ACCU one micro-batch more on rank 0 and saves the refusal's
-message as 'refusal'; 'plan' plans a micro-batch on both ranks (:func:`plan_on_every_rank`).
+message as 'refusal'; 'plan' plans a micro-batch on both ranks (:func:`plan_on_every_rank`); 'rule_<RULE>' trains
+test_lr_engine's softmax regression with N by its schedule and lr_scaling=RULE (:func:`train_rule`; WINDOWS and STEPS
+are not read).
 """
 import os
 import sys
@@ -105,6 +107,8 @@ def run_scenario(rank, world, cell_kind, windows, steps, overflow):
     """One scenario on this rank; the arrays it saves."""
     if cell_kind == "plan":
         return plan_on_every_rank(rank, world)
+    if cell_kind.startswith("rule_"):
+        return train_rule(rank, world, cell_kind[len("rule_"):])
     refusal = ""
     if cell_kind == "tokens":
         net, loss_net, opt = build_tagger("momentum")
@@ -166,6 +170,28 @@ def plan_on_every_rank(rank, world):
                                      "200MiB", devices=world, world=world, verbose=False)
     print(f"rank {rank}/{world} planned {plan}", flush=True)
     return {"plan": np.array([plan.micro_batch, plan.steps])}
+
+
+def train_rule(rank, world, rule):
+    """test_lr_engine's windows (N by its SCHEDULE), this rank's slice of each micro-batch, through a
+    TrainAccuStepsCell with lr_scaling=`rule` (AdaScale measuring the noise scale) choosing its own mode; the
+    weights before and after each window ('window:<w>:<i>', w = -1 before the first), the last factor and the
+    progress."""
+    from test_lr_engine import BASE_RATE, SCHEDULE, make_net, make_optimizer, rank_windows, weights
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params(), BASE_RATE["momentum"])
+    loss_net = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"))
+    cell = ms_accum.TrainAccuStepsCell(loss_net, optimizer, gradient_accumulation_steps=SCHEDULE,
+                                       noise_scale=rule == "adascale", lr_scaling=rule)
+    cell.set_train(True)
+    arrays = {f"window:-1:{i}": value for i, value in enumerate(weights(net))}
+    for index, window in enumerate(rank_windows(rank, world)):
+        for x, y in window:
+            cell(Tensor(x), Tensor(y))
+        arrays.update({f"window:{index}:{i}": value for i, value in enumerate(weights(net))})
+    arrays["factor"] = cell.accu_lr_factor.asnumpy()
+    arrays["progress"] = np.array(cell.lr_state.progress)
+    return arrays
 
 
 def train_accumulator(batches, steps, flush=False):

@@ -2,7 +2,8 @@
 
 As a script, one msrun rank: ``elastic_worker.py OUT ROLE [ROLE ...]``, the roles run one after another in the
 same processes (one launch); ROLE ``full`` trains the whole run, ``cut`` the same run stopped by a callback after
-CUT_AT updates (its state written at that boundary), ``resume=RESUME`` the run resumed from the state file RESUME.
+CUT_AT updates (its state written at that boundary), ``resume=RESUME`` the run resumed from the state file RESUME;
+``full@RULE`` and ``cut@RULE`` train with the learning-rate rule RULE and G0 = RULE_REFERENCE (:func:`train`).
 Each saves its final parameters to OUT/<role>_rank_<r>.npz. The test module
 imports the same pieces to run them on one device (test_elastic.py).
 
@@ -31,6 +32,7 @@ from helpers import StopAt  # noqa: E402
 
 SAMPLES, FEATURES, MICRO, GLOBAL, EPOCHS, CUT_AT = 248, 6, 4, 16, 2, 20
 UPDATES = SAMPLES // GLOBAL * EPOCHS
+RULE_REFERENCE = GLOBAL // 2  # G0 of the runs with a rule: each window of G is 2 reference steps
 DATA_SEED, NET_SEED = 11, 3
 
 
@@ -53,9 +55,16 @@ def network():
     return nn.SequentialCell(nn.Dense(FEATURES, 16), nn.Tanh(), nn.Dense(16, 2))
 
 
-def learning_rates():
-    """One rate per update, so that a resume that miscounted updates would show."""
-    return [0.2 * (1.0 - 0.5 * u / UPDATES) for u in range(UPDATES)]
+def learning_rates(count=UPDATES):
+    """One rate per update (per reference step with a rule: `count` of them), so that a resume that miscounted
+    updates, or progress, would show."""
+    return [0.2 * (1.0 - 0.5 * u / count) for u in range(count)]
+
+
+def rule_steps():
+    """The reference steps of a run with a rule that Model_ACCU asks a rate for: every sample over G0, the tail
+    that partial_window="drop" leaves out included."""
+    return SAMPLES * EPOCHS // RULE_REFERENCE
 
 
 class LossLog(Callback):
@@ -69,18 +78,24 @@ class LossLog(Callback):
         self.losses.append(float(run_context.original_args().net_outputs.asnumpy()))
 
 
-def train(rank, world, state_path=None, save_state_every=0, resume_from=None, stop_at=None):
+def train(rank, world, state_path=None, save_state_every=0, resume_from=None, stop_at=None, rule=None):
     """One run of Model_ACCU with global_batch_size=GLOBAL; its network's parameters, and under "losses" the loss
-    of every update."""
+    of every update. With `rule` (a learning-rate rule) G0 is RULE_REFERENCE and the rates are laid out over the
+    run's reference steps; "progress" and "applied_rate" are saved too."""
     net = network()
-    optimizer = nn.Momentum(net.trainable_params(), learning_rate=learning_rates(), momentum=0.9)
-    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+    steps = rule_steps() if rule else UPDATES
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=learning_rates(steps), momentum=0.9)
+    scaling = dict(lr_scaling=rule, reference_batch=RULE_REFERENCE) if rule else {}
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, **scaling)
     model = ms_accum.Model_ACCU(cell, state_path=state_path, save_state_every=save_state_every)
     log = LossLog()
     model.train(EPOCHS, dataset(rank, world), callbacks=[log] + ([StopAt(stop_at)] if stop_at else []),
                 resume_from=resume_from, partial_window="drop", global_batch_size=GLOBAL)
     params = {p.name: p.asnumpy() for p in net.trainable_params()}
     params["losses"] = np.array(log.losses)
+    if rule:
+        params["progress"] = np.array(cell.lr_state.progress)
+        params["applied_rate"] = cell.accu_lr_applied.asnumpy()
     return params
 
 
@@ -92,9 +107,10 @@ def main(out, *roles):
     rank, world = get_rank(), get_group_size()
     for argument in roles:
         role, _, resume = argument.partition("=")
+        name, _, rule = role.partition("@")
         state = os.path.join(out, role, f"rank_{rank}", "state.ckpt")
         params = train(rank, world, state_path=state, save_state_every=1, resume_from=resume or None,
-                       stop_at=CUT_AT if role == "cut" else None)
+                       stop_at=CUT_AT if name == "cut" else None, rule=rule or None)
         np.savez(os.path.join(out, f"{role}_rank_{rank}.npz"), **params)
         print(f"rank {rank}/{world}: {role} done", flush=True)
     release()

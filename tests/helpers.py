@@ -130,19 +130,6 @@ def accumulate_train(optimizer, windows, seed=0, average=True):
     return params_of(net), opt
 
 
-def assert_params_close(got, expected, rtol=1e-5, context=""):
-    """Every parameter within `rtol` relative to the largest magnitude of the expected parameter.
-
-    Not for an equivalence with the large batch: scaled by the weights, it passes a wrong update that is small
-    beside them. Use :func:`assert_equals_large_batch` for that, and :func:`assert_params_equal` for "nothing was
-    applied"."""
-    assert got.keys() == expected.keys()
-    for name, want in expected.items():
-        scale = max(np.abs(want).max(), 1e-12)
-        err = np.abs(got[name] - want).max() / scale
-        assert err <= rtol, f"{context}: parameter {name} differs by {err:.3g} (relative), allowed {rtol}"
-
-
 def assert_params_equal(got, expected, context=""):
     """Every parameter bit for bit as expected: what a skipped, dropped or refused window must leave."""
     assert got.keys() == expected.keys(), f"{context}: parameters {sorted(got)} against {sorted(expected)}"

@@ -36,8 +36,9 @@ UNEVEN_FLUSH = scenario("graph", "uneven_flush", 2, 2)
 UNEVEN_EPOCHS = scenario("graph", "uneven_epochs", 2, 2)
 CLIP = scenario("graph", "clip", 2, 3)
 PLAN = scenario("graph", "plan", 0, 0)
+RULES = {rule: scenario("graph", f"rule_{rule}", 0, 0) for rule in ("linear", "sqrt", "adascale")}
 SCENARIOS = (PLAIN, OVERFLOW["graph"], TOKENS, NOISE, MEAN_FALSE, UNEVEN_FLUSH, UNEVEN_EPOCHS, CLIP, PLAN,
-             OVERFLOW["pynative"])
+             *RULES.values(), OVERFLOW["pynative"])
 
 
 def params(rank_arrays):
@@ -257,3 +258,23 @@ def test_every_rank_takes_the_same_plan_from_the_largest_peaks(worker_runs):
     assert alone == [8, 4]
     for rank, arrays in enumerate(ranks):
         assert arrays["plan"].tolist() == [4, 4], f"rank {rank}: {arrays['plan'].tolist()}"
+
+
+@pytest.mark.parametrize("rule", list(RULES))
+def test_each_window_is_the_large_batch_step_at_the_rules_rate_on_two_ranks(worker_runs, rule):
+    """N by test_lr_engine's schedule (1, 1, 3, 3 micro-batches), each micro-batch shared by the two ranks, and a
+    learning-rate rule: each window's update on each rank equals MindSpore's own optimizer stepped on the window's
+    concatenated batch over both ranks at the rule's rate, computed independently (G / G0 over both ranks'
+    samples, its square root, or AdaScale's gain from numpy's noise estimates over the ranks' micro-batches); the
+    control at factor 1 fails. Progress ends at G / G0 summed (1 + 1 + 3 + 3), or AdaScale's gains summed."""
+    from test_lr_engine import check_updates, union_of_ranks  # pylint: disable=import-outside-toplevel
+    ranks = load(worker_runs, RULES[rule])
+    for rank, arrays in enumerate(ranks):
+        def update(index, _, arrays=arrays):
+            count = sum(1 for key in arrays if key.startswith("window:-1:"))
+            return [arrays[f"window:{index}:{i}"].astype(np.float64) - arrays[f"window:{index - 1}:{i}"]
+                    for i in range(count)]
+        factors = check_updates(update, union_of_ranks(WORLD), rule, "momentum", f"rank {rank}")
+        assert float(arrays["factor"]) == pytest.approx(factors[-1], rel=1e-5)
+        # progress adds G / G0 per window (8 in all), AdaScale its gain r, which is also its factor with Momentum
+        assert float(arrays["progress"]) == pytest.approx(sum(factors) if rule == "adascale" else 8.0, rel=1e-5)

@@ -17,13 +17,13 @@ import pytest
 
 import mindspore as ms
 import mindspore.dataset as ds
-from mindspore import nn
+from mindspore import Tensor, nn
 
 import ms_accum
 from ms_accum.trainers.elastic import RunLayout, check_same_global_batch, dataset_shards, elastic_position
 from conftest import ZOO
-from helpers import (KILL_NODE_TIMEOUT, SAMPLE, launch_local, micro_batches, msrun_env, own_loop, params_of,
-                     run_local, train_py_worker)
+from helpers import (KILL_NODE_TIMEOUT, SAMPLE, assert_equals_large_batch, launch_local, micro_batches, msrun_env,
+                     own_loop, params_of, run_local, train_py_worker)
 import elastic_worker as ew
 from src.lenet import LeNet5
 
@@ -250,22 +250,31 @@ def _relative(got, want):
     return max(float(np.abs(got[k] - want[k]).max() / np.abs(want[k]).max()) for k in want if k != "losses")
 
 
-def _large_batch_reference():
-    """The run as large-batch steps of G on one order of the data (the one-shard sampler's), without ms_accum."""
-    net = ew.network()
-    optimizer = nn.Momentum(net.trainable_params(), learning_rate=ew.learning_rates(), momentum=0.9)
-    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+def _large_batch_windows():
+    """The run's windows on one order of the data (the one-shard sampler's), each one batch of G samples."""
     ds.config.set_seed(ew.DATA_SEED)
     x, y = ew.samples()
     data = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=True, num_shards=1, shard_id=0).batch(
         ew.GLOBAL, drop_remainder=True)
-    iterator, updates = data.create_tuple_iterator(num_epochs=ew.EPOCHS), 0
-    for _ in range(ew.EPOCHS):
-        for images, labels in iterator:
-            step(images, labels)
-            updates += 1
-    assert updates == ew.UPDATES
+    iterator = data.create_tuple_iterator(num_epochs=ew.EPOCHS)
+    windows = [[(images.asnumpy(), labels.asnumpy())] for _ in range(ew.EPOCHS) for images, labels in iterator]
+    assert len(windows) == ew.UPDATES
+    return windows
+
+
+def _large_batch_reference(windows, rates=None):
+    """The run as large-batch steps of G, one a window, without ms_accum, at `rates` (one per update; default: the
+    run's): the trainable parameters after them."""
+    net = ew.network()
+    optimizer = nn.Momentum(net.trainable_params(), learning_rate=rates or ew.learning_rates(), momentum=0.9)
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.MSELoss()), optimizer)
+    for window in windows:
+        step(*(Tensor(part) for part in window[0]))
     return {p.name: p.asnumpy() for p in net.trainable_params()}
+
+
+def _parameters(run):
+    return {name: value for name, value in run.items() if name != "losses"}
 
 
 class _Crash(Exception):
@@ -306,11 +315,12 @@ def api_runs(tmp_path_factory):
 
 @pytest.mark.slow
 def test_one_global_batch_trains_alike_on_one_and_two_devices(api_runs):
-    reference = _large_batch_reference()
-    assert _relative(api_runs["one_full"], reference) <= 1e-5
+    windows = _large_batch_windows()
+    assert_equals_large_batch(_parameters(api_runs["one_full"]), _large_batch_reference, windows, context="1 device")
     for rank in range(2):
-        assert _relative(api_runs["two_full"][rank], reference) <= 1e-5, f"rank {rank}"
-    assert _relative(api_runs["two_cut"], reference) > 1e-2, "the cut run was not cut"
+        assert_equals_large_batch(_parameters(api_runs["two_full"][rank]), _large_batch_reference, windows,
+                                  context=f"2 devices, rank {rank}")
+    assert _relative(api_runs["two_cut"], _large_batch_reference(windows)) > 1e-2, "the cut run was not cut"
     # the reported loss is the window's mean over every device's samples: the same on 1 and 2 devices
     assert len(api_runs["one_full"]["losses"]) == ew.UPDATES
     for rank in range(2):
@@ -333,6 +343,48 @@ def test_a_state_of_one_device_written_inside_a_window_resumes_on_two(api_runs):
     assert "at epoch 1 with 16 of its 31 micro-batches done on each device" in api_runs["resumed_logs"]
     for rank in range(2):
         assert _relative(api_runs["two_resumed"][rank], api_runs["one_full"]) <= 1e-5, f"rank {rank}"
+
+
+@pytest.fixture(scope="module")
+def rule_runs(tmp_path_factory):
+    """With lr_scaling="sqrt" and G0 = G / 2 (each window 2 reference steps, the rate x sqrt(2)): on 2 msrun
+    devices the whole run and the run stopped after CUT_AT updates; on one device (here) the latter resumed."""
+    out = tmp_path_factory.mktemp("elastic_rule")
+    run_local(out / "two", os.path.join(HERE, "elastic_worker.py"), out, "full@sqrt", "cut@sqrt")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    two_to_one = ew.train(0, 1, resume_from=str(out / "cut@sqrt" / "rank_1" / "state.ckpt"), rule="sqrt")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    return dict(out=out, two_full=[dict(np.load(out / f"full@sqrt_rank_{r}.npz")) for r in range(2)],
+                two_to_one=two_to_one)
+
+
+@pytest.mark.slow
+def test_a_state_of_two_devices_with_a_rule_resumes_on_one_with_its_progress(rule_runs):
+    """The rule on 2 devices: every update is the large-batch step at the rate of reference step 2u times sqrt(2),
+    built without ms_accum (the control, the rate of update u at factor 1, differs). The state written on 2
+    devices after CUT_AT updates holds progress 2 CUT_AT and G0; resumed on 1 device (G kept) the run ends as the
+    uninterrupted one: parameters, losses, progress and the last rate."""
+    rates = ew.learning_rates(ew.rule_steps())
+    ruled = [rates[2 * u] * 2 ** 0.5 for u in range(ew.UPDATES)]
+    windows = _large_batch_windows()
+    full = rule_runs["two_full"]
+    network = [name for name in full[0] if name not in ("losses", "progress", "applied_rate")]
+    for rank in range(2):
+        assert_equals_large_batch({name: full[rank][name] for name in network},
+                                  lambda some: _large_batch_reference(some, ruled), windows, context=f"rank {rank}")
+    assert _relative(full[0], _large_batch_reference(windows)) > 1e-2, "the control passed: the test cannot fail"
+    saved = ms_accum.read_checkpoint(str(rule_runs["out"] / "cut@sqrt" / "rank_1" / "state.ckpt"))
+    assert int(saved["ms_accum_world"].asnumpy()) == 2 and int(saved["ms_accum_updates_done"].asnumpy()) == ew.CUT_AT
+    lr_state = {name.rsplit(".", 1)[1]: float(value.asnumpy().reshape(-1)[0]) for name, value in saved.items()
+                if ".lr." in name}
+    assert (lr_state["progress_steps"], lr_state["reference_batch"]) == (2 * ew.CUT_AT, ew.RULE_REFERENCE)
+    resumed = rule_runs["two_to_one"]
+    assert _relative(resumed, {name: full[0][name] for name in network}) <= 1e-5
+    np.testing.assert_allclose(resumed["losses"], full[0]["losses"][ew.CUT_AT:], rtol=1e-5)
+    assert float(resumed["progress"]) == float(full[0]["progress"]) == 2 * ew.UPDATES
+    last = rates[2 * (ew.UPDATES - 1)] * 2 ** 0.5  # the last update reads reference step 2 (UPDATES - 1)
+    assert float(resumed["applied_rate"]) == pytest.approx(last, rel=1e-6)
+    assert float(full[0]["applied_rate"]) == pytest.approx(last, rel=1e-6)
 
 
 # ---------------------------------------------------------------------------------------------- msrun: train.py

@@ -386,6 +386,45 @@ class TestCommandLineErrors:
                               "must hold at least one batch", "holds 0")
 
     @pytest.mark.parametrize("flags, message", [
+        (("--lr_scaling", "sqrt", "--trainer", "model_accu", "--dataset_sink_mode"),
+         "'--lr_scaling sqrt' follows N as it changes between windows, but '--dataset_sink_mode' runs one N"),
+        (("--lr_scaling", "linear", "--trainer", "functional"), "'--lr_scaling linear' is an option of '--trainer "
+                                                                "driver' and '--trainer model_accu'"),
+        (("--reference_batch", "0"), "argument --reference_batch: must be a finite number > 0, but got '0'"),
+        (("--reference_batch", "64"), "'--reference_batch' is G0 of a learning-rate rule, but '--lr_scaling' is "
+                                      "not given"),
+        (("--goodput_steps", "2:8"), "'--goodput_steps' needs '--lr_schedule constant', but got '--lr_schedule "
+                                     "cosine': the number of updates, which the schedule is laid out over, is not "
+                                     "known in advance when N adapts. Or pass '--lr_scaling linear', 'sqrt' or "
+                                     "'adascale'"),
+        (("--goodput_steps", "2:8", "--adaptive_steps", "2:8"), "'--adaptive_steps' and '--goodput_steps' both "
+                                                                "set N"),
+        (("--goodput_steps", "4:4", "--lr_schedule", "constant"), "For 'GoodputAccumulation', 'max_steps' must be > "
+                                                                  "'min_steps' (4)"),
+        (("--goodput_steps", "2:8", "--lr_schedule", "constant", "--trainer", "functional"),
+         "'--goodput_steps' calibrates from the window times the driver and model_accu measure"),
+        (("--goodput_times", "0.004:0.01"), "'--goodput_times' is the window-time model of '--goodput_steps', which "
+                                            "is not given"),
+        (("--goodput_times", "0:1"), "argument --goodput_times: must be MICRO:END, seconds per micro-batch (> 0)"),
+        (("--goodput_steps", "2:8", "--global_batch_size", "64"), "'--global_batch_size' sets N (G / (devices x "
+                                                                  "--batch_size)), but '--goodput_steps' was given"),
+    ])
+    def test_learning_rate_rule_flags(self, flags, message):
+        assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, *flags, check=False), message)
+
+    def test_exact_resume_refuses_another_reference_batch_or_rule(self, tmp_path):
+        common = ("--data_path", SAMPLE, "--num_samples", 256, "--batch_size", 32, "--accumulation_schedule",
+                  "0:1,2:2", "--log_every", 0, "--save_state_every", 1, "--ckpt_path", tmp_path, "--epoch_size", 1)
+        run_script("train.py", "--lr_scaling", "linear", *common)
+        assert_one_line_error(run_script("train.py", "--lr_scaling", "linear", "--reference_batch", 64, "--resume",
+                                         tmp_path, *common, check=False),
+                              "whose '--lr_scaling' reference batch G0 was 32 samples, but this run's is 64: pass "
+                              "--reference_batch 32")
+        assert_one_line_error(run_script("train.py", "--resume", tmp_path, *common, check=False),
+                              "which read its learning rate from its progress, but this run reads it at its update "
+                              "count: keep --lr_scaling as it was")
+
+    @pytest.mark.parametrize("flags, message", [
         (("--accumulation_schedule", "2:2"), "argument --accumulation_schedule: For 'train.py', "
                                              "'--accumulation_schedule' must say how many micro-batches the first "
                                              "windows hold (an entry for update 0)"),
@@ -541,3 +580,81 @@ def test_train_py_trains_mindcv_resnet18_and_eval_py_reads_its_checkpoint(tmp_pa
     assert re.search(r"\{'Accuracy': 0\.\d+\}", out), out
     code, _, err = run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", checkpoint, check=False)
     assert code == 2 and "lenet" in err.lower(), err
+
+
+def cosine_over_reference_steps(samples, warmup_samples, reference, peak=0.05):
+    """train.py's cosine with a learning-rate rule, built here from its definition: one entry per reference step of
+    `reference` samples, as many as the run's samples make (rounded up), the warm-up over its samples likewise."""
+    return warmup_cosine(peak, -(-samples // reference), -(-warmup_samples // reference))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, rule", [
+    (("--accumulation_schedule", "0:1,4:2,8:4", "--batch_size", 32), "linear"),
+    (("--goodput_steps", "2:8", "--goodput_times", "0.004:0.01", "--adaptive_interval", 2, "--batch_size", 16),
+     "sqrt"),
+], ids=["schedule-linear", "goodput-sqrt"])
+def test_train_py_lays_the_cosine_over_reference_steps_under_a_changing_n_and_a_rule(flags, rule, tmp_path):
+    """A schedule of N, or goodput's (its window times given: every N is the policy's answer to the figures
+    recorded before it), with a rule: each window's rate is the cosine's entry at the progress before it (the
+    samples seen over G0, the first window's 32) times G / G0 or its square root, and progress ends at the run's
+    samples over G0 whatever the windows' sizes; the control, the cosine read at the update count, differs."""
+    run_script("train.py", "--data_path", SAMPLE, "--num_samples", 640, "--epoch_size", 2, *flags, "--lr_scaling",
+               rule, "--ckpt_path", tmp_path, "--telemetry_csv", tmp_path / "t.csv", "--log_every", 0)
+    rows = read_csv(tmp_path / "t.csv")
+    rates = cosine_over_reference_steps(1280, 640, 32)
+    seen, control_differs = 0, False
+    for index, row in enumerate(rows):
+        ratio = float(row["items"]) / 32
+        want = rates[seen // 32] * (ratio if rule == "linear" else ratio ** 0.5)
+        assert float(row["learning_rate"]) == pytest.approx(want, rel=1e-6), f"update {index}: {row}"
+        control_differs |= float(row["learning_rate"]) != pytest.approx(rates[index], rel=1e-3)
+        seen += int(float(row["items"]))
+        assert float(row["progress"]) == pytest.approx(seen / 32), f"update {index}: {row}"
+    assert seen == 1280 and control_differs, "the rates read at the update count equal the progress's"
+    steps = [int(r["accumulation_steps"]) for r in rows]
+    if rule == "linear":
+        assert steps[:9] == [1, 1, 1, 1, 2, 2, 2, 2, 4], steps
+        return
+    import ms_accum  # pylint: disable=import-outside-toplevel
+    policy = ms_accum.GoodputAccumulation(2, 8, interval=2, micro_time=0.004, end_time=0.01)
+    assert steps[0] == 2 and len(set(steps)) > 1, steps
+    for index, row in enumerate(rows[:-1]):
+        want = policy.next_steps(steps[index], index, float(row["noise_scale"]),
+                                 float(row["items"]) / int(row["micro_batches"]))
+        assert steps[index + 1] == want, f"after window {index}: N {steps[index + 1]}, the policy says {want}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_an_adaptive_cosine_run_with_a_rule_resumed_mid_window_equals_the_uninterrupted_run(trainer, tmp_path):
+    """--adaptive_steps, --lr_schedule cosine and --lr_scaling adascale: a state written 57 micro-batches in (inside
+    a window of epoch 2) resumes to the uninterrupted run's N, learning rates, progress and parameters."""
+    common = ("--data_path", SAMPLE, "--num_samples", 640, "--batch_size", 16, "--epoch_size", 2, "--adaptive_steps",
+              "2:8", "--adaptive_interval", 2, "--lr_scaling", "adascale", "--log_every", 0, "--save_state_every", 57,
+              "--trainer", trainer)
+    run_script("train.py", "--ckpt_path", tmp_path / "full", "--telemetry_csv", tmp_path / "full.csv", *common)
+    full_rows = read_csv(tmp_path / "full.csv")
+    ends = np.cumsum([int(r["micro_batches"]) for r in full_rows])
+    assert 57 not in ends and len({r["accumulation_steps"] for r in full_rows}) > 1, ends
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    shutil.copy(tmp_path / "full" / "train_state.ckpt", cut)
+    assert int(ms.load_checkpoint(str(cut / "train_state.ckpt"))["ms_accum_micro_steps_done"].asnumpy()) == 57
+    run_script("train.py", "--ckpt_path", cut, "--resume", cut / "train_state.ckpt", "--telemetry_csv",
+               tmp_path / "cut.csv", *common)
+    resumed_rows = read_csv(tmp_path / "cut.csv")
+    tail = full_rows[len(full_rows) - len(resumed_rows):]
+    assert int(resumed_rows[0]["update"]) == int(tail[0]["update"]) and int(tail[0]["update"]) > 1
+    for got, want in zip(resumed_rows, tail):
+        for column in ("accumulation_steps", "micro_batches", "items"):
+            assert got[column] == want[column], f"update {want['update']}: {column}"
+        for column in ("learning_rate", "progress"):
+            assert float(got[column]) == pytest.approx(float(want[column]), rel=1e-6), f"update {want['update']}"
+    name = f"checkpoint_lenet-2_{len(full_rows)}.ckpt"
+    full, resumed = (ms.load_checkpoint(str(d / name)) for d in (tmp_path / "full", cut))
+    fraction = [value for key, value in full.items() if key.endswith(".lr.progress_fraction")]
+    assert len(fraction) == 1 and float(fraction[0].asnumpy()) > 0, "AdaScale's gains must leave a fraction"
+    for key, value in full.items():
+        if key not in ("epoch_num", "step_num"):
+            np.testing.assert_allclose(resumed[key].asnumpy(), value.asnumpy(), rtol=1e-6, atol=1e-7, err_msg=key)

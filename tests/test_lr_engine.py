@@ -49,6 +49,21 @@ def windows_of_data(seed=3):
     return out
 
 
+def rank_windows(rank, world, seed=3):
+    """Rank `rank`'s share of :func:`windows_of_data` in data parallel: its slice of every micro-batch."""
+    size = MICRO // world
+    return [[(x[rank * size:(rank + 1) * size], y[rank * size:(rank + 1) * size]) for x, y in window]
+            for window in windows_of_data(seed)]
+
+
+def union_of_ranks(world, seed=3):
+    """What `world` ranks see of each window together: every rank's micro-batches, as the units the noise
+    estimate sums over the devices (a device's micro-batch is one of them)."""
+    shares = [rank_windows(rank, world, seed) for rank in range(world)]
+    return [[shares[rank][w][s] for s in range(len(shares[0][w])) for rank in range(world)]
+            for w in range(len(WINDOWS))]
+
+
 def expected_factor(rule, kind, window, net, estimates):
     """The factor the rule gives the window, from its size and (AdaScale) the noise estimates computed in numpy
     at the weights the window's gradients are taken at; `estimates` collects the windows' (grad_sq, trace)."""
@@ -158,26 +173,36 @@ def check_rule(path, rule, kind, **options):
     net = make_net()
     optimizer = make_optimizer(kind, net.trainable_params(), BASE_RATE[kind])
     cell, run = run_path(path, net, optimizer, rule, noise, **options)
+
+    def update(_, window):
+        before = weights(net)
+        run(window)
+        return difference(weights(net), before)
+    factors = check_updates(update, windows_of_data(), rule, kind, path)
+    assert abs(float(cell.accu_lr_factor.asnumpy()) - factors[-1]) < 1e-5 * factors[-1]
+    return cell, factors
+
+
+def check_updates(update, windows, rule, kind, context):
+    """`update(index, window)` (the update of window `index` on the path under test) against the reference at the
+    rule's factor, and the control at factor 1, which must fail for some window; the factors."""
     reference, control = Reference(kind), Reference(kind)
     estimates, factors = [], []
     control_failed = False
-    for index, window in enumerate(windows_of_data()):
+    for index, window in enumerate(windows):
         factor = expected_factor(rule, kind, window, reference.net, estimates)
         factors.append(factor)
-        before = weights(net)
-        run(window)
-        got = difference(weights(net), before)
+        got = update(index, window)
         want = reference.update(window, factor)
-        assert close(got, want), (f"{path}/{rule}/{kind}: window {index} (N={len(window)}, factor {factor}): the "
+        assert close(got, want), (f"{context}/{rule}/{kind}: window {index} (N={len(window)}, factor {factor}): the "
                                   f"update differs from the reference by "
                                   f"{max(np.abs(g - w).max() for g, w in zip(got, want)):.3g}")
         control_failed |= not close(got, control.update(window, 1.0))
         control.net.weight.set_data(Tensor(reference.net.weight.asnumpy()))  # the control starts each window alike
         control.net.bias.set_data(Tensor(reference.net.bias.asnumpy()))
     assert max(abs(f - 1.0) for f in factors) > 0.05, f"{rule}: the factors {factors} do not test the rule"
-    assert control_failed, f"{path}/{rule}/{kind}: the control at factor 1 passed: the test cannot fail"
-    assert abs(float(cell.accu_lr_factor.asnumpy()) - factors[-1]) < 1e-5 * factors[-1]
-    return cell, factors
+    assert control_failed, f"{context}/{rule}/{kind}: the control at factor 1 passed: the test cannot fail"
+    return factors
 
 
 @pytest.mark.parametrize("kind", ["momentum", "adamw"])

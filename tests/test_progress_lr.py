@@ -7,6 +7,7 @@ calling MindSpore's own schedule Cell at the reference step, times f from the ru
 window tests.
 """
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -199,6 +200,36 @@ def test_fractional_progress_does_not_drift():
     assert 0.0 <= float(state.fraction.asnumpy()) < 1.0
 
 
+@pytest.mark.parametrize("numerator, denominator", [(5, 3), (1, 3), (7, 3), (4, 7), (9, 7), (10, 9), (3, 10)])
+def test_whole_steps_are_reached_where_the_exact_sum_reaches_them(numerator, denominator):
+    """Increments of float32(p / q), q <= 10, from progress 1: after every window the whole steps are those of the
+    exact sum (fractions.Fraction), also where it is whole. Without the snap, 1 + 3 x float32(5/3) was 5.9999998,
+    and the schedule read entry 5 where entry 6 was due (found by a user's run with N following {0: 3, 1: 5})."""
+    state = ProgressState()
+    state.set_progress(1)
+    advance = Advance(state)
+    increment = Tensor(numerator / denominator, ms.float32)
+    for window in range(1, 3 * denominator + 1):
+        advance(increment)
+        exact = 1 + Fraction(numerator * window, denominator)
+        assert int(state.steps.asnumpy()[0]) == math.floor(exact), (window, state.progress, float(exact))
+        assert 0.0 <= float(state.fraction.asnumpy()) < 1.0
+
+
+def test_a_list_reads_its_last_entry_beyond_its_end():
+    """Given as a list, or as the optimizer's own list (which rewiring wraps): past its end, its last entry (where
+    MindSpore's Gather fails on CPU; a loss counting tokens has reference steps no check can count in advance)."""
+    state = ProgressState()
+    rate = ProgressLearningRate([0.1, 0.2, 0.3], state)
+    optimizer = rewire_learning_rate(nn.SGD(weights(), learning_rate=[0.1, 0.2, 0.3]), ProgressState())
+    own = optimizer.learning_rate.progress_state
+    for progress, want in ((1, 0.2), (2, 0.3), (7, 0.3)):
+        state.set_progress(progress)
+        own.set_progress(progress)
+        assert float(rate(Tensor([0], ms.int32)).asnumpy().reshape(())) == pytest.approx(want), progress
+        assert float(optimizer.get_lr().asnumpy().reshape(())) == pytest.approx(want), progress
+
+
 def test_optimizer_checkpoint_holds_the_progress(tmp_path):
     state = ProgressState()
     optimizer = rewire_learning_rate(OPTIMIZERS["momentum"](weights(), RATES["list"]()), state)
@@ -238,10 +269,12 @@ def test_refuses_what_cannot_read_progress():
     state = ProgressState()
     net = nn.Dense(3, 2)
     message = r"For 'rewire_learning_rate', the optimizer must read its learning rate through Optimizer.get_lr at " \
-              r"each step, but {}. Build the optimizer with learning_rate=ProgressLearningRate\(rate, state\)"
+              r"each step, but {}. Build the optimizer \(for LARS or OptTFTWrapper, the one it wraps\) with " \
+              r"learning_rate=ms_accum.core.progress_lr.ProgressLearningRate\(rate, ProgressState\(\)\), whose " \
+              r"state a cell with a learning-rate rule adopts"
     lars = nn.LARS(nn.Momentum(net.trainable_params(), 0.1, 0.9))
-    with pytest.raises(ValueError, match=message.format("LARS copies the learning rate of the optimizer it wraps .*"
-                                                        "rewire that optimizer first, then build LARS on it")):
+    with pytest.raises(ValueError, match=message.format("LARS copies the learning rate of the optimizer it "
+                                                        "wraps when it is built")):
         rewire_learning_rate(lars, state)
     with pytest.raises(ValueError, match=message.format("AdaFactor reads its learning rate through its "
                                                         "relative_step.*")):

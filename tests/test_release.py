@@ -26,7 +26,7 @@ RELEASE = re.compile(r"^## \[?(\d+\.\d+\.\d+)\]? - (\d{4}-\d{2}-\d{2})$", re.M) 
 KINDS = ("Added", "Changed", "Deprecated", "Removed", "Fixed", "Security")  # Keep a Changelog's, in its order
 README_VERSION = {"README.md": r"version (\d+\.\d+\.\d+)", "README_CN.md": r"当前版本 (\d+\.\d+\.\d+)"}
 # Words of the help that look like class names but name products, models or a number, not Python objects
-NOT_CLASSES = {"MindSpore", "MindCV", "LeNet5", "ResNet18", "NaN"}
+NOT_CLASSES = {"MindSpore", "MindCV", "LeNet5", "ResNet18", "NaN", "AdaScale"}  # AdaScale: a method (Johnson et al.), not a class
 ROOTS = {"ms_accum": ms_accum, "mindspore": mindspore, "ms": mindspore, "nn": nn}  # how the help names modules
 
 

@@ -190,7 +190,13 @@ class Accumulator(WindowEngine, nn.Cell):
         items = as_weight("Accumulator", num_items)
         if num_items is None:  # decided when the call is compiled: no runtime branch
             items = ops.depend(items, ops.assign_add(self.unweighted, ops.ones_like(self.unweighted)))
-        added = self._add_micro_batch(None, items, grads, weight=self._item_ratio(items))
+        ratio = self._item_ratio(items)
+        if num_items is None:
+            # every micro-batch weighs 1, so the ratio is exactly 1: the gradients are added as they are, one pass
+            # over each buffer, where the in-place weighted add takes two (benchmarks/lab/scaled_add.py)
+            added = self._add_micro_batch(None, items, grads, seed_ratio=ratio)
+        else:
+            added = self._add_micro_batch(None, items, grads, weight=ratio)
         done = ops.depend(self.accu_micro_steps, added) >= self._steps_now()
         if done:
             done = ops.depend(done, self._finish_window())

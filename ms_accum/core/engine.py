@@ -39,7 +39,8 @@ from .deprecation import renamed
 from .loss_scale import update_scale
 from .lr_scaling import ADASCALE_RULES, check_reference_batch, resolve_scaling_rule
 from .noise_scale import NoiseMeasure
-from .progress_lr import ProgressState, advance_progress, prepare_window_rate, rewire_learning_rate
+from .progress_lr import (ProgressState, advance_progress, prepare_window_rate, progress_state_of,
+                          rewire_learning_rate)
 from .runtime_checks import assert_in_graph
 from .schedule import STEPS_NAME, AccumulationSchedule, check_steps, shown_steps_name
 
@@ -174,8 +175,16 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         and a state file holds them. With ``"none"`` (the default) nothing is built and the optimizer is untouched.
         Called by a front end after :meth:`_init_engine`, before the cell's first call."""
         owner = self.owner_name
-        rule = resolve_scaling_rule(owner, lr_scaling, optimizer)
         reference = check_reference_batch(owner, reference_batch)
+        adopted = progress_state_of(optimizer)
+        if lr_scaling == "none" and adopted is not None:
+            raise ValueError(f"For '{owner}', 'lr_scaling' must be a rule when the optimizer reads its learning rate "
+                             f"from progress (an earlier ms_accum cell's rule rewired it, or it was built with a "
+                             f"ProgressLearningRate), but got 'none': nothing would advance that progress, and the "
+                             f"optimizer's schedule would stand still. Pass the rule it was trained with "
+                             f"({adopted.rule or 'linear, sqrt or adascale'}), which continues its progress, "
+                             f"or build a new optimizer.")
+        rule = resolve_scaling_rule(owner, lr_scaling, optimizer)
         if rule == "none":
             if reference is not None:
                 raise ValueError(f"For '{owner}', 'reference_batch' is read by a learning-rate rule only, but got "
@@ -186,8 +195,13 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             raise ValueError(f"For '{owner}', 'lr_scaling'={lr_scaling!r} reads AdaScale's gain from the window's "
                              f"gradient noise scale, but {owner} does not measure it. Build it with noise_scale=True "
                              f"(or 'first'), or pass lr_scaling='linear' or 'sqrt'.")
-        state = ProgressState(prefix=f"{self._window_prefix}.lr", reference_batch=reference)
-        rewire_learning_rate(optimizer, state, owner)
+        if adopted is None:
+            state = ProgressState(prefix=f"{self._window_prefix}.lr", reference_batch=reference)
+            rewire_learning_rate(optimizer, state, owner)
+        else:  # progress goes on from where the optimizer's earlier run left it
+            state = adopted
+            state.adopt_reference_batch(owner, reference)
+        state.rule = rule
         self.lr_scaling, self.lr_state = rule, state
         self.accu_lr_steps, self.accu_lr_fraction, self.accu_lr_factor, self.accu_lr_reference = state.parameters
         self.accu_lr_applied = state.applied_rate
@@ -252,9 +266,11 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         policy = None
         if isinstance(steps, (AdaptiveAccumulation, GoodputAccumulation)):
             if not self.measure_noise:
-                raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as an {type(steps).__name__} policy "
-                                 f"needs the noise scale, but {self.owner_name} was built with noise_scale=False. "
-                                 f"Build it with noise_scale=True (or 'first').")
+                kind = type(steps).__name__
+                article = "an" if kind[0] in "AEIOU" else "a"
+                raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as {article} {kind} policy needs the "
+                                 f"noise scale, but {self.owner_name} was built with noise_scale=False. Build it with "
+                                 f"noise_scale=True (or 'first').")
             policy, steps = steps, steps.initial_steps
         else:
             check_steps(owner, arg_name, steps)

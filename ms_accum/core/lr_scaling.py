@@ -8,7 +8,7 @@ progress increment is added after the step, so that a schedule read from progres
 (``progress_lr.py``):
 
     rule               factor f        progress increment
-    "none"             1               G / G0
+    "none"             (nothing built: the optimizer is left as it is and reads its schedule by update)
     "linear"           G / G0          G / G0
     "sqrt"             sqrt(G / G0)    G / G0
     "adascale_sgd"     r               r
@@ -16,8 +16,9 @@ progress increment is added after the step, so that a schedule read from progres
     "adascale"         one of the two above, chosen from the optimizer's type (resolve_scaling_rule)
 
 With f = 1 and G = G0 in every window, progress is the update index and the optimizer steps as it would without
-any of this, bit for bit; ``"none"`` keeps the rate but still runs the schedule on data when G changes (an optimizer
-left as it is runs its schedule over updates).
+any of this, bit for bit. :func:`scaling_on_host` and :func:`scaling_on_device` still give ``"none"`` f = 1 and an
+increment of G / G0, the schedule on data at the tuned rate, for a caller that builds a ``ProgressState`` itself;
+the cells build none for it.
 
 r is AdaScale's gain (Johnson et al., "AdaScale SGD", ICML 2020; AdaptDL's ``scaling_rules.py``), the factor by
 which a step on G items makes more progress than one on G0 items:

@@ -11,9 +11,11 @@ where `schedule` is the optimizer's own learning rate (a float, a list or 1-D Te
 step, or a :class:`mindspore.nn.LearningRateSchedule`) and f the window's factor from the scaling rule. The schedule
 receives whole reference steps as an int32 Tensor of shape (1,), exactly what an optimizer hands it in its
 ``global_step``, so every schedule an optimizer takes today takes progress too, and with f = 1 and progress = the
-update index the step is the original's bit for bit. A list must hold an entry for every reference step the run
-reaches: its samples over G0 for ``"none"``, ``"linear"`` and ``"sqrt"``, at most that for the AdaScale rules while
-G >= G0 (beyond its end the gather reads what MindSpore's Gather reads out of range, as the optimizer's own would).
+update index the step is the original's bit for bit. A list should hold an entry for every reference step the run
+reaches: its items over G0 for ``"linear"`` and ``"sqrt"``, at most that for the AdaScale rules while G >= G0. The
+trainers check that before training where a micro-batch's items are its samples; beyond a list's end its last entry
+is read (where the optimizer's own Gather fails on CPU), so that a run whose loss counts tokens, whose reference
+steps nobody can count in advance, goes on at the list's final rate, which telemetry shows.
 
 Progress and f live in the Parameters of a :class:`ProgressState`, which a window's end writes on the device:
 :func:`prepare_window_rate` before the optimizer step (f, and G0 at the first window), :func:`advance_progress` after
@@ -39,12 +41,10 @@ from .lr_scaling import check_reference_batch, scaling_on_device
 
 # nn optimizers that read their learning rate otherwise than through Optimizer.get_lr at each step
 _NOT_REWIRABLE = {
-    LARS: "LARS copies the learning rate of the optimizer it wraps when it is built: rewire that optimizer first, "
-          "then build LARS on it",
+    LARS: "LARS copies the learning rate of the optimizer it wraps when it is built",
     AdaFactor: "AdaFactor reads its learning rate through its relative_step, scale_parameter and warmup_init options "
                "as well",
-    OptTFTWrapper: "OptTFTWrapper reads the learning rate of the optimizer it wraps: rewire that optimizer first, "
-                   "then wrap it",
+    OptTFTWrapper: "OptTFTWrapper reads the learning rate of the optimizer it wraps",
 }
 
 
@@ -95,6 +95,21 @@ class ProgressState:
         self.factor = _scalar(f"{prefix}.factor", 1.0)
         self.applied_rate = _scalar(f"{prefix}.applied_rate", 0.0)
         self.reference_batch = _scalar(f"{prefix}.reference_batch", reference or 0.0)
+        self.rule = None  # the rule of the cell that advances it, for messages
+
+    def adopt_reference_batch(self, owner, reference_batch):
+        """A later cell taking this state over with `reference_batch` (a checked number, or None): G0 written if the
+        state has none yet; refused if it has another."""
+        if reference_batch is None:
+            return
+        current = float(self.reference_batch.asnumpy())
+        if current == 0.0:
+            write_parameter(self.reference_batch, np.float32(reference_batch))
+        elif current != float(np.float32(reference_batch)):
+            raise ValueError(f"For '{owner}', 'reference_batch' must be the G0 of the progress the optimizer reads, "
+                             f"{current:g}, but got {reference_batch!r}: progress counted in other reference steps "
+                             f"would read the schedule elsewhere. Drop reference_batch (the run goes on at G0 = "
+                             f"{current:g}), or build a new optimizer.")
 
     @property
     def parameters(self):
@@ -172,13 +187,17 @@ class ProgressLearningRate(LearningRateSchedule):
                             f"{type(state).__name__}.")
         self.progress_steps = state.steps
         self.factor = state.factor
+        self.progress_state = state  # not read in construct: what a later cell adopts (progress_state_of)
         # not read here: held so that the optimizer's checkpoint holds the whole progress (its fraction, and G0)
         self.progress_fraction = state.fraction
         self.reference_batch = state.reference_batch
         self.applied_rate = state.applied_rate if record else None
-        self.fixed, self.table, self.schedule = None, None, None
+        self.fixed, self.table, self.schedule, self.last_step = None, None, None, None
         if isinstance(learning_rate, LearningRateSchedule):
             self.schedule = learning_rate
+            table = getattr(learning_rate, "learning_rate", None)  # an optimizer's list (_IteratorLearningRate)
+            if isinstance(table, Tensor) and table.ndim == 1:
+                self.last_step = Tensor([table.shape[0] - 1], mstype.int32)
         elif isinstance(learning_rate, Parameter) and learning_rate.ndim == 0:
             self.fixed = learning_rate  # the optimizer's own Parameter: a rate set on it still takes effect
         else:
@@ -187,12 +206,16 @@ class ProgressLearningRate(LearningRateSchedule):
                 self.fixed = Parameter(Tensor(values, mstype.float32), name="learning_rate")
             else:
                 self.table = Parameter(Tensor(values, mstype.float32), name="learning_rate")
+                self.last_step = Tensor([values.shape[0] - 1], mstype.int32)
 
     def construct(self, global_step):
+        steps = self.progress_steps
+        if self.last_step is not None:  # a list: its last entry beyond its end
+            steps = ops.minimum(steps, self.last_step)
         if self.schedule is not None:
-            base = self.schedule(self.progress_steps)
+            base = self.schedule(steps)
         elif self.table is not None:
-            base = ops.gather(self.table, self.progress_steps, 0)
+            base = ops.gather(self.table, steps, 0)
         else:
             base = self.fixed
         rate = base * self.factor
@@ -215,6 +238,48 @@ def _rates(learning_rate):
         raise ValueError(f"For '{owner}', 'learning_rate' must hold finite numbers >= 0, but got "
                          f"{values if values.ndim == 0 else values[~(np.isfinite(values) & (values >= 0))][:3]}.")
     return values.astype(np.float32)
+
+
+def _rates_of(optimizer):
+    """The optimizer's learning rate, one entry per parameter group."""
+    return list(optimizer.learning_rate) if optimizer.is_group_lr else [optimizer.learning_rate]
+
+
+def progress_state_of(optimizer):
+    """
+    The :class:`ProgressState` whose progress `optimizer` reads its learning rate from (it was rewired, or built with
+    :class:`ProgressLearningRate`), or None when it reads its rate from its update count.
+
+    Args:
+        optimizer (mindspore.nn.Optimizer): The optimizer.
+
+    Returns:
+        ProgressState or None.
+
+    Raises:
+        ValueError: If its parameter groups read the progress of different states.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> from mindspore import nn
+        >>> from ms_accum.core.progress_lr import ProgressLearningRate, ProgressState, progress_state_of
+        >>> state = ProgressState()
+        >>> optimizer = nn.SGD(nn.Dense(2, 1).trainable_params(), ProgressLearningRate(0.1, state))
+        >>> progress_state_of(optimizer) is state
+        True
+    """
+    inner = getattr(optimizer, "opt", None)  # LARS reads the rate of the optimizer it wraps
+    if isinstance(inner, Optimizer):
+        return progress_state_of(inner)
+    states = {id(rate.progress_state): rate.progress_state for rate in _rates_of(optimizer)
+              if isinstance(rate, ProgressLearningRate)}
+    if len(states) > 1:
+        raise ValueError(f"For 'progress_state_of', the optimizer's parameter groups must read one run's progress, "
+                         f"but they read {len(states)} ProgressStates. Build every group's ProgressLearningRate on "
+                         f"one state.")
+    return next(iter(states.values()), None)
 
 
 def rewire_learning_rate(optimizer, state, owner="rewire_learning_rate"):
@@ -267,12 +332,15 @@ def rewire_learning_rate(optimizer, state, owner="rewire_learning_rate"):
         reason = f"{kind.__name__} overrides get_lr, so it may not read the rate from its learning_rate"
     if reason is not None:
         raise ValueError(f"For '{owner}', the optimizer must read its learning rate through Optimizer.get_lr at each "
-                         f"step, but {reason}. Build the optimizer with learning_rate=ProgressLearningRate(rate, "
-                         f"state) instead, or leave its rate read from its update count (no learning-rate scaling).")
-    rates = list(optimizer.learning_rate) if optimizer.is_group_lr else [optimizer.learning_rate]
+                         f"step, but {reason}. Build the optimizer (for LARS or OptTFTWrapper, the one it wraps) "
+                         f"with learning_rate=ms_accum.core.progress_lr.ProgressLearningRate(rate, ProgressState()), "
+                         f"whose state a cell with a learning-rate rule adopts, or leave its rate read from its update "
+                         f"count (no learning-rate scaling).")
+    rates = _rates_of(optimizer)
     if any(isinstance(rate, ProgressLearningRate) for rate in rates):
         raise ValueError(f"For '{owner}', the optimizer must read its learning rate from its update count, but it "
-                         f"reads it from progress already (a ProgressLearningRate). Rewire each optimizer once.")
+                         f"reads it from progress already (a ProgressLearningRate). Rewire each optimizer once, or "
+                         f"pass it to an ms_accum cell with a learning-rate rule, which adopts its progress.")
     wrapped = {}
     for rate in rates:
         if id(rate) not in wrapped:
@@ -308,16 +376,25 @@ def prepare_window_rate(rule, lr_params, items, smooth_grad_sq=None, smooth_trac
     return ops.depend(increment, done)
 
 
+# A sum within this much below a whole reference step is that step. Increments are float32 (G / G0 rounded): three
+# windows of float32(5/3) from 1 sum to 5.9999998, which floor() takes for step 5, and the schedule would be read
+# one entry early from then on. Exact sums of such ratios reach whole steps every few windows, where the error
+# starts again from 0; 2^-14 covers about 500 windows' roundings, and moves a sum that is really that close to the
+# next step by at most 6e-5 of a step.
+WHOLE_STEP_SNAP = 2.0 ** -14
+
+
 def advance_progress(lr_params, increment, skipped=None):
     """
     In a graph, after the window's optimizer step: progress += `increment`, unless `skipped` (a bool Tensor: the
     window was skipped and the optimizer not stepped; None: it was applied). Whole steps go to the int32 counter,
-    the rest stays in the fraction. Returns a Tensor to depend on.
+    the rest stays in the fraction; a sum short of a whole step by float32 rounding (:data:`WHOLE_STEP_SNAP`) is that
+    step. Returns a Tensor to depend on.
     """
     steps, fraction, _, _ = lr_params
     if skipped is not None:
         increment = ops.select(skipped, ops.zeros_like(increment), increment)
     total = fraction + increment
-    whole = ops.floor(total)
+    whole = ops.floor(total + WHOLE_STEP_SNAP)
     done = ops.assign_add(steps, ops.reshape(ops.cast(whole, mstype.int32), (1,)))
-    return ops.depend(done, ops.assign(fraction, total - whole))
+    return ops.depend(done, ops.assign(fraction, ops.maximum(total - whole, ops.zeros_like(total))))

@@ -197,7 +197,7 @@ def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, item
     parameters: docs/performance_history.md, At size). The norm is taken from the undivided sums, so a window
     whose squared sums overflow float32 (buffer elements near 1.8e19) counts as not finite.
 
-    Returns (grads, a Tensor to depend on once the records are written and the buffers divided).
+    Returns (grads, a Tensor to depend on once the records are written).
     """
     last_items, last_grad_norm, last_clipped = last
     if in_place and not across_devices:
@@ -209,12 +209,14 @@ def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, item
             clip = clip_norm / ops.maximum(norm, clip_norm)
             factor = clip if factor is None else factor * clip
             clipped = ops.cast(norm > clip_norm, mstype.float32)
-        grads, divided = buffers, norm  # the raw sum, unclipped: nothing to multiply
+        grads = buffers  # the raw sum, unclipped: nothing to multiply
         if factor is not None:
-            # ordered through the records, which the optimizer's branch waits for: buffers handed on through a
-            # depend made a tuple that MindSpore's compiler flattens into the branch, a pass of its own
-            # (docs/performance_history.md, Start-up: where the time goes)
-            divided = ops.depend(norm, hyper_map(ops.partial(grad_ops.scale_in_place, factor), buffers))
+            # handed on through a depend on the division: ordered only through the records instead (the branch
+            # waits for them), the optimizer's read of the buffers after their in-place write cost a copy of the
+            # first buffer (an embedding table's: benchmarks/memory.py --model text, 332 MiB against 283), for
+            # 0.15 s less compiling of the tuple into the branch (docs/performance_history.md, Memory: the
+            # division's order)
+            grads = ops.depend(buffers, hyper_map(ops.partial(grad_ops.scale_in_place, factor), buffers))
         # no reducer on one device: its Identity, called from a step run from Python (Accumulator.flush in
         # GRAPH_MODE), compiled a graph of its own, which MindSpore refused to run on the buffers (Parameters)
     else:
@@ -226,12 +228,11 @@ def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, item
         else:
             grads = reducer(hyper_map(ops.partial(grad_ops.scale, 1.0 / divisor), buffers))
         norm = grad_ops.global_norm(hyper_map, grads)
-        divided = norm
         clipped = ops.zeros_like(norm)
         if clip_norm is not None:
             grads = hyper_map(ops.partial(grad_ops.scale, clip_norm / ops.maximum(norm, clip_norm)), grads)
             clipped = ops.cast(norm > clip_norm, mstype.float32)
-    recorded = ops.depend(ops.assign(last_items, items), ops.assign(last_grad_norm, divided))
+    recorded = ops.depend(ops.assign(last_items, items), ops.assign(last_grad_norm, norm))
     return grads, ops.depend(recorded, ops.assign(last_clipped, clipped))
 
 
