@@ -228,12 +228,11 @@ def worker(args):
             json.dump(runs, file)
 
 
-def launch(args, path):
-    """This script on --devices msrun workers (127.0.0.1), which write the runs to `path`."""
+def launch(args, argv, path):
+    """This script with `argv` on --devices msrun workers (127.0.0.1), which write the runs to `path`."""
     msrun = os.path.join(os.path.dirname(sys.executable), "msrun")
-    argv = [a for a in sys.argv[1:] if not a.startswith("--results_file")]
     cmd = [msrun, f"--worker_num={args.devices}", f"--local_worker_num={args.devices}", "--master_addr=127.0.0.1",
-           f"--master_port={harness_port()}", "--join=True", f"--log_dir={path}.logs",
+           f"--master_port={free_port()}", "--join=True", f"--log_dir={path}.logs",
            os.path.abspath(__file__), *argv, f"--results_file={path}"]
     env = dict(os.environ, MS_RETRY_INTERVAL_LOWER="1", MS_RETRY_INTERVAL_UPPER="2")
     done = subprocess.run(cmd, env=env, check=False)
@@ -241,7 +240,7 @@ def launch(args, path):
         raise RuntimeError(f"msrun exited {done.returncode}; the workers' logs are in {path}.logs")
 
 
-def harness_port():
+def free_port():
     """A free TCP port on 127.0.0.1 for msrun's scheduler."""
     import socket  # pylint: disable=import-outside-toplevel
     with socket.socket() as sock:
@@ -333,6 +332,7 @@ def plot(args, runs):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     args = parse(argv)
     if args.results_file:
         worker(args)
@@ -342,7 +342,7 @@ def main(argv=None):
         args.results_file = path
         worker(args)
     else:
-        launch(args, path)
+        launch(args, argv, path)
     with open(path, encoding="utf-8") as file:
         runs = json.load(file)
     print_tables(args, runs)
