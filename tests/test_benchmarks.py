@@ -413,6 +413,8 @@ def test_compile_cache_benchmark_prints_the_three_runs():
 
 NOISE_COST = os.path.join(BENCHMARKS, "noise_cost.py")
 NONFINITE_COST = os.path.join(BENCHMARKS, "nonfinite_cost.py")
+BATCH_SCHEDULES = os.path.join(BENCHMARKS, "batch_schedules.py")
+SAMPLE = os.path.join(ROOT, "model_zoo_lenet", "data", "fashion_mnist_sample")
 RATIO_LINE = r"(wall|CPU) time = ([0-9.]+) \(quartiles ([0-9.]+)-([0-9.]+)\)$"
 
 
@@ -442,4 +444,38 @@ def test_nonfinite_cost_benchmark_prints_the_checks_ratio():
                                            (("--steps", "1"), "--steps >= 2")])
 def test_noise_cost_benchmark_refuses_bad_arguments(args, message):
     done = run(*args, script=NOISE_COST)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+def test_batch_schedules_benchmark_prints_its_tables_and_draws_its_plot(tmp_path):
+    """A tiny run on the bundled sample (every configuration, 1024 samples each, a target out of reach): each
+    configuration's row in the repeat's table and the medians, the goodput line, the plot and the JSON of the runs
+    (each trained and evaluated, its series one entry per update)."""
+    out = tmp_path / "runs.json"
+    done = run("--devices", 1, "--data", SAMPLE, "--train_samples", 1024, "--epochs", 1, "--micro_batch", 8,
+               "--eval_every", 512, "--warmup_samples", 64, "--target", 0.99, "--out", out, "--img_dir", tmp_path,
+               script=BATCH_SCHEDULES)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    configs = ["n1", "n4", "n16", "warmup-linear", "warmup-sqrt", "warmup-adascale", "adaptive", "goodput"]
+    for title in ("Repeat 1 of 1 (lenet, 1 device(s), b 8, rule adascale):", "Medians over 1 repeat(s)"):
+        table = done.stdout.split(title, 1)[1]
+        rows = re.findall(r"^\| ([a-z0-9-]+) \| ", table, re.M)
+        assert rows[1:len(configs) + 1] == configs, done.stdout  # after the header's "config"
+    assert re.search(r"^repeat 1: goodput not reached; best fixed N not reached \(goodput / best -\)", done.stdout,
+                     re.M), done.stdout
+    assert (tmp_path / "batch_schedules_lenet_1dev.png").stat().st_size > 10000
+    runs = json.loads(out.read_text(encoding="utf-8"))
+    assert [r["config"] for r in runs] == configs
+    for r in runs:
+        assert r["samples"] == 1024 and r["reached"] is None, r["config"]
+        assert r["updates"] == len(r["series"]["G"]) == len(r["series"]["lr"]) > 0
+        assert 0.0 <= r["final_accuracy"] <= 1.0 and r["evals"][-1][0] == r["samples"]
+    assert [r["series"]["G"][0] for r in runs] == [8, 32, 128, 8, 8, 8, 8, 8]  # the policies: 2 x b / 2
+    assert all(c > 0 for c in runs[-1]["constants"])  # goodput calibrated: 20 windows of 2 and 16
+
+
+@pytest.mark.parametrize("args, message", [(("--configs", "n1,n7"), "--configs takes n1, n4"),
+                                           (("--devices", "3"), "argument --devices: invalid choice")])
+def test_batch_schedules_benchmark_refuses_bad_arguments(args, message):
+    done = run(*args, script=BATCH_SCHEDULES)
     assert done.returncode == 2 and message in done.stderr, done.stderr

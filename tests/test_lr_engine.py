@@ -17,6 +17,7 @@ from mindspore.train import Callback
 
 import ms_accum
 from ms_accum.core.compiled import write_parameter
+from ms_accum.core import engine as engine_module
 from ms_accum.core.engine import WindowEngine
 from helpers import numpy_dataset
 from test_noise_scale import FEATURES, formula, make_net, per_sample_grads, population, smoothed_estimates
@@ -484,18 +485,24 @@ def test_sink_mode_says_the_rule_has_nothing_to_follow():
     assert [r.progress for r in telemetry.records] == pytest.approx([1.0, 2.0, 3.0, 4.0])
 
 
-def test_a_goodput_policy_that_calibrates_is_refused_in_data_parallel():
-    """Each device would fit its own window-time constants from its own clock, and devices choosing different N
-    would wait for each other at the reduction: in data parallel the constants must be given. (The cell's
-    is_distributed is set by hand here; building a DATA_PARALLEL cell needs msrun.) Nothing of the cell changes."""
+def test_in_data_parallel_a_calibrating_goodput_policy_is_told_the_slowest_devices_times(monkeypatch):
+    """In data parallel the calibration reads each window's time as the slowest device measured it (one AllGather
+    per window, every device calling it), so every device freezes the same constants; once frozen, no gather. (The
+    cell's is_distributed is set by hand and the gather is replaced: building a DATA_PARALLEL cell needs msrun;
+    tests/test_goodput_data_parallel.py runs the real one on two msrun workers.)"""
     net = nn.Dense(4, 2)
     cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
                                        noise_scale=True, gradient_accumulation_steps=3)
     cell.is_distributed = True
-    with pytest.raises(ValueError, match=r"For 'TrainAccuStepsCell', 'gradient_accumulation_steps' as a "
-                                         r"GoodputAccumulation policy must be given its window-time constants in "
-                                         r"data parallel.*micro_time=t_micro, end_time=t_end"):
-        cell.set_gradient_accumulation_steps(ms_accum.GoodputAccumulation(2, 4))
-    assert cell.gradient_accumulation_steps == 3
-    cell.set_gradient_accumulation_steps(ms_accum.GoodputAccumulation(2, 4, micro_time=0.01, end_time=0.05))
-    assert isinstance(cell.gradient_accumulation_steps, ms_accum.GoodputAccumulation)
+    gathered = []
+    monkeypatch.setattr(engine_module, "slowest_device_seconds",
+                        lambda seconds: gathered.append(seconds) or 2.0 * seconds)  # the other device, twice slower
+    policy = ms_accum.GoodputAccumulation(2, 4, calibration_windows=2)
+    cell.set_gradient_accumulation_steps(policy)
+    for update, steps in enumerate([2, 2, 4, 4]):
+        cell.observe_window(update, steps, 0.01 * steps + 0.05)
+    assert gathered == pytest.approx([0.07, 0.07, 0.09, 0.09])
+    assert policy.device_constants == pytest.approx((0.02, 0.1))
+    np.testing.assert_allclose(cell.accu_goodput_constants.asnumpy(), [0.02, 0.1], rtol=1e-6)
+    cell.observe_window(4, 4, 0.09)
+    assert len(gathered) == 4  # frozen: the same on every device, nothing to gather

@@ -195,8 +195,9 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             :class:`AdaptiveAccumulation` policy, decided on the device after each window (its N in the
             ``accu_steps`` Parameter; needs `noise_scale`), or a ``GoodputAccumulation`` policy
             (``ms_accum.core.goodput``: N for throughput x statistical efficiency; :meth:`end_window` times each
-            window for its calibration; its constants and measurements are Parameters of the cell,
-            ``accu_goodput_*``, in its state file). The automatic mode and the trainers without dataset
+            window for its calibration, in data parallel as the slowest device measured it, so that every device
+            freezes the same constants and chooses the same N; its constants and measurements are Parameters of
+            the cell, ``accu_goodput_*``, in its state file). The automatic mode and the trainers without dataset
             sink mode follow them all; dataset sink mode takes an int. ``accumulation_steps``, ``mini_steps`` and
             ``accumulate_step`` are accepted in its place (keyword only). Default: ``1``.
         clip_norm (float, optional): Clip the window's gradient (averaged, reduced across devices) to this global

@@ -78,6 +78,14 @@ def check_nonfinite(owner, nonfinite, loss_scaled):
     return nonfinite
 
 
+def slowest_device_seconds(seconds):
+    """The largest of every device's `seconds` (float32: the same number on every device), through one AllGather
+    of a host scalar, which runs eagerly in both modes (MindSpore's AllReduce takes only a sum on CPU). Every
+    device of the world group must call it, as many times."""
+    gathered = ops.AllGather(GlobalComm.WORLD_COMM_GROUP)(Tensor(np.array([seconds], np.float32)))
+    return float(np.max(gathered.asnumpy()))
+
+
 def float32_buffers(weights, prefix):
     """Zero float32 buffers shaped like `weights`, named '<prefix>.<weight name>'."""
     return ParameterTuple(Parameter(initializer("zeros", p.shape, mstype.float32), name=f"{prefix}.{p.name}",
@@ -273,13 +281,6 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                                  f"inside a compiled step of yours, which cannot time them. Pass the window-time "
                                  f"constants you measured: GoodputAccumulation(..., micro_time=t_micro, "
                                  f"end_time=t_end).")
-            if self.is_distributed:
-                raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as a GoodputAccumulation policy must "
-                                 f"be given its window-time constants in data parallel, but got a policy that "
-                                 f"calibrates them: each device would fit its own from its own clock and the "
-                                 f"devices could choose different N and wait for each other at the reduction. "
-                                 f"Calibrate on one device (or measure the window times) and pass "
-                                 f"GoodputAccumulation(..., micro_time=t_micro, end_time=t_end).")
         schedule = AccumulationSchedule(steps, owner, arg_name)
         self.steps_name = arg_name
         self.adaptive_policy = policy
@@ -387,7 +388,10 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         Report window `update`'s wall time (seconds since the previous window's end, the device synchronised) to a
         :class:`GoodputAccumulation` policy, after the window's end chose the next N; nothing for another N. Once
         the policy's calibration is fitted its constants go to the device, which decides with them from then on.
-        A state loaded into the cell since the last report (a resumed run) is taken into the policy first.
+        A state loaded into the cell since the last report (a resumed run) is taken into the policy first. In data
+        parallel, while the policy calibrates, the time reported is the slowest device's
+        (:func:`slowest_device_seconds`): every device calls this for every window, and all fit and freeze the
+        same constants, hence choose the same N.
 
         Args:
             update (int): The window's index, from 0.
@@ -402,6 +406,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                 np.array_equal(observed, self._goodput_written[1])):  # loaded from a state file
             policy.load_state_dict({"micro_time": float(constants[0]), "end_time": float(constants[1]),
                                     "observed": [row.tolist() for row in observed if row[0] >= 0]})
+        if self.is_distributed and not policy.frozen:
+            seconds = slowest_device_seconds(seconds)
         policy.observe(update, micro_batches, seconds)
         self._write_goodput(policy)
 

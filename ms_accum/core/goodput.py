@@ -30,10 +30,13 @@ resume, are left out (they compile graphs). At the end of the calibration the me
 through them (:func:`fit_window_time`); the constants are then **frozen**: later windows are not measured, so a
 decision depends only on the frozen constants, the noise estimates, N and the window index, all of which a state
 file holds (:meth:`GoodputAccumulation.state_dict`, and the device's Parameters): a resumed run decides as the
-uninterrupted one would. Window times vary from run to run (a shared machine, up to 2x here); a refit during the run
-would make decisions depend on the moment, and a resumed run would decide otherwise. Pass `micro_time` and
-`end_time` to skip the calibration (a path without a host loop, such as ``Accumulator`` in a user's ``ms.jit``
-step, has nobody to report times).
+uninterrupted one would. In data parallel each window's time is the slowest device's (the cells gather every
+device's time during the calibration, ``engine.slowest_device_seconds``): every device fits the same constants, and
+since the noise estimates and item counts it decides from are reduced across devices, every device chooses the same
+N (one choosing otherwise would wait alone at the next reduction). Window times vary from run to run (a shared
+machine, up to 2x here); a refit during the run would make decisions depend on the moment, and a resumed run would
+decide otherwise. Pass `micro_time` and `end_time` to skip the calibration (a path without a host loop, such as
+``Accumulator`` in a user's ``ms.jit`` step, has nobody to report times).
 
 Decisions are taken every `interval` windows once the constants are frozen (N stays put between them, and while
 there is no noise estimate), on the host (:meth:`GoodputAccumulation.next_steps`) or on the device
@@ -252,9 +255,9 @@ class GoodputAccumulation:
     size; while there is no noise estimate (NaN), N stays where it is.
 
     Calibration: windows 0 to `calibration_windows` - 1 run at ``calibration_steps[0]``, the next
-    `calibration_windows` at ``calibration_steps[1]``; their times, reported through :meth:`observe`, are fitted
-    by :func:`fit_window_time` once the last of them is reported, and frozen. Give `micro_time` and `end_time`
-    instead to skip it.
+    `calibration_windows` at ``calibration_steps[1]``; their times, reported through :meth:`observe` (in data
+    parallel, the slowest device's), are fitted by :func:`fit_window_time` once the last of them is reported, and
+    frozen. Give `micro_time` and `end_time` instead to skip it.
 
     Args:
         min_steps (int): The smallest N, >= 2 (a window of one micro-batch carries no noise estimate on one device).
