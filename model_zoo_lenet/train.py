@@ -143,8 +143,8 @@ def parse_args(argv):
                              "MIN..MAX with MIN < MAX: the first 10 windows calibrate the window time at N = MIN and "
                              "min(MAX, 2 x MIN) (or --goodput_times gives it), then N follows the measured noise "
                              "scale (with --lr_schedule constant, or cosine with --lr_scaling; implies --noise_scale; "
-                             "calibrating: one device, --trainer driver or model_accu; not with "
-                             "--dataset_sink_mode)")
+                             "calibrating: --trainer driver or model_accu, in data parallel on the slowest "
+                             "device's window times; not with --dataset_sink_mode)")
     parser.add_argument("--goodput_times", type=window_times, default=None, metavar="MICRO:END",
                         help="--goodput_steps with the window-time model given instead of calibrated: seconds per "
                              "micro-batch and per window's end, as measured in a quiet run (decisions then depend on "

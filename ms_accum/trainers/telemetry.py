@@ -38,7 +38,8 @@ class WindowRecord:
             dynamic scale halved after an overflowing window; 1.0 without loss scaling).
         overflow (bool): Whether the window was skipped: it overflowed under the loss scale, or its gradient was
             not finite.
-        learning_rate (float): The learning rate of the update.
+        learning_rate (float): The learning rate of the update (of the optimizer's last step for a skipped window,
+            which takes none; 0 before any, when the rate is read from progress).
         accumulation_steps (int): The micro-batches the schedule asked of this window (more than
             `micro_batches` for a partial window at an epoch's end). Default: ``0`` (not given).
         grad_sq (float): The window's unbiased estimate of |G|^2, the squared norm of the true gradient (NaN when
