@@ -39,6 +39,20 @@ EVIDENCE = {
         "test_schedule::test_adaptive_model_accu_without_sink",
         _SINK_REFUSES_N,
         "test_schedule::test_adaptive_accumulator_decides_on_the_device_inside_jit"),
+    "N, `GoodputAccumulation` (throughput x statistical efficiency)": (
+        "test_single_device::test_window_equals_one_large_batch_step",
+        "test_lr_engine::test_goodput_policy_calibrates_then_decides_as_the_host_rule",
+        "test_schedule::test_goodput_parallel_cell_called_directly",
+        "test_goodput_data_parallel::test_every_rank_freezes_the_slowest_devices_constants_and_chooses_the_same_n",
+        _SINK_REFUSES_N,
+        "test_schedule::test_goodput_accumulator_decides_on_the_device_inside_jit"),
+    "learning rate following G (`lr_scaling`), its schedule read at the run's progress": (
+        "test_lr_engine::test_each_window_is_the_large_batch_step_at_the_rules_rate[single]",
+        "test_lr_engine::test_trainers_apply_the_rule_window_by_window[GradientAccumulation]",
+        "test_lr_engine::test_each_window_is_the_large_batch_step_at_the_rules_rate[cell]",
+        "test_lr_engine::test_trainers_apply_the_rule_window_by_window[Model_ACCU]",
+        "test_lr_engine::test_sink_mode_says_the_rule_has_nothing_to_follow",
+        "test_lr_engine::test_each_window_is_the_large_batch_step_at_the_rules_rate[functional]"),
     "weighting by samples or `(loss, num_items)`": (
         "test_weighting::test_token_weighted_window_equals_the_large_batch_token_mean[three_cells]",
         "test_weighting::test_token_weighted_window_equals_the_large_batch_token_mean[driver]",

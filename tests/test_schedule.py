@@ -420,9 +420,16 @@ ADAPTIVE = dict(min_steps=2, max_steps=4, interval=2)
 def _check_adaptive_windows(what, batches, net_snapshots, windows, policy):
     """`windows`: per window (micro-batches, N asked, items, smoothed noise scale) read after it. Each window equals
     the large batch of its size, and each next N is the host policy's answer to the figures."""
-    sizes = [w[0] for w in windows]
     asked = [w[1] for w in windows]
     assert asked[:2] == [2, 2] and max(asked) == 4, f"{what}: N never grew: {asked}"
+    _check_policy_windows(what, batches, net_snapshots, windows, policy)
+
+
+def _check_policy_windows(what, batches, net_snapshots, windows, policy):
+    """As :func:`_check_adaptive_windows`, for any policy whose N changed during the run."""
+    sizes = [w[0] for w in windows]
+    asked = [w[1] for w in windows]
+    assert len(set(asked)) > 1, f"{what}: N never changed: {asked}"
     for index, (micro, n, items, noise) in enumerate(windows[:-1]):
         want = policy.next_steps(n, index, noise, items / micro)
         assert asked[index + 1] == want, f"{what}: after window {index}, N {asked[index + 1]}, host policy {want}"
@@ -463,6 +470,48 @@ def test_adaptive_parallel_cell_called_directly(exec_mode):
             snapshots.append(params_of(net))
             held, asked = 0, cell.next_window_steps()
     _check_adaptive_windows("TrainAccuStepsCell", batches[:sum(w[0] for w in windows)], snapshots, windows, policy)
+
+
+GOODPUT = dict(min_steps=2, max_steps=6, interval=2, micro_time=0.01, end_time=0.05)  # the window times given
+
+
+def test_goodput_parallel_cell_called_directly(exec_mode):
+    """A GoodputAccumulation with its window times given, on TrainAccuStepsCell called once per micro-batch: each
+    next N the host rule's answer to the window's figures, each window the large batch of its size."""
+    batches = micro_batches([4] * 24)
+    net, loss, optimizer = build("momentum")
+    policy = ms_accum.GoodputAccumulation(**GOODPUT)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=policy,
+                                       noise_scale=True)
+    snapshots, windows, held, asked = [], [], 0, cell.next_window_steps()
+    for x, y in batches:
+        cell(Tensor(x), Tensor(y))
+        held += 1
+        if not int(cell.accu_micro_steps.asnumpy()):
+            _, _, grad_sq, trace = (float(v.asnumpy()) for v in cell.noise_records)
+            windows.append((held, asked, float(cell.accu_last_items.asnumpy()), noise_scale_of(grad_sq, trace)))
+            snapshots.append(params_of(net))
+            held, asked = 0, cell.next_window_steps()
+    _check_policy_windows("TrainAccuStepsCell", batches[:sum(w[0] for w in windows)], snapshots, windows, policy)
+
+
+def test_goodput_accumulator_decides_on_the_device_inside_jit(exec_mode):
+    """The same policy in Accumulator inside the user's ms.jit step (which cannot time its windows, so the times
+    are given): N decided on the device at each window's end."""
+    batches = micro_batches([4] * 24)
+    net, loss, optimizer = build("momentum")
+    policy = ms_accum.GoodputAccumulation(**GOODPUT)
+    accumulator = ms_accum.Accumulator(optimizer, policy, noise_scale=True)
+    step = accumulator_step(net, loss, optimizer, accumulator, exec_mode)
+    snapshots, windows, held, asked = [], [], 0, int(accumulator.accu_steps.asnumpy())
+    for x, y in batches:
+        held += 1
+        if bool(step(Tensor(x), Tensor(y))):
+            _, _, grad_sq, trace = (float(v.asnumpy()) for v in accumulator.noise_records)
+            windows.append((held, asked, float(accumulator.accu_last_items.asnumpy()), noise_scale_of(grad_sq, trace)))
+            snapshots.append(params_of(net))
+            held, asked = 0, int(accumulator.accu_steps.asnumpy())
+    _check_policy_windows("Accumulator", batches[:sum(w[0] for w in windows)], snapshots, windows, policy)
 
 
 def test_adaptive_model_accu_without_sink(exec_mode):
