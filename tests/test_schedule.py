@@ -436,11 +436,13 @@ def _check_policy_windows(what, batches, net_snapshots, windows, policy):
     assert_windows_match(net_snapshots, reference(batches, sizes), what)
 
 
-def test_adaptive_accumulator_decides_on_the_device_inside_jit(exec_mode):
+def _accumulator_windows(policy, exec_mode):
+    """Accumulator with `policy` in the user's jit step over 24 micro-batches of 4: (its batches, each window's
+    parameters after it, each window's (micro-batches, N asked, items, smoothed noise scale))."""
     batches = micro_batches([4] * 24)
     net, loss, optimizer = build("momentum")
-    policy = ms_accum.AdaptiveAccumulation(**ADAPTIVE)
     accumulator = ms_accum.Accumulator(optimizer, policy, noise_scale=True)
+    assert accumulator.gradient_accumulation_steps is policy
     step = accumulator_step(net, loss, optimizer, accumulator, exec_mode)
     snapshots, windows, held, asked = [], [], 0, int(accumulator.accu_steps.asnumpy())
     for x, y in batches:
@@ -450,14 +452,13 @@ def test_adaptive_accumulator_decides_on_the_device_inside_jit(exec_mode):
             windows.append((held, asked, float(accumulator.accu_last_items.asnumpy()), noise_scale_of(grad_sq, trace)))
             snapshots.append(params_of(net))
             held, asked = 0, int(accumulator.accu_steps.asnumpy())
-    assert accumulator.gradient_accumulation_steps is policy
-    _check_adaptive_windows("Accumulator", batches[:sum(w[0] for w in windows)], snapshots, windows, policy)
+    return batches[:sum(w[0] for w in windows)], snapshots, windows
 
 
-def test_adaptive_parallel_cell_called_directly(exec_mode):
+def _cell_windows(policy):
+    """As :func:`_accumulator_windows`, for TrainAccuStepsCell called once per micro-batch."""
     batches = micro_batches([4] * 24)
     net, loss, optimizer = build("momentum")
-    policy = ms_accum.AdaptiveAccumulation(**ADAPTIVE)
     cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=policy,
                                        noise_scale=True)
     snapshots, windows, held, asked = [], [], 0, cell.next_window_steps()
@@ -469,49 +470,34 @@ def test_adaptive_parallel_cell_called_directly(exec_mode):
             windows.append((held, asked, float(cell.accu_last_items.asnumpy()), noise_scale_of(grad_sq, trace)))
             snapshots.append(params_of(net))
             held, asked = 0, cell.next_window_steps()
-    _check_adaptive_windows("TrainAccuStepsCell", batches[:sum(w[0] for w in windows)], snapshots, windows, policy)
+    return batches[:sum(w[0] for w in windows)], snapshots, windows
+
+
+def test_adaptive_accumulator_decides_on_the_device_inside_jit(exec_mode):
+    policy = ms_accum.AdaptiveAccumulation(**ADAPTIVE)
+    _check_adaptive_windows("Accumulator", *_accumulator_windows(policy, exec_mode), policy)
+
+
+def test_adaptive_parallel_cell_called_directly(exec_mode):  # pylint: disable=unused-argument
+    policy = ms_accum.AdaptiveAccumulation(**ADAPTIVE)
+    _check_adaptive_windows("TrainAccuStepsCell", *_cell_windows(policy), policy)
 
 
 GOODPUT = dict(min_steps=2, max_steps=6, interval=2, micro_time=0.01, end_time=0.05)  # the window times given
 
 
-def test_goodput_parallel_cell_called_directly(exec_mode):
+def test_goodput_parallel_cell_called_directly(exec_mode):  # pylint: disable=unused-argument
     """A GoodputAccumulation with its window times given, on TrainAccuStepsCell called once per micro-batch: each
     next N the host rule's answer to the window's figures, each window the large batch of its size."""
-    batches = micro_batches([4] * 24)
-    net, loss, optimizer = build("momentum")
     policy = ms_accum.GoodputAccumulation(**GOODPUT)
-    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=policy,
-                                       noise_scale=True)
-    snapshots, windows, held, asked = [], [], 0, cell.next_window_steps()
-    for x, y in batches:
-        cell(Tensor(x), Tensor(y))
-        held += 1
-        if not int(cell.accu_micro_steps.asnumpy()):
-            _, _, grad_sq, trace = (float(v.asnumpy()) for v in cell.noise_records)
-            windows.append((held, asked, float(cell.accu_last_items.asnumpy()), noise_scale_of(grad_sq, trace)))
-            snapshots.append(params_of(net))
-            held, asked = 0, cell.next_window_steps()
-    _check_policy_windows("TrainAccuStepsCell", batches[:sum(w[0] for w in windows)], snapshots, windows, policy)
+    _check_policy_windows("TrainAccuStepsCell", *_cell_windows(policy), policy)
 
 
 def test_goodput_accumulator_decides_on_the_device_inside_jit(exec_mode):
     """The same policy in Accumulator inside the user's ms.jit step (which cannot time its windows, so the times
     are given): N decided on the device at each window's end."""
-    batches = micro_batches([4] * 24)
-    net, loss, optimizer = build("momentum")
     policy = ms_accum.GoodputAccumulation(**GOODPUT)
-    accumulator = ms_accum.Accumulator(optimizer, policy, noise_scale=True)
-    step = accumulator_step(net, loss, optimizer, accumulator, exec_mode)
-    snapshots, windows, held, asked = [], [], 0, int(accumulator.accu_steps.asnumpy())
-    for x, y in batches:
-        held += 1
-        if bool(step(Tensor(x), Tensor(y))):
-            _, _, grad_sq, trace = (float(v.asnumpy()) for v in accumulator.noise_records)
-            windows.append((held, asked, float(accumulator.accu_last_items.asnumpy()), noise_scale_of(grad_sq, trace)))
-            snapshots.append(params_of(net))
-            held, asked = 0, int(accumulator.accu_steps.asnumpy())
-    _check_policy_windows("Accumulator", batches[:sum(w[0] for w in windows)], snapshots, windows, policy)
+    _check_policy_windows("Accumulator", *_accumulator_windows(policy, exec_mode), policy)
 
 
 def test_adaptive_model_accu_without_sink(exec_mode):
