@@ -452,7 +452,7 @@ def check_same_run(optimizer, state_path, run_global_batch):
     mine = optimizer.learning_rate
     check_same_reference(params, state_path, mine)
     if isinstance(mine, ProgressLearningRate):  # a rule: the rate read from progress
-        mine = next(rate for rate in (mine.schedule, mine.table, mine.fixed) if rate is not None)
+        mine = mine.base
     saved = params.get(SCHEDULE)
     mine = getattr(mine, "learning_rate", mine)  # a list or Tensor rate is wrapped in _IteratorLearningRate
     if saved is not None and tuple(saved.shape) != tuple(mine.shape):

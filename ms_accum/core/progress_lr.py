@@ -192,12 +192,9 @@ class ProgressLearningRate(LearningRateSchedule):
         self.progress_fraction = state.fraction
         self.reference_batch = state.reference_batch
         self.applied_rate = state.applied_rate if record else None
-        self.fixed, self.table, self.schedule, self.last_step = None, None, None, None
+        self.fixed, self.table, self.schedule = None, None, None
         if isinstance(learning_rate, LearningRateSchedule):
             self.schedule = learning_rate
-            table = getattr(learning_rate, "learning_rate", None)  # an optimizer's list (_IteratorLearningRate)
-            if isinstance(table, Tensor) and table.ndim == 1:
-                self.last_step = Tensor([table.shape[0] - 1], mstype.int32)
         elif isinstance(learning_rate, Parameter) and learning_rate.ndim == 0:
             self.fixed = learning_rate  # the optimizer's own Parameter: a rate set on it still takes effect
         else:
@@ -206,7 +203,15 @@ class ProgressLearningRate(LearningRateSchedule):
                 self.fixed = Parameter(Tensor(values, mstype.float32), name="learning_rate")
             else:
                 self.table = Parameter(Tensor(values, mstype.float32), name="learning_rate")
-                self.last_step = Tensor([values.shape[0] - 1], mstype.int32)
+        # a list's entries: its own table, or the table of the optimizer's _IteratorLearningRate it wraps
+        table = getattr(self.base, "learning_rate", self.base)
+        self.list_length = table.shape[0] if isinstance(table, Tensor) and table.ndim == 1 else None
+        self.last_step = None if self.list_length is None else Tensor([self.list_length - 1], mstype.int32)
+
+    @property
+    def base(self):
+        """The rate read at progress, before the factor: the schedule, the list (a Parameter) or the fixed rate."""
+        return next(rate for rate in (self.schedule, self.table, self.fixed) if rate is not None)
 
     def construct(self, global_step):
         steps = self.progress_steps
@@ -245,6 +250,12 @@ def _rates_of(optimizer):
     return list(optimizer.learning_rate) if optimizer.is_group_lr else [optimizer.learning_rate]
 
 
+def progress_rates(optimizer):
+    """The optimizer's :class:`ProgressLearningRate` cells, one per parameter group, or () when it reads its rate
+    from its update count."""
+    return tuple(rate for rate in _rates_of(optimizer) if isinstance(rate, ProgressLearningRate))
+
+
 def progress_state_of(optimizer):
     """
     The :class:`ProgressState` whose progress `optimizer` reads its learning rate from (it was rewired, or built with
@@ -273,8 +284,7 @@ def progress_state_of(optimizer):
     inner = getattr(optimizer, "opt", None)  # LARS reads the rate of the optimizer it wraps
     if isinstance(inner, Optimizer):
         return progress_state_of(inner)
-    states = {id(rate.progress_state): rate.progress_state for rate in _rates_of(optimizer)
-              if isinstance(rate, ProgressLearningRate)}
+    states = {id(rate.progress_state): rate.progress_state for rate in progress_rates(optimizer)}
     if len(states) > 1:
         raise ValueError(f"For 'progress_state_of', the optimizer's parameter groups must read one run's progress, "
                          f"but they read {len(states)} ProgressStates. Build every group's ProgressLearningRate on "

@@ -14,7 +14,7 @@ from mindspore.nn import CellList
 
 from ..core.adaptive import AdaptiveAccumulation
 from ..core.goodput import GoodputAccumulation
-from ..core.progress_lr import ProgressLearningRate
+from ..core.progress_lr import progress_rates
 from ..core.schedule import AccumulationSchedule, max_updates, shown_steps_name
 
 POLICIES = (AdaptiveAccumulation, GoodputAccumulation)  # N chosen on the device as the run goes
@@ -91,7 +91,7 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, a
     """
     if not getattr(optimizer, "dynamic_lr", False):
         return
-    if _progress_rates(optimizer):  # read from progress: see check_progress_lr_schedule
+    if progress_rates(optimizer):  # read from progress: see check_progress_lr_schedule
         return
     done = None  # the updates already done, read from the device only for a list
     rates = optimizer.learning_rate
@@ -151,13 +151,6 @@ def plan_updates(steps, micro_batches_per_epoch, epochs, partial_window):
     return schedule.run_plan(micro_batches_per_epoch, epochs, partial_window)
 
 
-def _progress_rates(optimizer):
-    """The optimizer's ProgressLearningRate cells (one per group), or () if it reads its rate by update."""
-    rates = optimizer.learning_rate
-    rates = rates if isinstance(rates, (tuple, list, CellList)) else (rates,)
-    return tuple(rate for rate in rates if isinstance(rate, ProgressLearningRate))
-
-
 def check_progress_lr_schedule(owner, optimizer, micro_steps, first_steps, micro_batch_items, from_start=True,
                                adascale=False):
     """
@@ -168,11 +161,8 @@ def check_progress_lr_schedule(owner, optimizer, micro_steps, first_steps, micro
     the updates done do for a list read by update. With `adascale` that is the most the run may take (r <= G / G0
     while G >= G0).
     """
-    rates = _progress_rates(optimizer)
-    # a list is the rate's own table, or the table of the optimizer's _IteratorLearningRate it wraps
-    tables = [table.shape[0] for table in (rate.table if rate.table is not None else
-                                           getattr(rate.schedule, "learning_rate", None) for rate in rates)
-              if isinstance(table, Tensor) and len(table.shape) == 1]
+    rates = progress_rates(optimizer)
+    tables = [rate.list_length for rate in rates if rate.list_length is not None]
     if not tables or not from_start:
         return
     reference = float(rates[0].reference_batch.asnumpy())
@@ -196,7 +186,7 @@ def check_run_learning_rate(owner, optimizer, steps, micro_batches_per_epoch, ep
     `steps` (an int, a schedule or a policy, whose run takes at most every window at its min_steps); for an
     optimizer that reads its rate from progress, :func:`check_progress_lr_schedule` (`micro_batch_items`: the
     samples of one micro-batch over all devices, None: not checked; `lr_scaling`: the cell's concrete rule)."""
-    if micro_batch_items is not None and _progress_rates(optimizer):
+    if micro_batch_items is not None and progress_rates(optimizer):
         first = steps.initial_steps if hasattr(steps, "initial_steps") else \
             steps.steps_at(0) if isinstance(steps, AccumulationSchedule) else steps
         check_progress_lr_schedule(owner, optimizer, micro_batches_per_epoch * epochs, first, micro_batch_items,
