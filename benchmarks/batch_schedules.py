@@ -230,22 +230,12 @@ def worker(args):
 
 def launch(args, argv, path):
     """This script with `argv` on --devices msrun workers (127.0.0.1), which write the runs to `path`."""
-    msrun = os.path.join(os.path.dirname(sys.executable), "msrun")
-    cmd = [msrun, f"--worker_num={args.devices}", f"--local_worker_num={args.devices}", "--master_addr=127.0.0.1",
-           f"--master_port={free_port()}", "--join=True", f"--log_dir={path}.logs",
-           os.path.abspath(__file__), *argv, f"--results_file={path}"]
+    cmd = harness.msrun_command(args.devices, f"{path}.logs",
+                                [os.path.abspath(__file__), *argv, f"--results_file={path}"])
     env = dict(os.environ, MS_RETRY_INTERVAL_LOWER="1", MS_RETRY_INTERVAL_UPPER="2")
     done = subprocess.run(cmd, env=env, check=False)
     if done.returncode:
         raise RuntimeError(f"msrun exited {done.returncode}; the workers' logs are in {path}.logs")
-
-
-def free_port():
-    """A free TCP port on 127.0.0.1 for msrun's scheduler."""
-    import socket  # pylint: disable=import-outside-toplevel
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 # ------------------------------------------------------------------------------------------------- the report

@@ -28,7 +28,6 @@ minutes, so compare ratios within a row (2 workers against 1, measured back to b
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -195,7 +194,7 @@ def torch_worker(rank, world, port, args, steps, result_path):
 
 def run_torch(args, steps, world, result_path):
     import torch.multiprocessing as tmp  # pylint: disable=import-outside-toplevel
-    port = free_port()
+    port = harness.free_port()
     if os.path.exists(result_path):
         os.remove(result_path)  # an earlier run's figures must not stand in for this one's
     tmp.spawn(torch_worker, args=(world, port, args, steps, result_path), nprocs=world, join=True)
@@ -204,12 +203,6 @@ def run_torch(args, steps, world, result_path):
 
 
 # ----------------------------------------------------------------------------------------------------- launcher
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_mindspore(args, steps, world, out_dir):
     """One configuration on `world` workers (msrun when 2); rank 0's result."""
     tag = f"{'plain' if steps == 0 else f'accu{steps}'}_w{world}"
@@ -221,9 +214,7 @@ def run_mindspore(args, steps, world, out_dir):
     if world == 1:
         cmd = [sys.executable, *worker]
     else:
-        cmd = [os.path.join(bin_dir, "msrun"), f"--worker_num={world}", f"--local_worker_num={world}",
-               "--master_addr=127.0.0.1", f"--master_port={free_port()}", "--join=True",
-               f"--log_dir={os.path.join(out_dir, tag + '_logs')}", *worker]
+        cmd = harness.msrun_command(world, os.path.join(out_dir, tag + "_logs"), worker)
     if os.path.exists(result):
         os.remove(result)  # an earlier run's figures must not stand in for this one's
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=False)

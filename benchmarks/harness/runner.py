@@ -4,6 +4,7 @@ benchmarks that measure one configuration per child, and the Markdown table ever
 import argparse
 import json
 import os
+import socket
 import subprocess
 import sys
 
@@ -15,6 +16,21 @@ def start_mindspore(mode):
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     ms.set_device("CPU")
     set_mode(mode)
+
+
+def free_port():
+    """A free TCP port on 127.0.0.1 (for msrun's scheduler, or a PyTorch process group's)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def msrun_command(workers, log_dir, script_argv):
+    """The command line running `script_argv` (a script and its arguments) on `workers` msrun workers of this
+    machine (127.0.0.1, a free port), with this interpreter's msrun, their logs in `log_dir`."""
+    return [os.path.join(os.path.dirname(sys.executable), "msrun"), f"--worker_num={workers}",
+            f"--local_worker_num={workers}", "--master_addr=127.0.0.1", f"--master_port={free_port()}", "--join=True",
+            f"--log_dir={log_dir}", *script_argv]
 
 
 RESULT = "RESULT "  # the line a child prints its result on
