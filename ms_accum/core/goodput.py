@@ -26,8 +26,8 @@ inf with t_end > 0 gives max_steps, the fastest throughput.
 first N, the next as many at a second N (the policy sets N there, whatever the noise says), and each window's wall
 time, from the previous window's end to its own (data loading, the host's part and the device's: what a window
 really costs), is reported to :meth:`GoodputAccumulation.observe`. The run's first window, and the first after a
-resume, are left out (they compile graphs). At the end of the calibration the median time at each N gives the line
-through them (:func:`fit_window_time`); the constants are then **frozen**: later windows are not measured, so a
+resume, are left out (they compile graphs). At the end of the calibration the fastest time at each N (a busy machine
+only ever adds time to a window, as ``timeit`` reasons) gives the line through them (:func:`fit_window_time`); the constants are then **frozen**: later windows are not measured, so a
 decision depends only on the frozen constants, the noise estimates, N and the window index, all of which a state
 file holds (:meth:`GoodputAccumulation.state_dict`, and the device's Parameters): a resumed run decides as the
 uninterrupted one would. In data parallel each window's time is the slowest device's (the cells gather every
@@ -46,7 +46,6 @@ reported, so that the host and the device (which decides inside the window's end
 """
 import math
 import numbers
-import statistics
 
 from mindspore import ops
 from mindspore import dtype as mstype
@@ -185,9 +184,10 @@ def best_steps(noise_scale, micro_batch_items, micro_time, end_time, min_steps, 
 
 def fit_window_time(steps, seconds):
     """
-    t_micro and t_end from measured windows: the median time at each N, and the least-squares line through those
-    medians (exactly through them for two N). A negative intercept (noise) is read as t_end = 0, the slope then
-    fitted through the origin.
+    t_micro and t_end from measured windows: the fastest time at each N (other work on the machine only ever adds
+    time to a window, so the fastest is the least disturbed), and the least-squares line through those times
+    (exactly through them for two N). A negative intercept (noise) is read as t_end = 0, the slope then fitted
+    through the origin.
 
     Args:
         steps (list[int]): Each window's N, >= 1; at least two different values.
@@ -205,7 +205,7 @@ def fit_window_time(steps, seconds):
 
     Examples:
         >>> from ms_accum.core.goodput import fit_window_time
-        >>> fit_window_time([2, 2, 2, 4, 4, 4], [2.0, 2.0, 9.0, 3.0, 2.75, 3.0])     # medians 2.0 and 3.0
+        >>> fit_window_time([2, 2, 2, 4, 4, 4], [2.0, 2.5, 9.0, 3.5, 3.0, 3.0])     # fastest: 2.0 and 3.0
         (0.5, 1.0)
     """
     owner = "fit_window_time"
@@ -220,13 +220,13 @@ def fit_window_time(steps, seconds):
     if len(groups) < 2:
         raise ValueError(f"For '{owner}', 'steps' must hold at least two different N to tell a micro-batch's time "
                          f"from a window end's, but got {sorted(groups)}.")
-    points = [(count, statistics.median(times)) for count, times in sorted(groups.items())]
+    points = [(count, min(times)) for count, times in sorted(groups.items())]
     mean_n = sum(n for n, _ in points) / len(points)
     mean_t = sum(t for _, t in points) / len(points)
     slope = sum((n - mean_n) * (t - mean_t) for n, t in points) / sum((n - mean_n) ** 2 for n, _ in points)
     if not slope > 0:
         shown = ", ".join(f"N={n}: {t:.4g} s" for n, t in points)
-        raise ValueError(f"For '{owner}', the window time must grow with N, but the median times were {shown}: "
+        raise ValueError(f"For '{owner}', the window time must grow with N, but the fastest times were {shown}: "
                          f"the measurements are noise (a busy machine?). Calibrate with more windows, or further "
                          f"apart N, or pass micro_time and end_time measured in a quiet run.")
     intercept = mean_t - slope * mean_n
