@@ -36,8 +36,9 @@ DATA_SEED, NET_SEED = 11, 3
 
 
 def policy():
-    """Windows 0-1 at N = 2, 2-3 at N = 4 (the calibration), then a decision every 2 windows in [2, 8]."""
-    return ms_accum.GoodputAccumulation(min_steps=2, max_steps=8, interval=2, calibration_windows=2)
+    """Windows 0-1 at N = 1, 2-3 at N = 2 (the calibration), then a decision every 2 windows in [1, 8]. N = 1 is
+    allowed in data parallel: a window holds one micro-batch a device, two in all, and so a noise estimate."""
+    return ms_accum.GoodputAccumulation(min_steps=1, max_steps=8, interval=2, calibration_windows=2)
 
 
 def report_times(rank):
@@ -74,6 +75,7 @@ def train(rank, world, state_path, role, resume_from=None):
     arrays["steps"] = np.array([r.accumulation_steps for r in telemetry.records], np.int32)
     arrays["micro_batches"] = np.array([r.micro_batches for r in telemetry.records], np.int32)
     arrays["noise_scale"] = np.array([r.noise_scale for r in telemetry.records], np.float64)
+    arrays["noise_trace"] = np.array([r.noise_trace for r in telemetry.records], np.float64)
     arrays["policy_constants"] = np.array(goodput.device_constants, np.float64)
     arrays["device_constants"] = cell.accu_goodput_constants.asnumpy()
     return arrays

@@ -184,7 +184,7 @@ def test_unreported_calibration_is_an_error():
 
 
 @pytest.mark.parametrize("kwargs, error, message", [
-    ({"min_steps": 1, "max_steps": 8}, ValueError, r"'min_steps' must be an int >= 2, but got 1"),
+    ({"min_steps": 0, "max_steps": 8}, ValueError, r"'min_steps' must be an int >= 1, but got 0"),
     ({"min_steps": 4, "max_steps": 4}, ValueError, r"'max_steps' must be > 'min_steps' \(4\), but got 4: with one N "
                                                    r"there is nothing to choose. Pass N as an int instead"),
     ({"min_steps": 2, "max_steps": 8, "interval": 0}, ValueError, r"'interval' must be an int >= 1, but got 0"),

@@ -1,4 +1,5 @@
-"""A GoodputAccumulation that calibrates, in DATA_PARALLEL across two real processes on CPU (msrun, 127.0.0.1).
+"""A GoodputAccumulation that calibrates, in DATA_PARALLEL across two real processes on CPU (msrun, 127.0.0.1), down
+to N = 1 (min_steps=1, which data parallel allows: each window still holds a micro-batch a device).
 
 The ranks run goodput_dp_worker.py, whose windows report (0.01 N + 0.05) x (1 + rank) seconds: rank 1 is the slow
 device. Every rank must calibrate from the slowest device's times, freeze the same constants, and choose the same
@@ -36,8 +37,11 @@ def test_every_rank_freezes_the_slowest_devices_constants_and_chooses_the_same_n
         np.testing.assert_allclose(arrays["device_constants"], slowest, rtol=1e-6, err_msg=f"rank {rank}")
     steps = [arrays["steps"].tolist() for arrays in ranks]
     assert steps[0] == steps[1], steps
-    assert steps[0][:4] == [2, 2, 4, 4] and len(set(steps[0][4:])) > 1, steps[0]  # calibration, then decisions
-    assert len(steps[0]) > 8 and all(2 <= n <= 8 for n in steps[0])
+    assert steps[0][:4] == [1, 1, 2, 2] and len(set(steps[0][4:])) > 1, steps[0]  # calibration, then decisions
+    assert len(steps[0]) > 8 and all(1 <= n <= 8 for n in steps[0]), steps[0]
+    # min_steps=1 in data parallel: every window, N = 1's too, holds one micro-batch a device and an estimate
+    for rank, arrays in enumerate(ranks):
+        assert np.isfinite(arrays["noise_trace"]).all(), (rank, arrays["noise_trace"], steps[0])
     for name in (key for key in ranks[0] if key.startswith("param:")):
         np.testing.assert_array_equal(ranks[0][name], ranks[1][name], err_msg=f"{name} differs between ranks")
 

@@ -367,8 +367,6 @@ def test_adaptive_policy_moves_towards_the_noise_scale_within_its_bounds():
 
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"min_steps": 0, "max_steps": 4}, ValueError, "'min_steps' must be an int >= 1, but got 0"),
-    ({"min_steps": 1, "max_steps": 4}, ValueError, "'min_steps' must be an int >= 2, but got 1: a window of one "
-                                                   "micro-batch carries no noise-scale estimate"),
     ({"min_steps": 4, "max_steps": 2}, ValueError, r"'max_steps' must be >= 'min_steps' \(4\), but got 2"),
     ({"min_steps": 2, "max_steps": 4, "max_factor": 1.0}, ValueError, "'max_factor' must be a finite number > 1"),
     ({"min_steps": 2, "max_steps": 4, "initial_steps": 5}, ValueError, r"'initial_steps' must be in \[2, 4\]"),
@@ -527,6 +525,29 @@ def test_adaptive_policy_on_the_device_is_the_hosts():
                                                    Tensor(micro, ms.int32)).asnumpy())
                     want = policy.next_steps(current, update, noise_scale_of(grad_sq, trace), items / micro)
                     assert got == want, (current, update, grad_sq, trace, items, micro, got, want)
+
+
+@pytest.mark.parametrize("kind", ["AdaptiveAccumulation", "GoodputAccumulation"])
+@pytest.mark.parametrize("path", ["Accumulator", "TrainAccuStepsCell", "GradientAccumulation"])
+def test_a_policy_of_min_steps_1_is_refused_on_one_device(path, kind):
+    """min_steps=1 is for data parallel (a window of N = 1 holds a micro-batch a device there); on one device its
+    windows of one micro-batch would carry no noise estimate, and N = 1 could never be left."""
+    net, loss, optimizer = build("momentum")
+    policy = getattr(ms_accum, kind)(1, 4, **({"micro_time": 0.01, "end_time": 0.1} if kind[0] == "G" else {}))
+    owner = f"{path}.train_process" if path == "GradientAccumulation" else path
+    article = "an" if kind[0] == "A" else "a"
+    with pytest.raises(ValueError, match=rf"For '{owner}', 'gradient_accumulation_steps' as {article} {kind} policy "
+                                         rf"must have 'min_steps' >= 2 on one device, but got min_steps=1: a window of one "
+                                         rf"micro-batch carries no noise-scale estimate, .* Halve the micro-batch and "
+                                         rf"pass min_steps=2"):
+        if path == "Accumulator":
+            ms_accum.Accumulator(optimizer, policy, noise_scale=True)
+        elif path == "TrainAccuStepsCell":
+            ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=policy,
+                                        noise_scale=True)
+        else:
+            ms_accum.GradientAccumulation(net, loss, optimizer, noise_scale=True).train_process(
+                1, numpy_dataset(micro_batches([4] * 4)), policy, ckpt_path=None)
 
 
 @pytest.mark.parametrize("path", ["Accumulator", "TrainAccuStepsCell"])

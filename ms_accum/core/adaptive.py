@@ -23,8 +23,10 @@ class AdaptiveAccumulation:
     (``accumulation_steps``).
 
     Args:
-        min_steps (int): The smallest N, >= 2 (a window of one micro-batch carries no estimate, so N = 1 could
-            never be left); also the first windows' N unless `initial_steps` is given.
+        min_steps (int): The smallest N, >= 1; also the first windows' N unless `initial_steps` is given. 1 only
+            in data parallel over 2 devices or more, where a window of N = 1 still holds one micro-batch a device
+            and so a noise estimate; on one device a window of one micro-batch carries none, N = 1 could never be
+            left, and the cell refuses it (halve the micro-batch and pass 2).
         max_steps (int): The largest N, >= `min_steps`.
         interval (int): Windows between decisions, >= 1 (the smoothed estimate spans about ten windows).
             Default: ``10``.
@@ -36,7 +38,7 @@ class AdaptiveAccumulation:
     Raises:
         TypeError: If `min_steps`, `max_steps`, `interval` or `initial_steps` is not an int, or `max_factor` is not
             a number.
-        ValueError: If `min_steps` is < 2, `max_steps` < `min_steps`, `interval` < 1, `max_factor` is not a finite
+        ValueError: If `min_steps` is < 1, `max_steps` < `min_steps`, `interval` < 1, `max_factor` is not a finite
             number > 1, or `initial_steps` is outside the bounds.
 
     Supported Platforms:
@@ -57,10 +59,6 @@ class AdaptiveAccumulation:
         owner = "AdaptiveAccumulation"
         for name, value in (("min_steps", min_steps), ("max_steps", max_steps), ("interval", interval)):
             check_positive_int(owner, name, value)
-        if min_steps < 2:
-            raise ValueError(f"For '{owner}', 'min_steps' must be an int >= 2, but got {min_steps}: a window of one "
-                             f"micro-batch carries no noise-scale estimate, so the policy could never leave N = 1. "
-                             f"Halve the micro-batch and pass min_steps=2 for the same smallest batch.")
         if max_steps < min_steps:
             raise ValueError(f"For '{owner}', 'max_steps' must be >= 'min_steps' ({min_steps}), but got {max_steps}.")
         if isinstance(max_factor, bool) or not isinstance(max_factor, (int, float)):

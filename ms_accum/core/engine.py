@@ -265,12 +265,18 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         owner = owner or self.owner_name
         policy = None
         if isinstance(steps, (AdaptiveAccumulation, GoodputAccumulation)):
+            kind = type(steps).__name__
+            article = "an" if kind[0] in "AEIOU" else "a"
             if not self.measure_noise:
-                kind = type(steps).__name__
-                article = "an" if kind[0] in "AEIOU" else "a"
                 raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as {article} {kind} policy needs the "
                                  f"noise scale, but {self.owner_name} was built with noise_scale=False. Build it with "
                                  f"noise_scale=True (or 'first').")
+            if steps.min_steps < 2 and (self.degree if self.reducer_flag else 1) < 2:
+                raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} as {article} {kind} policy must "
+                                 f"have 'min_steps' >= 2 on one device, but got min_steps={steps.min_steps}: a "
+                                 f"window of one micro-batch carries no noise-scale estimate, so N = 1 could never "
+                                 f"be left. Halve the micro-batch and pass min_steps=2 for the same smallest batch "
+                                 f"(min_steps=1 is for data parallel over 2 devices or more).")
             policy, steps = steps, steps.initial_steps
         else:
             check_steps(owner, arg_name, steps)

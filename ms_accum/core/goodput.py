@@ -260,7 +260,8 @@ class GoodputAccumulation:
     frozen. Give `micro_time` and `end_time` instead to skip it.
 
     Args:
-        min_steps (int): The smallest N, >= 2 (a window of one micro-batch carries no noise estimate on one device).
+        min_steps (int): The smallest N, >= 1; 1 only in data parallel over 2 devices or more (on one device a
+            window of one micro-batch carries no noise estimate, and the cell refuses it).
         max_steps (int): The largest N, > `min_steps`.
         interval (int): Windows between decisions, >= 1. Default: ``10``.
         calibration_windows (int): Windows timed at each of the two calibration N, >= 2 (the run's first window
@@ -298,10 +299,6 @@ class GoodputAccumulation:
         owner = "GoodputAccumulation"
         for name, value in (("min_steps", min_steps), ("max_steps", max_steps), ("interval", interval)):
             check_positive_int(owner, name, value)
-        if min_steps < 2:
-            raise ValueError(f"For '{owner}', 'min_steps' must be an int >= 2, but got {min_steps}: a window of one "
-                             f"micro-batch carries no noise-scale estimate on one device. Halve the micro-batch and "
-                             f"pass min_steps=2 for the same smallest batch.")
         if max_steps <= min_steps:
             raise ValueError(f"For '{owner}', 'max_steps' must be > 'min_steps' ({min_steps}), but got {max_steps}: "
                              f"with one N there is nothing to choose. Pass N as an int instead.")
