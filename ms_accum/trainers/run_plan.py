@@ -214,7 +214,7 @@ def plan_run(owner, cell, settings, *, required_steps, sharded, world=1, rank=0,
         cell.set_gradient_accumulation_steps(steps, name, owner)
     n = cell.gradient_accumulation_steps
     check_window_fits(owner, cell.steps_name, n, micro_batches, settings.partial_window, carry_hint)
-    if cell.measure_noise and largest_steps(n) == 1:
+    if cell.measure_noise and largest_steps(n) * world == 1:  # in data parallel a window holds one a device
         warnings.warn(f"For '{owner}', the noise scale needs windows of at least 2 micro-batches (two batch sizes to "
                       f"compare), but every window of this run holds 1 ('{cell.steps_name}'): every estimate will be "
                       f"NaN. Pass N >= 2 (halve the micro-batch for the same update), or build the cell with "
