@@ -5,18 +5,22 @@ side.
     .venv/bin/python benchmarks/batch_schedules.py --devices 1 --model mlp --repeats 1     # every configuration
 
 Fashion-MNIST (``--data``, train/ and test/ as model_zoo_lenet's create_dataset reads them), LeNet5
-(model_zoo_lenet/src/lenet.py) or an MLP (1024-256-10), micro-batch b per device, GRAPH_MODE, Momentum(0.9). The
+(model_zoo_lenet/src/lenet.py), an MLP (1024-256-10) or a wide MLP (``wide``: 1024-2048-2048-10, 6.3 million
+parameters, a 24 MiB gradient to reduce every window: the case where a window's fixed cost is large), micro-batch b
+per device, GRAPH_MODE, Momentum(0.9). The
 configurations, each on a fresh network of the same initial weights, taking turns in every repeat:
 
 - ``n1``, ``n4``, ``n16``: a fixed N;
 - ``warmup-linear``, ``warmup-sqrt``, ``warmup-adascale``: a batch-size warm-up ``{0: 1, w: 4, w': 16}`` (N 1 for
   the first ``--warmup_samples`` samples, 4 for as many, then 16) under each learning-rate rule;
-- ``adaptive``: ``AdaptiveAccumulation(2, 32, interval=10)``;
-- ``goodput``: ``GoodputAccumulation(2, 32, interval=10)``, calibrating (10 windows at N 2, 10 at N 16).
+- ``adaptive``: ``AdaptiveAccumulation`` with a decision every 10 windows;
+- ``goodput``: ``GoodputAccumulation`` with a decision every 10 windows, calibrating over 10 windows at each of two N.
 
-A policy measures the noise scale from two micro-batches a window or more on each device (``min_steps`` >= 2), so
-the two policies run micro-batches of b / 2 (``--policy_micro_batch``): their smallest window is G0, as N = 1's,
-and their largest 16 G0, as N = 16's.
+A policy's smallest window is G0, as N = 1's, and its largest 16 G0, as N = 16's. On 2 workers the policies run
+micro-batches of b, within N 1 to 16 (``min_steps=1``: a window of N = 1 holds a micro-batch a device, and so a
+noise estimate), the goodput policy calibrating at N 1 and 8. On one device a window needs two micro-batches for an
+estimate (``min_steps`` >= 2), so the policies run micro-batches of b / 2 (``--policy_micro_batch``), within N 2
+to 32, the goodput policy calibrating at N 2 and 16.
 
 All but the warm-ups use one rule, ``--rule`` (AdaScale by default), and all one schedule on progress (reference
 steps of G0 = b x devices): a linear warm-up over the first 5 % of the budget, then a cosine to 0 at its end, so
@@ -42,7 +46,7 @@ import harness
 
 CONFIGS = ("n1", "n4", "n16", "warmup-linear", "warmup-sqrt", "warmup-adascale", "adaptive", "goodput")
 FIXED = ("n1", "n4", "n16")
-TARGETS = {"lenet": 0.88, "mlp": 0.85}
+TARGETS = {"lenet": 0.88, "mlp": 0.85, "wide": 0.85}
 
 
 def parse(argv=None):
@@ -54,12 +58,13 @@ def parse(argv=None):
     parser.add_argument("--epochs", type=int, default=3, help="the budget, in epochs of the training set")
     parser.add_argument("--micro_batch", type=int, default=32, help="b, per device")
     parser.add_argument("--policy_micro_batch", type=int, default=None,
-                        help="the micro-batch of adaptive and goodput (default: b / 2)")
+                        help="the micro-batch of adaptive and goodput (default: b on 2 workers, b / 2 on one)")
     parser.add_argument("--lr", type=float, default=0.01, help="the peak rate at G0 = b x devices")
     parser.add_argument("--rule", choices=["linear", "sqrt", "adascale"], default="adascale")
     parser.add_argument("--warmup_samples", type=int, default=12000, help="each warm-up stage's samples")
     parser.add_argument("--eval_every", type=int, default=6000, help="samples between evaluations")
-    parser.add_argument("--target", type=float, default=None, help="test accuracy (default: 0.88 LeNet, 0.85 MLP)")
+    parser.add_argument("--target", type=float, default=None,
+                        help="test accuracy (default: 0.88 LeNet, 0.85 the MLPs)")
     parser.add_argument("--full", action="store_true", help="train the whole budget, past the target")
     parser.add_argument("--data", default=os.path.join(harness.ROOT, "data", "fashion-mnist"))
     parser.add_argument("--train_samples", type=int, default=None, help="use only this many (a quick run)")
@@ -68,7 +73,8 @@ def parse(argv=None):
     parser.add_argument("--results_file", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.target = args.target or TARGETS[args.model]
-    args.policy_micro_batch = args.policy_micro_batch or max(1, args.micro_batch // 2)
+    args.policy_micro_batch = args.policy_micro_batch or (args.micro_batch if args.devices > 1
+                                                          else max(1, args.micro_batch // 2))
     unknown = set(args.configs.split(",")) - set(CONFIGS)
     if unknown:
         parser.error(f"--configs takes {', '.join(CONFIGS)}, but got {', '.join(sorted(unknown))}")
@@ -88,13 +94,16 @@ def load_split(args, split):
 
 
 def network(model):
-    """LeNet5 or the MLP, seeded: the same initial weights in every configuration."""
+    """LeNet5, the MLP or the wide MLP, seeded: the same initial weights in every configuration."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     from mindspore import nn  # pylint: disable=import-outside-toplevel
     ms.set_seed(0)
     if model == "lenet":
         from src.lenet import LeNet5  # pylint: disable=import-outside-toplevel
         return LeNet5()
+    if model == "wide":
+        return nn.SequentialCell(nn.Flatten(), nn.Dense(1024, 2048), nn.ReLU(), nn.Dense(2048, 2048), nn.ReLU(),
+                                 nn.Dense(2048, 10))
     return nn.SequentialCell(nn.Flatten(), nn.Dense(1024, 256), nn.ReLU(), nn.Dense(256, 10))
 
 
@@ -108,11 +117,13 @@ def steps_of(config, args, world):
     import ms_accum  # pylint: disable=import-outside-toplevel
     if config in FIXED:
         return int(config[1:])
+    # the policies' N for windows of G0 to 16 G0 (see the module's docstring)
+    low = max(1, round(args.micro_batch / args.policy_micro_batch))
     if config == "adaptive":
-        return ms_accum.AdaptiveAccumulation(min_steps=2, max_steps=32, interval=10)
+        return ms_accum.AdaptiveAccumulation(min_steps=low, max_steps=16 * low, interval=10)
     if config == "goodput":
-        return ms_accum.GoodputAccumulation(min_steps=2, max_steps=32, interval=10, calibration_windows=10,
-                                            calibration_steps=(2, 16))
+        return ms_accum.GoodputAccumulation(min_steps=low, max_steps=16 * low, interval=10, calibration_windows=10,
+                                            calibration_steps=(low, 8 * low))
     first = max(1, args.warmup_samples // (args.micro_batch * world))
     return {0: 1, first: 4, first + max(1, first // 4): 16}
 
