@@ -537,9 +537,9 @@ def test_a_policy_of_min_steps_1_is_refused_on_one_device(path, kind):
     owner = f"{path}.train_process" if path == "GradientAccumulation" else path
     article = "an" if kind[0] == "A" else "a"
     with pytest.raises(ValueError, match=rf"For '{owner}', 'gradient_accumulation_steps' as {article} {kind} policy "
-                                         rf"must have 'min_steps' >= 2 on one device, but got min_steps=1: a window of one "
-                                         rf"micro-batch carries no noise-scale estimate, .* Halve the micro-batch and "
-                                         rf"pass min_steps=2"):
+                                         rf"must have 'min_steps' >= 2 on one device, but got min_steps=1: a window "
+                                         rf"of one micro-batch carries no noise-scale estimate, .* Halve the "
+                                         rf"micro-batch and pass min_steps=2"):
         if path == "Accumulator":
             ms_accum.Accumulator(optimizer, policy, noise_scale=True)
         elif path == "TrainAccuStepsCell":

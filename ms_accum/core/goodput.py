@@ -27,16 +27,17 @@ first N, the next as many at a second N (the policy sets N there, whatever the n
 time, from the previous window's end to its own (data loading, the host's part and the device's: what a window
 really costs), is reported to :meth:`GoodputAccumulation.observe`. The run's first window, and the first after a
 resume, are left out (they compile graphs). At the end of the calibration the fastest time at each N (a busy machine
-only ever adds time to a window, as ``timeit`` reasons) gives the line through them (:func:`fit_window_time`); the constants are then **frozen**: later windows are not measured, so a
-decision depends only on the frozen constants, the noise estimates, N and the window index, all of which a state
-file holds (:meth:`GoodputAccumulation.state_dict`, and the device's Parameters): a resumed run decides as the
-uninterrupted one would. In data parallel each window's time is the slowest device's (the cells gather every
-device's time during the calibration, ``engine.slowest_device_seconds``): every device fits the same constants, and
-since the noise estimates and item counts it decides from are reduced across devices, every device chooses the same
-N (one choosing otherwise would wait alone at the next reduction). Window times vary from run to run (a shared
-machine, up to 2x here); a refit during the run would make decisions depend on the moment, and a resumed run would
-decide otherwise. Pass `micro_time` and `end_time` to skip the calibration (a path without a host loop, such as
-``Accumulator`` in a user's ``ms.jit`` step, has nobody to report times).
+only ever adds time to a window, as ``timeit`` reasons) gives the line through them (:func:`fit_window_time`); the
+constants are then **frozen**: later windows are not measured, so a decision depends only on the frozen constants,
+the noise estimates, N and the window index, all of which a state file holds
+(:meth:`GoodputAccumulation.state_dict`, and the device's Parameters): a resumed run decides as the uninterrupted
+one would. In data parallel each window's time is the slowest device's (the cells gather every device's time during
+the calibration, ``engine.slowest_device_seconds``): every device fits the same constants, and since the noise
+estimates and item counts it decides from are reduced across devices, every device chooses the same N (one choosing
+otherwise would wait alone at the next reduction). Window times vary from run to run (a shared machine, up to 2x
+here); a refit during the run would make decisions depend on the moment, and a resumed run would decide otherwise.
+Pass `micro_time` and `end_time` to skip the calibration (a path without a host loop, such as ``Accumulator`` in a
+user's ``ms.jit`` step, has nobody to report times).
 
 Decisions are taken every `interval` windows once the constants are frozen (N stays put between them, and while
 there is no noise estimate), on the host (:meth:`GoodputAccumulation.next_steps`) or on the device
