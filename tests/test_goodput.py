@@ -177,10 +177,28 @@ def test_unreported_calibration_is_an_error():
     policy = GoodputAccumulation(2, 8, calibration_windows=2)
     for update in range(3):
         policy.observe(update, 2, 1.0)  # every window at one N: no line to fit
-    with pytest.raises(ValueError, match=r"For 'GoodputAccumulation', the calibration's window times must fit a line "
-                                         r"over two N, but they cannot \(.*at least two different N.*\). Windows "
-                                         r"timed: \[\[1, 2, 1.0\], \[2, 2, 1.0\], \[3, 2, 1.0\]\]"):
+    with pytest.raises(ValueError, match=r"For 'GoodputAccumulation', the calibration must time windows at two N, "
+                                         r"\(2, 4\), but the windows timed were \[\[1, 2, 1.0\], \[2, 2, 1.0\], "
+                                         r"\[3, 2, 1.0\]\] \(\[window, N, seconds\]\)"):
         policy.observe(3, 2, 1.0)
+
+
+def test_a_calibration_below_the_timing_noise_warns_and_keeps_the_smallest_n():
+    """Windows no slower at the larger N (a new user's small model on 2 workers, calibrating at N = 1 and 2): the run
+    goes on, the constants frozen through the origin (t_end = 0), so that every decision is min_steps; the state
+    file holds them, and a resumed run decides the same."""
+    times = {1: 0.0288, 2: 0.0280}  # the fastest at N = 2 below N = 1's
+    policy = GoodputAccumulation(1, 8, interval=2, calibration_windows=2)
+    with pytest.warns(UserWarning, match=r"For 'GoodputAccumulation', the calibration's windows did not take longer "
+                                         r"at the larger N \(the fastest: N=1: 0.0288 s, N=2: 0.028 s\): .* frozen at "
+                                         r"t_micro = 0.01696 s and t_end = 0, so the policy keeps N at min_steps \(1\)"
+                                         r".* pass 'calibration_steps' further apart \(such as \(1, 8\)\)"):
+        chosen = run_policy(policy, [1000.0] * 12, times=times)
+    assert policy.frozen and policy.device_constants == pytest.approx(((1 * 0.0288 + 2 * 0.0280) / 5, 0.0))
+    assert chosen == [1, 1, 2, 2, 2, 2] + [1] * 6, chosen  # calibration; N = 2 until the first decision, then 1
+    resumed = GoodputAccumulation(1, 8, interval=2, calibration_windows=2)
+    resumed.load_state_dict(policy.state_dict())
+    assert resumed.next_steps(2, 13, 1000.0, 32.0) == 1
 
 
 @pytest.mark.parametrize("kwargs, error, message", [

@@ -47,6 +47,7 @@ reported, so that the host and the device (which decides inside the window's end
 """
 import math
 import numbers
+import warnings
 
 from mindspore import ops
 from mindspore import dtype as mstype
@@ -210,6 +211,25 @@ def fit_window_time(steps, seconds):
         (0.5, 1.0)
     """
     owner = "fit_window_time"
+    points = fastest_times(owner, steps, seconds)
+    if len(points) < 2:
+        raise ValueError(f"For '{owner}', 'steps' must hold at least two different N to tell a micro-batch's time "
+                         f"from a window end's, but got {[n for n, _ in points]}.")
+    mean_n = sum(n for n, _ in points) / len(points)
+    mean_t = sum(t for _, t in points) / len(points)
+    slope = sum((n - mean_n) * (t - mean_t) for n, t in points) / sum((n - mean_n) ** 2 for n, _ in points)
+    if not slope > 0:
+        raise ValueError(f"For '{owner}', the window time must grow with N, but the fastest times were "
+                         f"{shown_times(points)}: the measurements are noise (a busy machine?). Calibrate with more "
+                         f"windows, or further apart N, or pass micro_time and end_time measured in a quiet run.")
+    intercept = mean_t - slope * mean_n
+    if intercept < 0:
+        return through_origin(points), 0.0
+    return slope, intercept
+
+
+def fastest_times(owner, steps, seconds):
+    """[(N, the fastest window's seconds at N)], by N, from each window's `steps` and `seconds` (checked)."""
     if len(steps) != len(seconds):
         raise ValueError(f"For '{owner}', 'steps' and 'seconds' must have one entry per window, but got {len(steps)} "
                          f"and {len(seconds)} entries.")
@@ -218,22 +238,17 @@ def fit_window_time(steps, seconds):
     groups = {}
     for count, time in zip(steps, seconds):
         groups.setdefault(check_positive_int(owner, "steps", count), []).append(float(time))
-    if len(groups) < 2:
-        raise ValueError(f"For '{owner}', 'steps' must hold at least two different N to tell a micro-batch's time "
-                         f"from a window end's, but got {sorted(groups)}.")
-    points = [(count, min(times)) for count, times in sorted(groups.items())]
-    mean_n = sum(n for n, _ in points) / len(points)
-    mean_t = sum(t for _, t in points) / len(points)
-    slope = sum((n - mean_n) * (t - mean_t) for n, t in points) / sum((n - mean_n) ** 2 for n, _ in points)
-    if not slope > 0:
-        shown = ", ".join(f"N={n}: {t:.4g} s" for n, t in points)
-        raise ValueError(f"For '{owner}', the window time must grow with N, but the fastest times were {shown}: "
-                         f"the measurements are noise (a busy machine?). Calibrate with more windows, or further "
-                         f"apart N, or pass micro_time and end_time measured in a quiet run.")
-    intercept = mean_t - slope * mean_n
-    if intercept < 0:
-        return sum(n * t for n, t in points) / sum(n * n for n, _ in points), 0.0
-    return slope, intercept
+    return [(count, min(times)) for count, times in sorted(groups.items())]
+
+
+def through_origin(points):
+    """t_micro of the least-squares line through the origin and `points` [(N, seconds)]: t_end read as 0."""
+    return sum(n * t for n, t in points) / sum(n * n for n, _ in points)
+
+
+def shown_times(points):
+    """`points` [(N, seconds)] for a message."""
+    return ", ".join(f"N={n}: {t:.4g} s" for n, t in points)
 
 
 def _check_positive(owner, name, value):
@@ -392,7 +407,9 @@ class GoodputAccumulation:
         Report window `update`'s wall time (from the previous window's end to its own), after its successor's N
         was decided. Kept during the calibration (the first window reported after the policy was built or loaded
         is left out: it compiled graphs); once the calibration's last window is reported, the constants are fitted
-        and frozen. Ignored once frozen.
+        and frozen. Ignored once frozen. Where the windows were no slower at the larger N (a micro-batch costs
+        less than the timing noise), the constants are frozen at t_end = 0, the line through the origin, with a
+        warning: the policy then keeps N at `min_steps`, and the run goes on.
 
         Args:
             update (int): The window's index, from 0.
@@ -400,8 +417,8 @@ class GoodputAccumulation:
             seconds (float): Its wall time, > 0.
 
         Raises:
-            ValueError: If an argument is out of range, or the calibration's windows cannot be fitted
-                (:func:`fit_window_time`).
+            ValueError: If an argument is out of range, or the calibration's windows reported were not at two
+                different N.
         """
         owner = "GoodputAccumulation"
         check_int_at_least(owner, "update", update, 0)
@@ -414,12 +431,23 @@ class GoodputAccumulation:
             self.observed[int(update)] = (int(steps), float(seconds))
         if update >= self.calibration_end - 1:
             counts, times = zip(*self.observed.values()) if self.observed else ((), ())
+            points = fastest_times(owner, counts, times)
+            if len(points) < 2:
+                raise ValueError(f"For '{owner}', the calibration must time windows at two N, "
+                                 f"{self.calibration_steps}, but the windows timed were {self.state_dict()['observed']} "
+                                 f"([window, N, seconds]). Report each window's time after its N was decided, or "
+                                 f"pass micro_time and end_time.")
             try:
-                self.micro_time, self.end_time = fit_window_time(list(counts), list(times))
-            except ValueError as error:
-                raise ValueError(f"For '{owner}', the calibration's window times must fit a line over two N, but "
-                                 f"they cannot ({error}). Windows timed: {self.state_dict()['observed']}. Report "
-                                 f"each window's time through observe(), or pass micro_time and end_time.") from error
+                self.micro_time, self.end_time = fit_window_time(counts, times)
+            except ValueError:  # the time did not grow with N: a micro-batch costs less than the timing noise
+                self.micro_time, self.end_time = through_origin(points), 0.0
+                warnings.warn(f"For '{owner}', the calibration's windows did not take longer at the larger N (the "
+                              f"fastest: {shown_times(points)}): a micro-batch costs less than the timing noise "
+                              f"here. The constants are frozen at t_micro = {self.micro_time:.4g} s and t_end = 0, "
+                              f"so the policy keeps N at min_steps ({self.min_steps}), the smallest batch. To choose "
+                              f"N for throughput, pass 'calibration_steps' further apart (such as ({self.min_steps}, "
+                              f"{min(self.max_steps, 8 * self.min_steps)})) or more 'calibration_windows', or "
+                              f"micro_time and end_time measured in a quiet run.", UserWarning, stacklevel=2)
 
     def state_dict(self):
         """The policy's state, numbers only (a state file's entry): the frozen constants (0 before) and the

@@ -29,7 +29,7 @@ class WindowRecord:
     Args:
         epoch (int): The epoch, from 1.
         update (int): The update within the run, from 1.
-        micro_batches (int): Micro-batches in the window.
+        micro_batches (int): Micro-batches in the window, on each device (N; in data parallel every device runs N).
         items (float): Samples (or items) in the window, over all devices.
         loss (float): The window's mean loss over its items.
         grad_norm (float): The global norm of the applied gradient, before clipping.
