@@ -215,13 +215,22 @@ def fit_window_time(steps, seconds):
     if len(points) < 2:
         raise ValueError(f"For '{owner}', 'steps' must hold at least two different N to tell a micro-batch's time "
                          f"from a window end's, but got {[n for n, _ in points]}.")
+    constants = line_of(points)
+    if constants is None:
+        raise ValueError(f"For '{owner}', the window time must grow with N, but the fastest times were "
+                         f"{shown_times(points)}: the measurements are noise (a busy machine?). Calibrate with more "
+                         f"windows, or further apart N, or pass micro_time and end_time measured in a quiet run.")
+    return constants
+
+
+def line_of(points):
+    """(t_micro, t_end) of the least-squares line through `points` [(N, seconds)] at two N or more, t_end read as 0
+    (the line through the origin) where the intercept is negative; None where the time does not grow with N."""
     mean_n = sum(n for n, _ in points) / len(points)
     mean_t = sum(t for _, t in points) / len(points)
     slope = sum((n - mean_n) * (t - mean_t) for n, t in points) / sum((n - mean_n) ** 2 for n, _ in points)
     if not slope > 0:
-        raise ValueError(f"For '{owner}', the window time must grow with N, but the fastest times were "
-                         f"{shown_times(points)}: the measurements are noise (a busy machine?). Calibrate with more "
-                         f"windows, or further apart N, or pass micro_time and end_time measured in a quiet run.")
+        return None
     intercept = mean_t - slope * mean_n
     if intercept < 0:
         return through_origin(points), 0.0
@@ -437,10 +446,9 @@ class GoodputAccumulation:
                                  f"{self.calibration_steps}, but the windows timed were {self.state_dict()['observed']} "
                                  f"([window, N, seconds]). Report each window's time after its N was decided, or "
                                  f"pass micro_time and end_time.")
-            try:
-                self.micro_time, self.end_time = fit_window_time(counts, times)
-            except ValueError:  # the time did not grow with N: a micro-batch costs less than the timing noise
-                self.micro_time, self.end_time = through_origin(points), 0.0
+            constants = line_of(points)
+            self.micro_time, self.end_time = constants or (through_origin(points), 0.0)
+            if constants is None:  # the time did not grow with N: a micro-batch costs less than the timing noise
                 warnings.warn(f"For '{owner}', the calibration's windows did not take longer at the larger N (the "
                               f"fastest: {shown_times(points)}): a micro-batch costs less than the timing noise "
                               f"here. The constants are frozen at t_micro = {self.micro_time:.4g} s and t_end = 0, "
