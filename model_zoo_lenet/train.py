@@ -67,15 +67,15 @@ STATE_FILE = "train_state.ckpt"
 
 
 def steps_range(text):
-    """argparse type: 'MIN:MAX', two ints with 2 <= MIN <= MAX (a window of one micro-batch has no estimate)."""
+    """argparse type: 'MIN:MAX', two ints with 1 <= MIN <= MAX (MIN = 1 only in data parallel: see
+    :func:`accumulation_plan`)."""
     pieces = text.split(":")
     try:
         low, high = (int(piece) for piece in pieces)
     except ValueError:
         low = high = None
-    if low is None or not 2 <= low <= high:
-        raise argparse.ArgumentTypeError(f"must be MIN:MAX with 2 <= MIN <= MAX (a window of one micro-batch "
-                                         f"carries no noise-scale estimate), such as 2:16, but got {text!r}")
+    if low is None or not 1 <= low <= high:
+        raise argparse.ArgumentTypeError(f"must be MIN:MAX with 1 <= MIN <= MAX, such as 2:16, but got {text!r}")
     return low, high
 
 
@@ -136,7 +136,7 @@ def parse_args(argv):
                              "noise_trace, noise_scale; the functional trainer prints it at each epoch's end)")
     parser.add_argument("--adaptive_steps", type=steps_range, default=None, metavar="MIN:MAX",
                         help="choose N between windows from the measured noise scale, in MIN..MAX, starting at MIN "
-                             "(with --lr_schedule constant, or cosine with --lr_scaling; implies --noise_scale; not "
+                             "(MIN >= 2 on one device, >= 1 in data parallel; with --lr_schedule constant, or cosine with --lr_scaling; implies --noise_scale; not "
                              "with --dataset_sink_mode)")
     parser.add_argument("--goodput_steps", type=steps_range, default=None, metavar="MIN:MAX",
                         help="choose N between windows for goodput (throughput x statistical efficiency), in "
@@ -346,10 +346,12 @@ def shards(args, rank, world):
     return {"num_shards": world, "shard_id": rank}
 
 
-def accumulation_plan(args, trainer_kind):
+def accumulation_plan(args, trainer_kind, world):
     """(the AdaptiveAccumulation or GoodputAccumulation policy, or None; the AccumulationSchedule to plan the run
-    with) from the flags. A policy decides N as the run goes, so the number of updates is not known in advance: a
-    cosine schedule then needs a learning-rate rule, which lays it out over reference steps of the data."""
+    with) from the flags, on `world` devices. A policy decides N as the run goes, so the number of updates is not
+    known in advance: a cosine schedule then needs a learning-rate rule, which lays it out over reference steps of
+    the data. Its MIN may be 1 only on two devices or more, where a window of one micro-batch a device still holds
+    two micro-batches to estimate the noise scale from."""
     varying = [flag for flag, value in (("--accumulation_schedule", args.accumulation_schedule),
                                         ("--adaptive_steps", args.adaptive_steps),
                                         ("--goodput_steps", args.goodput_steps)) if value is not None]
@@ -363,6 +365,12 @@ def accumulation_plan(args, trainer_kind):
                          "--goodput_steps MIN:MAX, or drop --goodput_times.")
     if args.adaptive_steps is None and args.goodput_steps is None:
         return None, args.accumulation_schedule or AccumulationSchedule(args.accumulation_steps)
+    low = (args.adaptive_steps or args.goodput_steps)[0]
+    if low == 1 and world == 1:
+        raise ValueError(f"'{varying[0]}' must have MIN >= 2 on one device, but got MIN = 1: a window of one "
+                         f"micro-batch carries no noise-scale estimate there. Pass MIN >= 2 (such as 2:16), or run "
+                         f"on two devices or more (msrun, --parallel_mode data_parallel), where MIN = 1 holds a "
+                         f"micro-batch on each.")
     if args.lr_schedule != "constant" and args.lr_scaling in (None, "none"):
         raise ValueError(f"'{varying[0]}' needs '--lr_schedule constant', but got '--lr_schedule "
                          f"{args.lr_schedule}': the number of updates, which the schedule is laid out over, is not "
@@ -564,7 +572,7 @@ def main(argv=None):
         raise ValueError(f"'--on_out_of_memory halve' reruns a window with half the micro-batch in the driver, but "
                          f"this run trains with '--trainer {trainer_kind}': pass --trainer driver, or drop it.")
     set_global_batch(args, world)
-    policy, plan = accumulation_plan(args, trainer_kind)
+    policy, plan = accumulation_plan(args, trainer_kind, world)
     rule = check_lr_scaling(args, trainer_kind)
     ms.set_seed(args.seed)
     dataset = create_dataset(args.data_path, args.batch_size, "train", num_samples=samples_per_process(args, world),

@@ -428,7 +428,8 @@ class TestCommandLineErrors:
         (("--accumulation_schedule", "2:2"), "argument --accumulation_schedule: For 'train.py', "
                                              "'--accumulation_schedule' must say how many micro-batches the first "
                                              "windows hold (an entry for update 0)"),
-        (("--adaptive_steps", "1:8"), "argument --adaptive_steps: must be MIN:MAX with 2 <= MIN <= MAX"),
+        (("--adaptive_steps", "0:8"), "argument --adaptive_steps: must be MIN:MAX with 1 <= MIN <= MAX"),
+        (("--goodput_steps", "1:8"), "'--goodput_steps' must have MIN >= 2 on one device, but got MIN = 1"),
         (("--adaptive_steps", "2:8", "--accumulation_schedule", "0:2"), "'--accumulation_schedule' and "
                                                                         "'--adaptive_steps' both set N"),
         (("--adaptive_steps", "2:8"), "'--adaptive_steps' needs '--lr_schedule constant', but got '--lr_schedule "
@@ -516,6 +517,18 @@ def test_train_py_follows_a_schedule_and_records_the_noise_scale(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("flag", ["--adaptive_steps", "--goodput_steps"])
+def test_train_py_takes_a_policy_from_one_micro_batch_in_data_parallel_only(flag):
+    """MIN = 1 is planned on 2 devices (a window of one micro-batch a device holds two for the noise estimate: the
+    engine's data-parallel test runs it, tests/test_goodput_data_parallel.py) and refused on one, naming the flag."""
+    import train  # pylint: disable=import-outside-toplevel  (model_zoo_lenet/, on the tests' path)
+    args = train.parse_args([flag, "1:8", "--lr_scaling", "sqrt"])
+    policy, plan = train.accumulation_plan(args, "driver", 2)
+    assert (policy.min_steps, policy.max_steps, policy.initial_steps) == (1, 8, 1) and plan.steps_at(0) == 1
+    with pytest.raises(ValueError, match=f"'{flag}' must have MIN >= 2 on one device, but got MIN = 1"):
+        train.accumulation_plan(train.parse_args([flag, "1:8", "--lr_scaling", "sqrt"]), "driver", 1)
+
+
 def test_train_py_adapts_n_to_the_measured_noise_scale(tmp_path):
     """--adaptive_steps: every window's N is the policy's answer to the figures recorded before it."""
     import ms_accum  # pylint: disable=import-outside-toplevel
