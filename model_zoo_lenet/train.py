@@ -136,8 +136,8 @@ def parse_args(argv):
                              "noise_trace, noise_scale; the functional trainer prints it at each epoch's end)")
     parser.add_argument("--adaptive_steps", type=steps_range, default=None, metavar="MIN:MAX",
                         help="choose N between windows from the measured noise scale, in MIN..MAX, starting at MIN "
-                             "(MIN >= 2 on one device, >= 1 in data parallel; with --lr_schedule constant, or cosine with --lr_scaling; implies --noise_scale; not "
-                             "with --dataset_sink_mode)")
+                             "(MIN >= 2 on one device, >= 1 in data parallel; with --lr_schedule constant, or "
+                             "cosine with --lr_scaling; implies --noise_scale; not with --dataset_sink_mode)")
     parser.add_argument("--goodput_steps", type=steps_range, default=None, metavar="MIN:MAX",
                         help="choose N between windows for goodput (throughput x statistical efficiency), in "
                              "MIN..MAX with MIN < MAX: the first 10 windows calibrate the window time at N = MIN and "
