@@ -8,6 +8,7 @@ import os
 import shutil
 
 import mindspore as ms
+from mindspore import ops
 
 from ..core.checks import check_ckpt_path
 
@@ -228,4 +229,9 @@ def load_into(network, params, ckpt_path, optional=None, arg_name="ckpt_path", w
                  (f"shape mismatch {mismatched[:5]}" if mismatched else "")
         raise CheckpointError(f"'{arg_name}' must be {what or 'a checkpoint of ' + type(network).__name__}, but "
                               f"{ckpt_path!r} belongs to another network: {detail}.")
-    ms.load_param_into_net(network, params)
+    for param in network.get_parameters():
+        # written with an assign, which graphs the network has already run with read (load_param_into_net's
+        # set_data detaches a Parameter from an ms.jit graph in PYNATIVE_MODE: write_parameter)
+        found = params.get(param.name)
+        if found is not None:
+            ops.assign(param, found if found.dtype == param.dtype else ops.cast(found, param.dtype))
