@@ -142,6 +142,20 @@ def test_automatic_mode_picks_up_a_window_left_open_by_explicit_calls(exec_mode)
                               context=f"explicit then automatic, {exec_mode}")
 
 
+def test_automatic_mode_opens_a_window_after_a_drop(exec_mode):
+    """A window dropped in the automatic mode is gone on the host too: the next N calls make the next window (the
+    host's count of the dropped window once ended it after one micro-batch)."""
+    batches = micro_batches((4,) * 8)
+    cell, net, _ = make_cell("plain", steps=3)
+    for x, y in batches[:2]:
+        cell(Tensor(x), Tensor(y))
+    assert int(cell.drop().asnumpy()) == 2
+    for x, y in batches[2:]:
+        cell(Tensor(x), Tensor(y))
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"), [batches[2:5], batches[5:]],
+                              context=f"a drop, then automatic, {exec_mode}")
+
+
 def test_model_accu_gives_the_cell_back_in_the_mode_it_had(exec_mode):
     cell, _, _ = make_cell("plain", steps=2)
     ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 4)), dataset_sink_mode=False)

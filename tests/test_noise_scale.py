@@ -174,7 +174,7 @@ def test_each_window_matches_the_formula_on_per_sample_gradients(path, tokens, e
         assert noise == pytest.approx(ratios[index], rel=1e-4, nan_ok=True), f"window {index}: smoothed noise scale"
 
 
-@pytest.mark.parametrize("path", ["driver", "cell", "accumulator"])
+@pytest.mark.parametrize("path", ["driver", "cell", "loss_scale_cell", "accumulator", "model_accu"])
 @pytest.mark.parametrize("tokens", [False, True], ids=["samples", "tokens"])
 def test_first_micro_batch_mode_matches_the_two_batch_formula(path, tokens, exec_mode):
     """noise_scale='first': the window's first micro-batch (small batch) and the window (big batch), weights
@@ -187,6 +187,50 @@ def test_first_micro_batch_mode_matches_the_two_batch_formula(path, tokens, exec
         scale = abs(true_trace) + abs(true_sq)
         assert abs(grad_sq - true_sq) <= 2e-5 * scale, f"window {index}: grad_sq {grad_sq} vs numpy {true_sq}"
         assert abs(trace - true_trace) <= 2e-5 * scale, f"window {index}: noise_trace {trace} vs numpy {true_trace}"
+
+
+def test_first_mode_measures_each_windows_first_micro_batch_after_a_drop_and_a_state_load(tmp_path, exec_mode):
+    """TrainAccuStepsCell runs a measuring graph for a window's first micro-batch and one without the pass for the
+    others, choosing on the host: after a dropped window, and after a state load that reopens the window the cell
+    had just begun, the window measured is still its first micro-batch (a stale host view measures none, and the
+    record repeats the previous window's)."""
+    windows = draws([2, 5, 3], 4, seed=13)
+    net = make_net()
+    cell = ms_accum.TrainAccuStepsCell(loss_network(net, False), nn.SGD(net.trainable_params(), 0.0),
+                                       gradient_accumulation_steps=3, noise_scale="first")
+    want = truth_per_window(net, windows, first_only=True)
+
+    def window_record(window):
+        for x, y in window:
+            cell(Tensor(x), Tensor(y))
+        return [float(value.asnumpy()) for value in cell.noise_records[:2]]
+
+    def check(got, index):
+        true_sq, true_trace = want[index]
+        scale = abs(true_trace) + abs(true_sq)
+        assert abs(got[0] - true_sq) <= 2e-5 * scale, f"window {index}: grad_sq {got[0]} vs numpy {true_sq}"
+        assert abs(got[1] - true_trace) <= 2e-5 * scale, f"window {index}: trace {got[1]} vs numpy {true_trace}"
+
+    for x, y in windows[1][:2]:  # a window begun, then dropped
+        cell(Tensor(x), Tensor(y))
+    assert int(cell.drop().asnumpy()) == 2
+    check(window_record(windows[0]), 0)
+    state = str(tmp_path / "state.ckpt")
+    ms_accum.save_training_state(cell, state, micro_batches_done=3, updates_done=1)
+    cell(Tensor(windows[2][0][0]), Tensor(windows[2][0][1]))  # a window begun, then loaded over
+    ms_accum.load_training_state(cell, state, total_micro_batches=12)
+    check(window_record(windows[1]), 1)
+    cell.accumulation = True  # the trainers' explicit mode: the same choice, from the same host view
+    for x, y in windows[2]:
+        cell(Tensor(x), Tensor(y))
+    cell.end_window()
+    check([float(value.asnumpy()) for value in cell.noise_records[:2]], 2)
+    if exec_mode == "graph":
+        assert cell.phase == "train_update"
+        cell.accumulation = True
+        assert cell.phase == "train_accumulate_measured"
+        cell(Tensor(windows[3][0][0]), Tensor(windows[3][0][1]))
+        assert cell.phase == "train_accumulate_unmeasured"
 
 
 def test_the_noise_scale_reads_0_while_the_smoothed_trace_is_negative():

@@ -21,6 +21,8 @@ from ..core.weighting import LossAndItems, forget_failed_forward, loss_sens, mic
 
 ACCUMULATE_PHASE = "train_accumulate"
 UPDATE_PHASE = "train_update"
+# with noise_scale="first", the accumulation graphs of a window's first micro-batch (measured) and of the others
+_MEASURED_PHASE, _UNMEASURED_PHASE = ACCUMULATE_PHASE + "_measured", ACCUMULATE_PHASE + "_unmeasured"
 
 
 def check_cell_arguments(owner, network, optimizer):
@@ -40,13 +42,22 @@ class AccumulationModes:
     it), then ``set_gradient_accumulation_steps`` and :meth:`_init_modes`. It reads what those set: the engine's
     ``accu_micro_steps``, ``accu_skip_history``, ``nonfinite``, ``scale_kind``, ``owner_name``,
     ``next_window_steps()`` and ``_device_policy``, and the TrainOneStepCell's ``network`` (a LossAndItems); it
-    sets ``phase`` (MindSpore's graph phase) before every call.
+    sets ``phase`` (MindSpore's graph phase) before every call, and with ``noise_scale="first"`` the engine's
+    ``_measure_now`` with it.
+
+    With ``noise_scale="first"`` the cell knows on the host whether a micro-batch opens its window (it ends and
+    drops its windows itself; read from the device once after a construction, a failed call or a state load), and
+    runs one of two accumulation graphs: one measures the micro-batch, the other has no pass over its gradient.
+    A branch in one graph, taken at run time, cost as much as measuring every micro-batch on CPU
+    (docs/noise_scale.md, Cost). Which micro-batches are measured only changes the noise records, never an update.
     """
 
     def _init_modes(self):
         self._mode = None            # None: automatic; True/False: chosen by the user or a trainer
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
         self._auto_window = None     # the open window as the automatic mode counts it (an OpenWindow; None: unknown)
+        self._opens_window = None    # noise_scale="first": whether the next micro-batch opens its window (None:
+        #                              unknown, read from the device when needed)
 
     @property
     def accumulation(self):
@@ -107,7 +118,27 @@ class AccumulationModes:
 
     def _select(self, accumulate):
         self._accumulate_now = accumulate
-        self.phase = ACCUMULATE_PHASE if accumulate else self._update_phase()
+        self.phase = self._accumulate_phase() if accumulate else self._update_phase()
+
+    def _accumulate_phase(self):
+        """The accumulation graph's phase: with noise_scale="first", the measuring one for a window's first
+        micro-batch and the other for the rest."""
+        if not self.measure_noise or self.noise_every:
+            return ACCUMULATE_PHASE
+        if self._opens_window is None:
+            self._opens_window = int(self.accu_micro_steps.asnumpy()) == 0
+        self._measure_now = self._opens_window
+        return _MEASURED_PHASE if self._opens_window else _UNMEASURED_PHASE
+
+    def _select_sunk(self):
+        """Select the accumulation graph sunk into the device loop (Model_ACCU's sink mode): its micro-batches run
+        without the host, so with noise_scale="first" the graph decides at run time which one opens the window."""
+        self._accumulate_now, self._measure_now = True, None
+        self.phase = ACCUMULATE_PHASE
+
+    def _forget_open_window(self):
+        """The device's window counters were written from outside (a state load): read them again when needed."""
+        self._auto_window = self._opens_window = None
 
     def _update_phase(self):
         """The window end's graph phase: an adaptive policy is part of that graph, so each policy (none, or its
@@ -136,12 +167,35 @@ class AccumulationModes:
         """
         self._select(False)
         micro_batches = self._window_micro_batches()
-        outputs = super().__call__()
+        try:
+            outputs = super().__call__()
+        except BaseException:
+            self._opens_window = None
+            raise
+        self._opens_window = True
         self._time_window(micro_batches)
         if raise_skipped and self.nonfinite == "raise" and self.scale_kind is None:
             if int(float(self.accu_skip_history.asnumpy())) & 1:  # the newest window was skipped
                 raise window.NonFiniteWindowSkipped(window.nonfinite_message(self.owner_name, skipped=True), outputs)
         return outputs
+
+    def drop(self):
+        """
+        Discard the open window: buffers and counters cleared, no optimizer step, and the window not counted (the
+        next window takes its place in a schedule). The next call opens a window.
+
+        Returns:
+            Tensor, int32 scalar: the micro-batches the discarded window held.
+        """
+        try:
+            held = super().drop()
+        except BaseException:
+            self._auto_window = self._opens_window = None
+            raise
+        if self._auto_window is not None:
+            self._auto_window.close()
+        self._opens_window = True
+        return held
 
     def __call__(self, *args, **kwargs):
         warn_eval_mode(self)
@@ -149,10 +203,11 @@ class AccumulationModes:
         try:
             self._select(True)
             out = super().__call__(*args, **kwargs)
+            self._opens_window = False
             if not accumulate:
                 out = self.end_window()
         except BaseException:
-            self._auto_window = None
+            self._auto_window = self._opens_window = None
             forget_failed_forward(self.network)
             raise
         if self._mode is None:

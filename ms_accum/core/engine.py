@@ -472,7 +472,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         if self.measure_noise:  # items * |g|^2 of the micro-batch's mean gradient g (grads: g * seed_ratio)
             noise_weights = (items, items) if seed_ratio is None else (items / (seed_ratio * seed_ratio), items)
         return window.add_micro_batch(self.window_map, self.accu_grads, grads, weight, loss, items,
-                                      self._window_counters(), self._noise_sums(), self.noise_every, noise_weights)
+                                      self._window_counters(), self._noise_sums(), self._measures_micro_batch(),
+                                      noise_weights)
 
     _add_compiled = jit(_add)
 

@@ -96,17 +96,20 @@ def _micro_squared_rows(grad):
                      f"table (sparse=False), or noise_scale=False.")
 
 
-def add_micro_sq(hyper_map, sums, grads, weights, first, every):
+def add_micro_sq(hyper_map, sums, grads, weights, first, measure):
     """
     Measure a micro-batch into `sums` (a NoiseState's micro_sq, measured_items, measured): with `weights` (w_sq, w),
     w_sq * |grads|^2 (w * |g|^2 for its mean gradient g), its weight w and a count, restarted at a window's first
-    micro-batch (`first`; no reset is needed when a window is applied or dropped). With `every` False only the first
-    micro-batch is measured, the pass over its gradient skipped at run time for the others. Returns a Tensor to
-    depend on.
+    micro-batch (`first`, a Tensor; no reset is needed when a window is applied or dropped). `measure` (a constant
+    in the graph): ``True`` measures the micro-batch, ``False`` does not (the host knows it is not a window's first
+    and runs a graph without the pass), ``None`` measures it only if it is its window's first, decided at run time.
+    Returns a Tensor to depend on.
     """
     micro_sq, measured_items, measured = sums
     sq_weight, weight = (ops.cast(w, mstype.float32) for w in weights)
-    if every:
+    if measure is False:
+        return weight
+    if measure:
         squared = sq_weight * grad_ops.sum_over(hyper_map, micro_squared_sum, grads, sparse=True)
         done = ops.assign(micro_sq, ops.select(first, squared, micro_sq + squared))
         done = ops.depend(done, ops.assign(measured_items, ops.select(first, weight, measured_items + weight)))
@@ -190,6 +193,18 @@ class NoiseMeasure:
         params = noise.parameters if noise is not None else (None,) * 8
         (self.noise_micro_sq, self.noise_measured_items, self.noise_measured, self.noise_last_grad_sq,
          self.noise_last_trace, self.noise_smooth_grad_sq, self.noise_smooth_trace, self.noise_windows) = params
+
+    # With noise_scale="first": whether the next micro-batch is measured, when the host knows if it opens its
+    # window (a front end that counts windows on the host sets it, with a graph phase of its own for each value);
+    # None: decided in the graph at run time. Frozen into the compiled graph.
+    _measure_now = None
+
+    def _measures_micro_batch(self):
+        """What add_micro_sq's `measure` is for the micro-batch being added: True for every micro-batch
+        (noise_scale=True), else the host's choice when it has one and the step is compiled, else None."""
+        if self.noise_every:
+            return True
+        return None if self._eager else self._measure_now
 
     def _noise_sums(self):
         """The open window's measured sums (None when not measuring): what add_micro_sq takes."""

@@ -3,8 +3,10 @@
 The device counts a window's micro-batches in ``accu_micro_steps``; reading it after every micro-batch would make the
 host wait for each one. So the host keeps one count of its own, :class:`OpenWindow`, seeded from the device once: the
 training loop's (``trainers/loop.py``), which the out-of-memory rerun reads, and, for a parallel cell called in a
-loop of the user's, the cell's automatic mode's. :func:`epoch_end_action` is the partial-window rule, written once
-for the loop and for the plan of a run's updates (``schedule.py``).
+loop of the user's, the cell's automatic mode's. (With ``noise_scale="first"`` a parallel cell also keeps one
+bit, whether its next micro-batch opens a window, to choose its measuring graph: ``cells/parallel.py``.)
+:func:`epoch_end_action` is the partial-window rule, written once for the loop and for the plan of a run's updates
+(``schedule.py``).
 """
 
 PARTIAL_WINDOW_POLICIES = ("flush", "drop", "carry")

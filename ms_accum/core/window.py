@@ -136,13 +136,14 @@ def window_state(grad_sum):
     return state
 
 
-def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, noise_sums=None, every=True,
+def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, noise_sums=None, measure=True,
                     noise_weights=None):
     """buffers += weight * grads (in the buffers' dtype; `weight` None: the gradients as they are); the counters
     take in the micro-batch's `items` and `loss` (None: no loss to record); with the noise scale measured,
     `noise_sums` (a NoiseState's micro_sq, measured_items, measured) take in the micro-batch when it is measured
-    (`every`: all of them; else the window's first), weighted by `noise_weights` (what its squared gradient norm
-    and its measured items are multiplied by). Returns `loss` (or `items`) once every update is done."""
+    (`measure`: True, False, or None for the window's first only: ``noise_scale.add_micro_sq``), weighted by
+    `noise_weights` (what its squared gradient norm and its measured items are multiplied by). Returns `loss` (or
+    `items`) once every update is done."""
     item_count, micro_steps, loss_sum, min_items = counters
     if weight is None:
         added = hyper_map(grad_ops.accumulate, buffers, grads)
@@ -151,7 +152,7 @@ def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, no
     out = ops.depend(items if loss is None else loss, added)
     if noise_sums is not None:
         out = ops.depend(out, noise_scale.add_micro_sq(hyper_map, noise_sums, grads, noise_weights, micro_steps == 0,
-                                                       every))
+                                                       measure))
     out = ops.depend(out, ops.assign_add(item_count, items))
     out = ops.depend(out, ops.assign_add(micro_steps, ops.scalar_to_tensor(1, mstype.int32)))
     out = ops.depend(out, ops.assign(min_items, ops.minimum(min_items, items)))

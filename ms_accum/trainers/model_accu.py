@@ -419,6 +419,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         the accumulation graph sunk for `loop` steps."""
         sink_net = check_network_mode(self, sink_net)
         train_network(self).set_accumulation(True)
+        train_network(self)._select_sunk()  # pylint: disable=protected-access
         sink_net.phase = ACCUMULATE_PHASE
         if ACCUMULATE_PHASE not in self._registered_loops:
             self._register_loop_size(dataset, loop, ACCUMULATE_PHASE)

@@ -360,6 +360,9 @@ def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1
     saved_format = int(params[FORMAT].asnumpy()) if FORMAT in params else 1
     load_into(cell, params, path, arg_name=arg_name, what="a training state of this model",
               optional=lambda name: _added_since(saved_format, name))
+    forget = getattr(cell, "_forget_open_window", None)  # a parallel cell's host view of its window
+    if forget is not None:
+        forget()
     for param in cell.get_parameters():
         if param.name.endswith(ADDED_IN_FORMAT_4) and param.name not in params:
             write_parameter(param, 1.0)  # the buffers it wrote hold item-weighted sums
