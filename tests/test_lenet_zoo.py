@@ -516,7 +516,6 @@ def test_train_py_follows_a_schedule_and_records_the_noise_scale(tmp_path):
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--adaptive_steps", "--goodput_steps"])
 def test_train_py_takes_a_policy_from_one_micro_batch_in_data_parallel_only(flag):
     """MIN = 1 is planned on 2 devices (a window of one micro-batch a device holds two for the noise estimate: the
@@ -529,6 +528,7 @@ def test_train_py_takes_a_policy_from_one_micro_batch_in_data_parallel_only(flag
         train.accumulation_plan(train.parse_args([flag, "1:8", "--lr_scaling", "sqrt"]), "driver", 1)
 
 
+@pytest.mark.slow
 def test_train_py_adapts_n_to_the_measured_noise_scale(tmp_path):
     """--adaptive_steps: every window's N is the policy's answer to the figures recorded before it."""
     import ms_accum  # pylint: disable=import-outside-toplevel
