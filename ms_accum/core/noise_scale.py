@@ -201,7 +201,8 @@ class NoiseMeasure:
 
     def _measures_micro_batch(self):
         """What add_micro_sq's `measure` is for the micro-batch being added: True for every micro-batch
-        (noise_scale=True), else the host's choice when it has one and the step is compiled, else None."""
+        (noise_scale=True), else the host's choice when it has one and the step is compiled, else None. Reads
+        ``_eager``, which :class:`compiled.CompiledCall` sets before each call."""
         if self.noise_every:
             return True
         return None if self._eager else self._measure_now
