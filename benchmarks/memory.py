@@ -26,6 +26,8 @@ trainable parameters: accumulation's buffers are one copy, whenever they become 
 - tutorial-clip: the same, the window's gradient clipped by MindSpore's ``ops.clip_by_global_norm`` (no ms_accum:
   what MindSpore charges for one pass over the gradient at the window's end, inside the step with the network);
 - driver: ``GradientAccumulation.train_process``, dataset;
+- driver-first: the same with ``noise_scale="first"`` (two accumulation graphs, one measuring a window's first
+  micro-batch, the host choosing);
 - model-accu: ``Model_ACCU.train`` over ``TrainAccuStepsCell``, dataset, no sink;
 - plain-b-data: ``Model.train`` over ``nn.TrainOneStepCell``, batch b, dataset (the driver's and Model_ACCU's
   plain counterpart: a dataset pipeline holds memory of its own).
@@ -39,8 +41,8 @@ import argparse
 import harness
 
 CONFIGS = ("plain-b", "plain-Nb", "plain-b-data", "three-cells", "accumulator", "tutorial", "driver", "model-accu",
-           "tutorial-clip")
-DATASET_FED = ("plain-b-data", "driver", "model-accu")
+           "tutorial-clip", "driver-first")
+DATASET_FED = ("plain-b-data", "driver", "model-accu", "driver-first")
 
 
 def tensors_of(config, batches, steps):
@@ -78,8 +80,9 @@ def trainer(config, args, net, loss, optimizer, batches, tensors):
                     cells[1]()
                     cells[2]()
         return run
-    if config == "driver":
-        accumulation = ms_accum.GradientAccumulation(net, loss, optimizer)
+    if config in ("driver", "driver-first"):
+        accumulation = ms_accum.GradientAccumulation(net, loss, optimizer,
+                                                     noise_scale="first" if config == "driver-first" else False)
         return lambda: accumulation.train_process(1, harness.dataset_of(batches), steps, ckpt_path=None,
                                                   log_every=0)
     if config == "model-accu":
