@@ -33,51 +33,18 @@ FLOOR = "jit step + squared norms"
 FLOOR_FIRST = "jit step + first squared norm"
 
 
-def jit_step_runner(parts, measure, images, labels, batch, steps):
-    """A function training the `images` once (its wall and CPU seconds) with the MindSpore tutorial's accumulator
-    in an ``ms.jit`` step on fresh `parts`, N = `steps` micro-batches of `batch`. With `measure` ``"every"`` the
-    step also adds each micro-batch's squared gradient norm into a Parameter, with the kernels ms_accum's
-    measurement runs; with ``"first"`` a second jit step does so, called for each window's first micro-batch. Each
-    step's result passes through a runtime branch, as ms_accum's micro-steps' do on CPU."""
-    import mindspore as ms  # pylint: disable=import-outside-toplevel
-    from mindspore import Parameter, Tensor, nn, ops  # pylint: disable=import-outside-toplevel
-    from ms_accum.core import grad_ops  # pylint: disable=import-outside-toplevel
-    from ms_accum.core.compiled import through_a_branch  # pylint: disable=import-outside-toplevel
-    net, loss, optimizer = parts()
-    grad_fn, accumulator, _ = harness.step_parts("tutorial", nn.WithLossCell(net, loss), optimizer, steps)
-    squares = Parameter(Tensor(0.0, ms.float32), name="floor_squares", requires_grad=False)
-    hyper_map = ops.HyperMap()
+def floor_runner(parts, measure, images, labels, batch, steps):
+    """A function training the `images` once (its wall and CPU seconds) with the tutorial's jit step,
+    ``harness.tutorial_runner`` (`measure` None, ``"every"`` or ``"first"``), raising if a measuring step summed no
+    squared norm."""
+    run, squares, _ = harness.tutorial_runner(parts, images, labels, batch, steps, measure)
 
-    def step(x, y, squared):
-        loss_value, grads = grad_fn(x, y)
-        if squared:  # a constant when compiled
-            loss_value = ops.depend(loss_value, ops.assign_add(squares, grad_ops.sum_over(
-                hyper_map, grad_ops.squared_sum, grads)))
-        return through_a_branch(ops.depend(loss_value, accumulator(grads)))
-
-    @ms.jit
-    def plain_step(x, y):
-        return step(x, y, False)
-
-    @ms.jit
-    def measured_step(x, y):
-        return step(x, y, True)
-
-    batches = [(Tensor(images[i:i + batch]), Tensor(labels[i:i + batch])) for i in range(0, len(images), batch)]
-    chosen = [measured_step if measure == "every" or (measure == "first" and index % steps == 0) else plain_step
-              for index in range(len(batches))]
-
-    def epoch():
-        for (x, y), train_step in zip(batches, chosen):
-            loss_value = train_step(x, y)
-        loss_value.asnumpy()  # wait for the device
-
-    def run():
-        elapsed = harness.wall_and_cpu(epoch)
+    def checked():
+        elapsed = run()
         if measure and not float(squares.asnumpy()) > 0.0:
             raise RuntimeError(f"The floor's jit step summed no squared gradient norms (got {squares.asnumpy()}).")
         return elapsed
-    return run
+    return checked
 
 
 def measure_model(name, args):
@@ -89,7 +56,7 @@ def measure_model(name, args):
     runners = harness.driver_runners(parts, {off: {}, every: {"noise_scale": True}, first: {"noise_scale": "first"}},
                                      images, labels, args.batch, args.steps)
     for label, measure in ((FLOOR_BASE, None), (FLOOR, "every"), (FLOOR_FIRST, "first")):
-        runners[label] = jit_step_runner(parts, measure, images, labels, args.batch, args.steps)
+        runners[label] = floor_runner(parts, measure, images, labels, args.batch, args.steps)
     harness.compare_runners(name, args, runners, {every: off, first: off, FLOOR: FLOOR_BASE,
                                                    FLOOR_FIRST: FLOOR_BASE})
 

@@ -329,16 +329,15 @@ AT_SIZE_COPY_MIB = 288.4
     ("graph", "momentum"), ("pynative", "momentum"),
     pytest.param("graph", "mindcv", marks=pytest.mark.ecosystem)])
 def test_every_path_holds_the_tutorials_memory_at_size(mode, optimizer):
-    """docs/performance.md, "At size": on the MLP at width 8192 (micro-batch 8, N 8, 2 windows), every path peaks
-    within the MindSpore tutorial's accumulator's peak plus 0.25 copies of the parameters: plain training over
-    tensors and over a dataset, the three cells, Accumulator in a jit step, the driver (also with
-    noise_scale="first", whose two accumulation graphs the host chooses between: +0.19 in GRAPH_MODE with
-    nn.Momentum, 2026-12-03) and Model_ACCU, each in a fresh process (peak resident memory, VmHWM). Measured above the tutorial, MindSpore 2.10.0, 2026-12-02, three
-    cells, Accumulator, driver and Model_ACCU: GRAPH_MODE and nn.Momentum +0.09, +0.13, +0.12, +0.12 (a margin of
-    0.12 copies, 35 MiB, to the claim); PYNATIVE_MODE and nn.Momentum +0.08, +0.12, +0.11, +0.11; GRAPH_MODE and
-    MindCV's optimizer +0.05, +0.11, +0.07, +0.07; plain training within +0.01 of the tutorial or below it. A
-    temporary of the largest parameter anywhere in a path (a weighted add's product, a divided copy, a squared
-    gradient) adds 0.9 copies.
+    """docs/performance.md, "At size": on the MLP at width 8192 (micro-batch 8, N 8, 2 windows), every path peaks within
+    the MindSpore tutorial's accumulator's peak plus 0.25 copies of the parameters: plain training over tensors and over
+    a dataset, the three cells, Accumulator in a jit step, the driver (also with noise_scale="first", whose two
+    accumulation graphs the host chooses between: +0.19 in GRAPH_MODE with nn.Momentum, 2026-12-03) and Model_ACCU, each
+    in a fresh process (peak resident memory, VmHWM). Measured above the tutorial, MindSpore 2.10.0, 2026-12-02, three
+    cells, Accumulator, driver and Model_ACCU: GRAPH_MODE and nn.Momentum +0.09, +0.13, +0.12, +0.12 (a margin of 0.12
+    copies, 35 MiB, to the claim); PYNATIVE_MODE and nn.Momentum +0.08, +0.12, +0.11, +0.11; GRAPH_MODE and MindCV's
+    optimizer +0.05, +0.11, +0.07, +0.07; plain training within +0.01 of the tutorial or below it. A temporary of the
+    largest parameter anywhere in a path (a weighted add's product, a divided copy, a squared gradient) adds 0.9 copies.
     With nn.Momentum in GRAPH_MODE the reference holds its own buffers too: the tutorial at least 0.75 copies above
     plain training (+1.0 measured), so a tutorial run that held nothing cannot pass the paths."""
     if optimizer == "mindcv":
@@ -361,11 +360,11 @@ TABLE_PATHS = ("plain-b", "three-cells", "driver", "model-accu")
 @pytest.mark.ecosystem
 def test_no_path_copies_the_text_models_embedding_table():
     """The text model (benchmarks/harness/models.py: its first and largest parameter an embedding table of 48.8 MiB),
-    GRAPH_MODE, MindCV's optimizer (as docs/performance.md's table): the three cells, the driver and Model_ACCU peak no higher than plain training at the
-    micro-batch (measured 2026-12-02, copies above plain-b: -0.6, -0.5, -0.5). A copy of the table anywhere in a
-    window's end adds one: the driver's and Model_ACCU's window end ordered the in-place division through its records
-    from da25a27 to 969e8b3, and their optimizer's read of the buffers after the write held +0.5
-    (docs/performance_history.md, Memory: the division's order)."""
+    GRAPH_MODE, MindCV's optimizer (as docs/performance.md's table): the three cells, the driver and Model_ACCU peak no
+    higher than plain training at the micro-batch (measured 2026-12-02, copies above plain-b: -0.6, -0.5, -0.5). A copy
+    of the table anywhere in a window's end adds one: the driver's and Model_ACCU's window end ordered the in-place
+    division through its records from da25a27 to 969e8b3, and their optimizer's read of the buffers after the write held
+    +0.5 (docs/performance_history.md, Memory: the division's order)."""
     pytest.importorskip("mindcv", reason="MindCV's optimizer: pip install mindcv==0.3.0")
     done = run("--model", "text", "--configs", ",".join(TABLE_PATHS), script=MEMORY)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -445,6 +444,28 @@ def test_nonfinite_cost_benchmark_prints_the_checks_ratio():
 def test_noise_cost_benchmark_refuses_bad_arguments(args, message):
     done = run(*args, script=NOISE_COST)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+SQUARED_NORM = os.path.join(BENCHMARKS, "lab", "squared_norm.py")
+
+
+@pytest.mark.slow
+def test_squared_norm_probe_prints_every_way_alone_cold_and_in_the_step():
+    """benchmarks/lab/squared_norm.py, the floor under noise_scale="first": a row per way with its shares of a window
+    (alone warm, alone cold, in the step) and its relative error against float64 (each way computes sum(g ** 2):
+    L2Loss to 1e-2, as it sums in a lower precision here, the others to 1e-5), and the two-graph lines."""
+    done = run("--models", "lenet", "--pairs", 2, "--windows", 2, "--steps", 2, "--batch", 8, script=SQUARED_NORM)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    share = r"(-?[0-9.]+)% \((-?[0-9.]+)-(-?[0-9.]+)\)"
+    rows = re.findall(rf"^\| ([a-z0-9-]+) \| {share}, (-?[0-9.]+) ms \| {share}, (-?[0-9.]+) ms \| {share}, "
+                      rf"(-?[0-9.]+) ms \| {share} \| ([0-9.e+-]+) \|$", done.stdout, re.M)
+    assert [r[0] for r in rows] == ["rows", "squares", "l2loss", "flat-matmul", "norm"], done.stdout[-3000:]
+    for way, *figures, error in rows:
+        assert all(math.isfinite(float(v)) for v in figures), (way, figures)
+        assert float(error) < (1e-2 if way == "l2loss" else 1e-5), (way, error)
+    lines = re.findall(rf"^  (two graphs(?: \+ rows)?) \(.*\): wall {share}, CPU {share}, (-?[0-9.]+) ms a window$",
+                       done.stdout, re.M)
+    assert [line[0] for line in lines] == ["two graphs", "two graphs + rows"], done.stdout[-3000:]
 
 
 def test_batch_schedules_benchmark_prints_its_tables_and_draws_its_plot(tmp_path):

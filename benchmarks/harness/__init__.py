@@ -8,14 +8,14 @@
 - ``data`` and ``models``: the data, networks, losses and optimizers the benchmarks train;
 - ``steps``: plain training and ms_accum's paths as the benchmarks run them;
 - ``peers``: the MindSpore tutorial's accumulator (with its start-up floors) and LeNet5 in PyTorch;
-- ``costs``: the cost benchmarks' drivers, rotation and ratios.
+- ``costs``: the cost benchmarks' drivers, the tutorial's step with a squared norm, rotation and ratios.
 
 A benchmark is a script in ``benchmarks/`` (``benchmarks/lab/`` holds one-off probes) that imports this package
 and never another benchmark; it reads every name here as ``harness.<name>``. Importing the package loads no
 MindSpore: it puts the repository and ``model_zoo_lenet`` on ``sys.path``, and each function imports what it needs.
 """
 from .paths import ROOT, SAMPLE, ZOO
-from .costs import compare_runners, cost_arguments, driver_runners
+from .costs import compare_runners, cost_arguments, driver_runners, tutorial_runner
 from .data import TEXT_VOCAB, dataset_of, random_batches, sample_arrays, window_of
 from .memory import copy_mib_of, peak_mib, rss_mib
 from .models import (COST_MODELS, PROJECT_MODELS, block_model, build, lenet_parts, plain_parts, resnet18_parts,
@@ -29,7 +29,7 @@ from .steps import (accumulated_update, dataset_trainer, plain_and_three_cells, 
 from .timing import (PHASE_LINE, compile_phases, profile_compiles, spread, timed, timed_epochs, wall_and_cpu,
                      where_the_time_goes)
 
-__all__ = ["ROOT", "SAMPLE", "ZOO", "compare_runners", "cost_arguments", "driver_runners", "TEXT_VOCAB", "dataset_of",
+__all__ = ["ROOT", "SAMPLE", "ZOO", "compare_runners", "cost_arguments", "driver_runners", "tutorial_runner", "TEXT_VOCAB", "dataset_of",
            "random_batches", "sample_arrays", "window_of", "copy_mib_of", "peak_mib", "rss_mib", "COST_MODELS",
            "PROJECT_MODELS", "block_model", "build", "lenet_parts", "plain_parts", "resnet18_parts", "text_model",
            "wide_mlp", "TUTORIAL_CLIP_NORM", "checked_window_end", "jit_step", "step_cell", "step_parts",

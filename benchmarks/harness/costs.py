@@ -1,8 +1,10 @@
-"""The cost benchmarks (``noise_cost.py``, ``nonfinite_cost.py``): drivers that differ in one setting, trained in
-rotating blocks in one process, their time ratios printed as medians and quartiles."""
+"""The cost benchmarks (``noise_cost.py``, ``nonfinite_cost.py``, ``lab/squared_norm.py``): drivers that differ in one
+setting, and the tutorial's jit step with and without a squared gradient norm, trained in rotating blocks in one
+process, their time ratios printed as medians and quartiles."""
 import argparse
 import statistics
 
+from .peers import step_parts
 from .runner import rotate, start_mindspore
 from .timing import spread, wall_and_cpu
 
@@ -28,6 +30,54 @@ def driver_runners(parts, variants, images, labels, batch, steps):
             return elapsed
         runners[label] = run
     return runners
+
+
+def tutorial_runner(parts, images, labels, batch, steps, measure=None, function=None):
+    """(run(), the Parameter the squared norms are added into, one micro-batch's gradients as a mutable tuple of
+    Tensors): run() trains the micro-batches of `images` and `labels` once with the MindSpore tutorial's accumulator
+    in an ``ms.jit`` step on fresh ``parts()``, N = `steps` micro-batches of `batch`, and returns its (wall, CPU)
+    seconds. With `measure` ``"every"`` the step also adds each micro-batch's squared gradient norm into the
+    Parameter (`function`, a MultitypeFuncGraph of one gradient: by default ``grad_ops.squared_sum``, the kernels
+    ms_accum's measurement runs); with ``"first"`` a second jit step does so, which the host calls for each
+    window's first micro-batch. Each step's result passes through a runtime branch, as ms_accum's micro-steps' do on
+    CPU (``compiled.through_a_branch``: without one, MindSpore's CPU runs a jit graph several times slower)."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    from mindspore import Parameter, Tensor, nn, ops  # pylint: disable=import-outside-toplevel
+    from ms_accum.core import grad_ops  # pylint: disable=import-outside-toplevel
+    from ms_accum.core.compiled import through_a_branch  # pylint: disable=import-outside-toplevel
+    net, loss, optimizer = parts()
+    grad_fn, accumulator, _ = step_parts("tutorial", nn.WithLossCell(net, loss), optimizer, steps)
+    squares = Parameter(Tensor(0.0, ms.float32), name="floor_squares", requires_grad=False)
+    hyper_map = ops.HyperMap()
+    function = grad_ops.squared_sum if function is None else function
+
+    def step(x, y, squared):
+        loss_value, grads = grad_fn(x, y)
+        if squared:  # a constant when compiled
+            loss_value = ops.depend(loss_value, ops.assign_add(squares, grad_ops.sum_over(hyper_map, function,
+                                                                                          grads)))
+        return through_a_branch(ops.depend(loss_value, accumulator(grads)))
+
+    @ms.jit
+    def plain_step(x, y):
+        return step(x, y, measure == "every")
+
+    @ms.jit
+    def measured_step(x, y):
+        return step(x, y, True)
+
+    batches = [(Tensor(images[i:i + batch]), Tensor(labels[i:i + batch])) for i in range(0, len(images), batch)]
+    chosen = [measured_step if measure == "first" and index % steps == 0 else plain_step
+              for index in range(len(batches))]
+
+    def run():
+        def epoch():
+            for (x, y), train_step in zip(batches, chosen):
+                loss_value = train_step(x, y)
+            loss_value.asnumpy()  # wait for the device
+        return wall_and_cpu(epoch)
+    _, grads = grad_fn(*batches[0])
+    return run, squares, ms.mutable(tuple(Tensor(g.asnumpy()) for g in grads))
 
 
 def compare_runners(name, args, runners, baselines):
