@@ -181,3 +181,18 @@ def test_a_counter_written_from_the_host_after_the_graphs_ran_is_read_by_them():
         trainer.train_process(1, data, {0: 1, 2: 2}, ckpt_path=None, log_every=0)
         assert int(opt.global_step.asnumpy()[0]) == 5 * run
         assert int(trainer.cell.accu_windows.asnumpy()) == 5
+
+
+def test_a_network_that_cannot_be_compiled_gives_one_notice_for_all_its_graphs(capsys):
+    """noise_scale="first": two accumulation graphs hold the network (measured and unmeasured micro-batches); it
+    runs eagerly in both after one notice, and trains as the large batch."""
+    batches = micro_batches(SIZES)
+    net, loss, opt = _try_net()
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, accumulation_steps=len(SIZES),
+                                       noise_scale="first")
+    for x, y in batches + batches:  # two windows, each opened by a measured micro-batch
+        cell(Tensor(x), Tensor(y))
+    notices = [line for line in capsys.readouterr().err.splitlines() if "runs its step eagerly" in line]
+    assert len(notices) == 1, notices
+    reference = partial(reference_train, "momentum", make=lambda _, seed: _try_net(seed))
+    assert_equals_large_batch(params_of(net), reference, [batches, batches], context="noise_scale='first', eager")

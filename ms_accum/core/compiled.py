@@ -139,9 +139,7 @@ class CompiledCall:
         hooked = hooked_cell(self)
         if hooked is not None:
             self._eager, self._branched = True, False
-            self._eager_phases = self._eager_phases | {phase}
-            print(f"ms_accum: {type(self).__name__} runs its step eagerly in PYNATIVE_MODE (slower): its network has "
-                  f"hooks (on '{hooked}'), which a compiled graph would not call.", file=sys.stderr)
+            self._eager_phase(phase, f"its network has hooks (on '{hooked}'), which a compiled graph would not call")
             return super().__call__(*args, **kwargs)
         try:
             out = self._jit_construct(*args, **kwargs)
@@ -149,13 +147,20 @@ class CompiledCall:
             # Run the step eagerly: an error of the network itself is raised from there, with this one chained.
             self._eager, self._branched = True, False
             out = super().__call__(*args, **kwargs)
-            self._eager_phases = self._eager_phases | {phase}
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            print(f"ms_accum: {type(self).__name__} runs its step eagerly in PYNATIVE_MODE (slower): it could not be "
-                  f"compiled with mindspore.jit ({type(error).__name__}: {first_line[:200]}).", file=sys.stderr)
+            self._eager_phase(phase, f"it could not be compiled with mindspore.jit ({type(error).__name__}: "
+                                     f"{first_line[:200]})")
             return out
         self._compiled_phases = self._compiled_phases | {phase}
         return out
+
+    def _eager_phase(self, phase, why):
+        """Run `phase` eagerly from now on; the notice, `why`, is printed for the cell's first such phase only (a
+        cell whose network cannot be compiled has it in several graphs: noise_scale="first"'s two accumulations)."""
+        if not self._eager_phases:
+            print(f"ms_accum: {type(self).__name__} runs its step eagerly in PYNATIVE_MODE (slower): {why}.",
+                  file=sys.stderr)
+        self._eager_phases = self._eager_phases | {phase}
 
 
 def write_parameter(param, value):
