@@ -446,6 +446,24 @@ def test_noise_cost_benchmark_refuses_bad_arguments(args, message):
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
+WINDOW_END_MEMORY = os.path.join(BENCHMARKS, "lab", "window_end_memory.py")
+
+
+@pytest.mark.slow
+def test_window_end_memory_probe_prints_each_variants_peaks_window_by_window():
+    """benchmarks/lab/window_end_memory.py: a row per variant (the tutorial, the engine and the engine without each
+    part of its window end, each a fresh process), a peak after each window's first and last micro-batch; the peak
+    (VmHWM) never falls, and the engine's buffers are resident by its first window's end."""
+    done = run("--steps", 2, "--windows", 2, "--micro_batch", 4, script=WINDOW_END_MEMORY)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {name: [float(v) for v in values.split(" | ")] for name, values in re.findall(
+        r"^\| ([a-z ]+) \| ([-+0-9. |]+) \|$", done.stdout, re.M)}
+    assert list(rows) == ["tutorial", "engine", "no division", "no skip branch", "neither"], done.stdout[-3000:]
+    for name, peaks in rows.items():
+        assert len(peaks) == 4 and peaks == sorted(peaks), (name, peaks)
+        assert peaks[1] >= 0.75, (name, peaks)  # at least the buffers (or the tutorial's) and the moments
+
+
 SQUARED_NORM = os.path.join(BENCHMARKS, "lab", "squared_norm.py")
 
 
