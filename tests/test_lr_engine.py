@@ -506,3 +506,25 @@ def test_in_data_parallel_a_calibrating_goodput_policy_is_told_the_slowest_devic
     np.testing.assert_allclose(cell.accu_goodput_constants.asnumpy(), [0.02, 0.1], rtol=1e-6)
     cell.observe_window(4, 4, 0.09)
     assert len(gathered) == 4  # frozen: the same on every device, nothing to gather
+
+
+@pytest.mark.parametrize("cell", ["TrainAccuStepsCell", "TrainAccuStepsWithLossScaleCell", "Accumulator"])
+@pytest.mark.parametrize("steps, message", [(0, "must be an int >= 1"),
+                                            (ms_accum.AdaptiveAccumulation(2, 8), "needs the noise scale")])
+def test_a_refused_cell_leaves_the_optimizer_as_it_was(cell, steps, message):
+    """A cell whose N is refused does not rewire the optimizer for its rule first: the learning rate is the
+    optimizer's own, and the corrected cell without a rule is built (a rewired one would be refused, its progress
+    never advanced)."""
+    net = nn.Dense(4, 1)
+    optimizer = nn.Momentum(net.trainable_params(), [0.01] * 10, 0.9)
+    rate = optimizer.learning_rate
+
+    def build(**kwargs):
+        if cell == "Accumulator":
+            return ms_accum.Accumulator(optimizer, **kwargs)
+        scale = (Tensor(1024.0, ms.float32),) if cell == "TrainAccuStepsWithLossScaleCell" else ()
+        return getattr(ms_accum, cell)(nn.WithLossCell(net, nn.MSELoss()), optimizer, *scale, **kwargs)
+    with pytest.raises(ValueError, match=message):
+        build(gradient_accumulation_steps=steps, lr_scaling="linear")
+    assert optimizer.learning_rate is rate, type(optimizer.learning_rate).__name__
+    assert build(gradient_accumulation_steps=2).lr_scaling == "none"

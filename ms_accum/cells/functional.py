@@ -135,8 +135,8 @@ class Accumulator(WindowEngine, nn.Cell):
                           noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
                           loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
                           nonfinite=nonfinite)
-        self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)
         self.set_gradient_accumulation_steps(*steps)
+        self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)  # last: it may rewire the optimizer
         self.loss_scaler = loss_scaler
         self.shapes = tuple(tuple(p.shape) for p in optimizer.parameters)
         self.last_overflow = Parameter(Tensor(False, mstype.bool_), name=f"{WINDOW_PREFIX}.last_overflow",

@@ -328,8 +328,8 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
                           check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
                           noise=noise_state(owner, naming.window_prefix, noise_scale, average), nonfinite=nonfinite,
                           rebuild=naming.rebuild_hint, window_end_in_python=True)
-        self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)
         self.set_gradient_accumulation_steps(*steps)
+        self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)  # last: it may rewire the optimizer
         self._init_modes()
 
     def construct(self, *inputs):

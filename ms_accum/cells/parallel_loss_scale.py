@@ -110,8 +110,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
                           noise=noise_state(owner, naming.window_prefix, noise_scale, average),
                           loss_scale=(kind, updater, scale), nonfinite=nonfinite, rebuild=naming.rebuild_hint,
                           window_end_in_python=True)
-        self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)
         self.set_gradient_accumulation_steps(*steps)
+        self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)  # last: it may rewire the optimizer
         self._init_modes()
         self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{naming.window_prefix}.overflow",
                                        requires_grad=False)
