@@ -20,7 +20,7 @@ from ms_accum.core.compiled import write_parameter
 from ms_accum.core import engine as engine_module
 from ms_accum.core.engine import WindowEngine
 from helpers import numpy_dataset
-from test_noise_scale import FEATURES, formula, make_net, per_sample_grads, population, smoothed_estimates
+from test_noise_scale import formula, make_net, per_sample_grads, population, smoothed_estimates
 
 SCHEDULE = {0: 1, 2: 3}
 WINDOWS = (1, 1, 3, 3)  # the schedule's N for windows 0 to 3
@@ -340,6 +340,30 @@ def test_a_rate_list_is_checked_against_the_runs_reference_steps():
                                          r"list must have an entry for every reference step of the run .* but it has "
                                          r"7 and this run needs 8"):
         driver.train_process(1, numpy_dataset(flat(windows_of_data())), SCHEDULE, ckpt_path=None, log_every=0)
+
+
+@pytest.mark.parametrize("entries, refused", [(3, False), (2, True)])
+def test_a_rate_list_is_checked_against_the_windows_that_train(entries, refused):
+    """partial_window="drop": 14 micro-batches of 8, N 4, G0 = 32, so three windows read entries 0 to 2 and the
+    last two micro-batches are dropped, moving no progress: 3 entries are enough, 2 are not."""
+    rng = np.random.default_rng(0)
+    data = numpy_dataset([(rng.normal(size=(8, 6)).astype(np.float32), rng.normal(size=(8, 1)).astype(np.float32))
+                          for _ in range(14)])
+    net = nn.Dense(6, 1)
+    optimizer = nn.Momentum(net.trainable_params(), [0.01, 0.02, 0.03][:entries], 0.9)
+    driver = ms_accum.GradientAccumulation(net, nn.MSELoss(), optimizer, lr_scaling="linear")
+    telemetry = ms_accum.WindowTelemetry()
+
+    def run():
+        driver.train_process(1, data, 4, partial_window="drop", callbacks=[telemetry], ckpt_path=None, log_every=0)
+    if refused:
+        with pytest.raises(ValueError, match=r"but it has 2 and this run needs 3 \(0 done before it, 3 in it: 12 "
+                                             r"micro-batches"):
+            run()
+        return
+    run()
+    assert [r.learning_rate for r in telemetry.records] == pytest.approx([0.01, 0.02, 0.03])
+    assert [r.progress for r in telemetry.records] == [1.0, 2.0, 3.0]
 
 
 # ----------------------------------------------------------------- exact resume

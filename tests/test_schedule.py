@@ -97,20 +97,21 @@ def test_bad_schedules_are_refused(steps, error, message):
 
 
 def simulate(schedule, steps_per_epoch, epochs, policy):
-    """The driver's loop, micro-batch by micro-batch: windows begun before each epoch, and updates."""
-    update, pending, before = 0, 0, [0]
+    """The driver's loop, micro-batch by micro-batch: windows begun before each epoch, updates, and the
+    micro-batches that reached an update."""
+    update, pending, before, trained = 0, 0, [0], 0
     for epoch in range(epochs):
         for _ in range(steps_per_epoch):
             pending += 1
             if pending == schedule.steps_at(update):
-                update, pending = update + 1, 0
+                update, pending, trained = update + 1, 0, trained + pending
         last = epoch == epochs - 1
         if pending and (policy == "flush" or (policy == "carry" and last)):
-            update, pending = update + 1, 0
+            update, pending, trained = update + 1, 0, trained + pending
         elif pending and policy == "drop":
             pending = 0
         before.append(update)
-    return before, update
+    return before, update, trained
 
 
 @pytest.mark.parametrize("policy", ms_accum.PARTIAL_WINDOW_POLICIES)
@@ -118,8 +119,9 @@ def simulate(schedule, steps_per_epoch, epochs, policy):
 def test_run_plan_counts_the_windows_of_the_drivers_loop(steps, policy):
     schedule = AccumulationSchedule(steps)
     for steps_per_epoch, epochs in ((7, 3), (10, 2), (13, 1)):
-        assert schedule.run_plan(steps_per_epoch, epochs, policy) == simulate(schedule, steps_per_epoch, epochs,
-                                                                              policy)
+        before, updates, trained = simulate(schedule, steps_per_epoch, epochs, policy)
+        assert schedule.run_plan(steps_per_epoch, epochs, policy) == (before, updates)
+        assert schedule.trained_micro_batches(steps_per_epoch, epochs, policy) == trained
 
 
 # ----------------------------------------------------------------- the driver

@@ -162,23 +162,34 @@ class AccumulationSchedule:
             tuple(list[int], int): windows begun before epoch e (e = 0 .. epochs), counting those a policy later
             dropped as not begun; the run's updates.
         """
-        update, pending, before = 0, 0, [0]
+        before, update, _ = self._walk(micro_batches_per_epoch, epochs, partial_window)
+        return before, update
+
+    def trained_micro_batches(self, micro_batches_per_epoch, epochs, partial_window):
+        """The micro-batches of such a run that reach an update: all but those of windows a policy drops."""
+        return self._walk(micro_batches_per_epoch, epochs, partial_window)[2]
+
+    def _walk(self, micro_batches_per_epoch, epochs, partial_window):
+        """(windows begun before each epoch, updates, micro-batches updated) of :meth:`run_plan`'s run."""
+        update, pending, before, trained = 0, 0, [0], 0
         for epoch in range(epochs):
             left = micro_batches_per_epoch
             while left:
                 need = self.steps_at(update) - pending
                 if need <= left:
                     left -= need
+                    trained += need + pending
                     update, pending = update + 1, 0
                 else:
                     pending, left = pending + left, 0
             action = epoch_end_action(partial_window, epoch == epochs - 1) if pending else "carry"
             if action == "update":
                 update += 1
+                trained += pending
             if action != "carry":
                 pending = 0
             before.append(update)
-        return before, update
+        return before, update, trained
 
 
 def check_steps(owner, arg_name, value):

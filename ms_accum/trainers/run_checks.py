@@ -189,8 +189,12 @@ def check_run_learning_rate(owner, optimizer, steps, micro_batches_per_epoch, ep
     if micro_batch_items is not None and progress_rates(optimizer):
         first = steps.initial_steps if hasattr(steps, "initial_steps") else \
             steps.steps_at(0) if isinstance(steps, AccumulationSchedule) else steps
-        check_progress_lr_schedule(owner, optimizer, micro_batches_per_epoch * epochs, first, micro_batch_items,
-                                   from_start, adascale=lr_scaling.startswith("adascale"))
+        trained = micro_batches_per_epoch * epochs  # a policy's windows: at most every micro-batch
+        if not isinstance(steps, POLICIES):  # a window a policy drops moves no progress
+            schedule = steps if isinstance(steps, AccumulationSchedule) else AccumulationSchedule(steps)
+            trained = schedule.trained_micro_batches(micro_batches_per_epoch, epochs, partial_window)
+        check_progress_lr_schedule(owner, optimizer, trained, first, micro_batch_items, from_start,
+                                   adascale=lr_scaling.startswith("adascale"))
         return
     adaptive = isinstance(steps, POLICIES)
     most = max_updates(steps.min_steps, micro_batches_per_epoch, epochs, partial_window) if adaptive else \
