@@ -482,10 +482,26 @@ def test_each_state_write_keeps_the_previous_generation(tmp_path):
     assert os.path.exists(tmp_path / "state.prev.ckpt")
 
 
+def test_one_process_resumes_from_its_state_file_not_an_older_runs_generation(tmp_path):
+    """A run restarted afresh on the same path writes fewer micro-batches than the run before it: its state file,
+    the newest, is the one resumed, not the previous generation the earlier run left (further on, older). That
+    generation is not read on one process: one of another model refuses nothing."""
+    trainer, _ = make_trainer(seed=1)
+    state = str(tmp_path / "state.ckpt")
+    for position in (12, 20):  # the first run, killed late
+        ms_accum.save_training_state(trainer.cell, state, position, position // 4)
+    ms_accum.save_training_state(trainer.cell, state, 4, 1)  # the run started afresh, killed early
+    assert _positions_in(state) == [4, 20]
+    assert ms_accum.load_training_state(make_trainer(seed=2)[0].cell, state, total_micro_batches=40) == (4, 1)
+    ms.save_checkpoint(nn.Dense(3, 3), str(tmp_path / "state.prev.ckpt"))  # another model's file
+    assert ms_accum.load_training_state(make_trainer(seed=2)[0].cell, state, total_micro_batches=40) == (4, 1)
+
+
 def test_ranks_resume_from_the_newest_position_all_of_them_saved():
     from ms_accum.trainers.state import common_position
     assert common_position([[8, 4], [8, 4]]) == 8
     assert common_position([[12, 8], [8, 4]]) == 8  # rank 1 died before its write at 12
+    assert common_position([[4, 20], [4, 20]]) == 4  # newest written first: a run restarted afresh, then an older one
     with pytest.raises(ms_accum.CheckpointError, match=r"the ranks must resume from the same position, but no "
                                                        r"position is saved by every rank \(rank 0: \[12, 8\]; "
                                                        r"rank 1: \[4\]\)"):

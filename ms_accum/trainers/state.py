@@ -226,10 +226,13 @@ def _generation(path, rank, world, may_move, arg_name):
 
 def common_position(positions_per_rank, arg_name="resume_from"):
     """
-    The newest position (micro-batches done) that every rank holds a state for.
+    The newest position (micro-batches done) that every rank holds a state for: the first of rank 0's positions,
+    newest written first, that every rank holds. Within one run the newest written is the furthest; a previous
+    generation that another run left on the same path (a run started afresh, which has saved fewer micro-batches)
+    is older, whatever its position.
 
     Args:
-        positions_per_rank (list[list[int]]): Each rank's available positions.
+        positions_per_rank (list[list[int]]): Each rank's available positions, newest written first.
         arg_name (str): The argument that named the state file, for the error. Default: ``"resume_from"``.
 
     Returns:
@@ -243,7 +246,7 @@ def common_position(positions_per_rank, arg_name="resume_from"):
         held = "; ".join(f"rank {r}: {sorted(p, reverse=True) or 'none'}" for r, p in enumerate(positions_per_rank))
         raise CheckpointError(f"'{arg_name}': the ranks must resume from the same position, but no position is "
                               f"saved by every rank ({held}). Resume from an epoch checkpoint instead.")
-    return max(common)
+    return next(position for position in positions_per_rank[0] if position in common)
 
 
 def gather_ints(values, world):
@@ -268,8 +271,9 @@ def load_training_state(cell, state_path, total_micro_batches=None, rank=0, worl
     """
     Load into `cell` the newest state written through :func:`save_training_state` that every rank holds.
 
-    On one process that is the newest generation. With `world` > 1 the ranks exchange the positions of their
-    two generations (one AllGather) and all load the newest one they have in common.
+    On one process that is the state file itself, the newest generation (the one before it is not read). With
+    `world` > 1 the ranks exchange the positions of their two generations (one AllGather) and all load the newest
+    written one they have in common.
 
     With `layout`, a state written on another number of devices resumes too, when both runs keep the same global
     batch with one fixed N (devices x N x micro-batch) and cut their epochs alike: the position moves to the same
@@ -336,12 +340,12 @@ def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1
     a window written on another device count runs again from its start."""
     _warn_without_network("load_training_state", cell)
     cell = _state_cell("load_training_state", cell)
-    generations = {}
-    for path in (state_path, previous_generation(state_path)):
+    generations = {}  # newest written first: the state file, then (with other ranks to agree with) the one before
+    for path in (state_path, previous_generation(state_path))[:1 if world == 1 else 2]:
         if path == state_path or os.path.exists(path):
             position, params = _generation(path, rank, world, layout is not None, arg_name)
             generations.setdefault(position, (path, params))
-    position = common_position(gather_positions(sorted(generations, reverse=True), world), arg_name)
+    position = common_position(gather_positions(list(generations), world), arg_name)
     path, params = generations[position]
     updates = int(params[UPDATES_DONE].asnumpy())
     saved_world = int(params[WORLD].asnumpy()) if WORLD in params else 1
