@@ -209,6 +209,13 @@ def test_a_calibration_below_the_timing_noise_warns_and_keeps_the_smallest_n():
     ({"min_steps": 2.0, "max_steps": 8}, TypeError, r"'min_steps' must be an int >= 1, but got 2.0 of type float"),
     ({"min_steps": 2, "max_steps": 8, "calibration_windows": 1}, ValueError,
      r"'calibration_windows' must be an int >= 2, but got 1"),
+    ({"min_steps": 2, "max_steps": 8, "calibration_steps": 3}, TypeError,
+     r"'calibration_steps' must be a tuple of two different ints in \[2, 8\], the N of the calibration's two "
+     r"halves, such as \(2, 4\), but got 3 of type int"),
+    ({"min_steps": 2, "max_steps": 8, "calibration_steps": (2, 4, 6)}, TypeError,
+     r"'calibration_steps' must be a tuple of two .* but got \(2, 4, 6\) of type tuple"),
+    ({"min_steps": 2, "max_steps": 8, "calibration_steps": {2: 4}}, TypeError,
+     r"'calibration_steps' must be a tuple of two .* but got \{2: 4\} of type dict"),
     ({"min_steps": 2, "max_steps": 8, "calibration_steps": (4, 4)}, ValueError,
      r"'calibration_steps' must be two different ints in \[2, 8\], but got \(4, 4\)"),
     ({"min_steps": 2, "max_steps": 8, "calibration_steps": (2, 9)}, ValueError,

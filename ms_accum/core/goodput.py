@@ -297,7 +297,7 @@ class GoodputAccumulation:
         end_time (float, optional): t_end in seconds, >= 0, given with `micro_time`. Default: ``None``.
 
     Raises:
-        TypeError: If a count is not an int.
+        TypeError: If a count is not an int, or `calibration_steps` not a pair.
         ValueError: If a count is out of its range, the calibration N are equal or out of bounds, or only one of
             `micro_time` and `end_time` is given.
 
@@ -328,7 +328,13 @@ class GoodputAccumulation:
             raise ValueError(f"For '{owner}', 'max_steps' must be > 'min_steps' ({min_steps}), but got {max_steps}: "
                              f"with one N there is nothing to choose. Pass N as an int instead.")
         check_int_at_least(owner, "calibration_windows", calibration_windows, 2)
-        first, second = calibration_steps or (min_steps, min(max_steps, 2 * min_steps))
+        pair = calibration_steps if calibration_steps is not None else (min_steps, min(max_steps, 2 * min_steps))
+        if not isinstance(pair, (tuple, list)) or len(pair) != 2:
+            raise TypeError(f"For '{owner}', 'calibration_steps' must be a tuple of two different ints in "
+                            f"[{min_steps}, {max_steps}], the N of the calibration's two halves, such as "
+                            f"({min_steps}, {min(max_steps, 2 * min_steps)}), but got {calibration_steps!r} of type "
+                            f"{type(calibration_steps).__name__}.")
+        first, second = pair
         if not (is_int(first) and is_int(second)) or first == second or \
                 not (min_steps <= first <= max_steps and min_steps <= second <= max_steps):
             raise ValueError(f"For '{owner}', 'calibration_steps' must be two different ints in [{min_steps}, "
