@@ -341,3 +341,30 @@ def test_positions_name_both_epochs_of_a_window_across_an_epoch_end():
     assert micro_batch_positions(8, 4, 10) == "positions 8 to 9 of epoch 1 and positions 0 to 1 of epoch 2"
     assert micro_batch_positions(3, 1, 10) == "position 3 of epoch 1"
     assert re.fullmatch(r"positions 0 to 2 of epoch 3", micro_batch_positions(20, 3, 10))
+
+
+@pytest.mark.parametrize("clip_norm", [None, 1.0])
+def test_a_loss_scale_too_large_for_the_norm_skips_the_window_and_drops(clip_norm):
+    """A float32 network at a loss scale of 2^70: every micro-batch's gradient is finite, but the window's squared
+    sums are not (the norm is taken of the scaled sums), so there is no norm to clip by or to record. The window is
+    an overflow: skipped, parameters unchanged, the scale halved, until a window's norm is finite again; from there
+    the windows apply (before, each was applied with a clip factor of 0, or at 2^126 with a NaN norm)."""
+    rng = np.random.default_rng(0)
+    batches = [(rng.normal(size=(8, 6)).astype(np.float32), rng.normal(size=(8, 1)).astype(np.float32))
+               for _ in range(2 * 12)]
+    ms.set_seed(0)
+    net = nn.SequentialCell(nn.Dense(6, 16), nn.Tanh(), nn.Dense(16, 1))
+    before = params_of(net)
+    telemetry = ms_accum.WindowTelemetry()
+    trainer = ms_accum.GradientAccumulation(
+        net, nn.MSELoss(), nn.SGD(net.trainable_params(), 0.05), clip_norm=clip_norm,
+        scale_sense=nn.DynamicLossScaleUpdateCell(2.0 ** 70, 2, 1000))
+    trainer.train_process(1, numpy_dataset(batches), 2, callbacks=[telemetry], ckpt_path=None, log_every=0)
+    skipped = [r.overflow for r in telemetry.records]
+    assert skipped[0] and not skipped[-1], skipped
+    first_applied = skipped.index(False)
+    assert skipped == [True] * first_applied + [False] * (len(skipped) - first_applied), skipped
+    assert all(not np.isfinite(r.grad_norm) for r in telemetry.records[:first_applied])
+    assert all(np.isfinite(r.grad_norm) and r.grad_norm > 0 for r in telemetry.records[first_applied:])
+    assert telemetry.records[first_applied].loss_scale < 2.0 ** 65, telemetry.records[first_applied].loss_scale
+    assert any(np.abs(params_of(net)[name] - value).max() > 0 for name, value in before.items())

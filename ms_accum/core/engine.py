@@ -493,7 +493,9 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         """Whether the window is skipped: with a loss scale, an overflow on any device (every device decides
         alike); without one, a gradient that is not finite, read from its global `norm` (computed after the
         reduction, so the same on every device, and already there for telemetry and clipping: the check costs
-        one scalar test). With nonfinite="raise" such a window raises instead."""
+        one scalar test). With nonfinite="raise" such a window raises instead. With a loss scale, a window whose
+        norm is not finite though no device overflowed is an overflow too: its squared sums overflowed float32 (a
+        scale near 2^64 on gradients near 1), so it has no norm to clip by or to record, and the scale must drop."""
         if self.scale_kind is None:
             if self.nonfinite == "apply":  # no check: the window is applied whatever it holds
                 return False
@@ -501,7 +503,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             if self.nonfinite == "raise" and self.compile_cache_on and not self.window_end_in_python:
                 overflow = window.assert_finite(overflow, norm)  # else raised in the skip's branch (_step_unless)
             return overflow
-        return self._sum_over_devices(self._local_overflow()) > 0.0
+        overflow = self._sum_over_devices(self._local_overflow()) > 0.0
+        return ops.logical_or(overflow, ops.logical_not(ops.isfinite(norm)))
 
     def _window_check(self):
         """(whether the window must be refused, an error raised instead of its update; the values the error shows).
