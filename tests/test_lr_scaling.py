@@ -104,6 +104,10 @@ def test_argument_errors():
     with pytest.raises(ValueError, match=r"For 'T', 'lr_scaling' must be one of \['none', 'linear', 'sqrt', "
                                          r"'adascale', 'adascale_sgd', 'adascale_adam'\], but got 'cubic'"):
         resolve_scaling_rule("T", "cubic")
+    for rule in (None, True, 2):
+        with pytest.raises(TypeError, match=rf"For 'T', 'lr_scaling' must be a str, one of \['none', .*\], but got "
+                                            rf"{rule!r} of type {type(rule).__name__}\. Pass 'none'"):
+            resolve_scaling_rule("T", rule)
     with pytest.raises(ValueError, match=r"For 'lr_scaling', 'rule' must be one of .* but got 'adascale'"):
         scaling_on_host("adascale", 128.0, 64.0, 1.0)  # resolved first, from the optimizer
     with pytest.raises(ValueError, match=r"For 'scaling_on_host', 'reference_batch' must be a finite number > 0, but "

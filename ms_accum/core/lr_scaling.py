@@ -72,6 +72,7 @@ def resolve_scaling_rule(owner, rule, optimizer=None):
         str, one of ``"none"``, ``"linear"``, ``"sqrt"``, ``"adascale_sgd"``, ``"adascale_adam"``.
 
     Raises:
+        TypeError: If `rule` is not a str.
         ValueError: If `rule` is not one of :data:`SCALING_RULES`, or is ``"adascale"`` for an optimizer of neither
             kind (or none given).
 
@@ -89,6 +90,9 @@ def resolve_scaling_rule(owner, rule, optimizer=None):
         >>> resolve_scaling_rule("example", "sqrt")
         'sqrt'
     """
+    if not isinstance(rule, str):
+        raise TypeError(f"For '{owner}', 'lr_scaling' must be a str, one of {list(SCALING_RULES)}, but got {rule!r} "
+                        f"of type {type(rule).__name__}. Pass 'none' (the default) for no rule.")
     check_choice(owner, "lr_scaling", rule, SCALING_RULES)
     if rule != "adascale":
         return rule
