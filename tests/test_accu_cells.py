@@ -205,7 +205,9 @@ class TestBadInput:
     def test_accumulation_steps(self, cls, value, error):
         net, loss, opt = build()
         args = (Tensor(1.0, ms.float32),) if cls == "TrainAccuStepsWithLossScaleCell" else ()
-        text = ", or a schedule such as '0:1,2:2' as text" if isinstance(value, str) else ""
+        text = ", or a schedule such as '0:1,2:2' as text" if isinstance(value, str) else \
+            ", a schedule {first_update: N} (or its text, '0:1,2:2') or an AdaptiveAccumulation or " \
+            "GoodputAccumulation policy" if error is TypeError else ""
         with pytest.raises(error, match=rf"For '{cls}', 'accumulation_steps' [(]gradient_accumulation_steps[)] must be "
                                         rf"an int >= 1{re.escape(text)}, "
                                         rf"but got {value!r}"):

@@ -242,7 +242,9 @@ class TestBadInput:
     @pytest.mark.parametrize("name", ["gradient_accumulation_steps", "mini_steps"])
     def test_mini_steps(self, value, error, name):
         trainer, _, _ = _trainer()
-        text = ", or a schedule such as '0:1,2:2' as text" if isinstance(value, str) else ""
+        text = ", or a schedule such as '0:1,2:2' as text" if isinstance(value, str) else \
+            ", a schedule {first_update: N} (or its text, '0:1,2:2') or an AdaptiveAccumulation or " \
+            "GoodputAccumulation policy" if error is TypeError else ""
         shown = "'mini_steps' [(]gradient_accumulation_steps[)]" if name == "mini_steps" else f"'{name}'"
         with pytest.raises(error, match=rf"For 'GradientAccumulation.train_process', {shown} must be an int "
                                         rf">= 1{re.escape(text)}, but got {re.escape(repr(value))}"):

@@ -202,8 +202,9 @@ def check_steps(owner, arg_name, value):
                         f"'0:1,2:2' as text, but got {value!r} of type str. Convert a number read from a command "
                         f"line: int({value!r}).")
     if not is_int(value):
-        raise TypeError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, but got {value!r} of type "
-                        f"{type(value).__name__}.")
+        raise TypeError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, a schedule {{first_update: "
+                        f"N}} (or its text, '0:1,2:2') or an AdaptiveAccumulation or GoodputAccumulation policy, but "
+                        f"got {value!r} of type {type(value).__name__}.")
     if value < 1:
         raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, but got {value}.")
 
