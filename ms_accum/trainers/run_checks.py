@@ -147,8 +147,7 @@ def plan_updates(steps, micro_batches_per_epoch, epochs, partial_window):
     whose count of updates is decided as it goes."""
     if isinstance(steps, POLICIES):
         return None, None
-    schedule = steps if isinstance(steps, AccumulationSchedule) else AccumulationSchedule(steps)
-    return schedule.run_plan(micro_batches_per_epoch, epochs, partial_window)
+    return AccumulationSchedule(steps).run_plan(micro_batches_per_epoch, epochs, partial_window)
 
 
 def check_progress_lr_schedule(owner, optimizer, micro_steps, first_steps, micro_batch_items, from_start=True,
@@ -190,9 +189,8 @@ def check_run_learning_rate(owner, optimizer, steps, micro_batches_per_epoch, ep
         first = steps.initial_steps if hasattr(steps, "initial_steps") else \
             steps.steps_at(0) if isinstance(steps, AccumulationSchedule) else steps
         trained = micro_batches_per_epoch * epochs  # a policy's windows: at most every micro-batch
-        if not isinstance(steps, POLICIES):  # a window a policy drops moves no progress
-            schedule = steps if isinstance(steps, AccumulationSchedule) else AccumulationSchedule(steps)
-            trained = schedule.trained_micro_batches(micro_batches_per_epoch, epochs, partial_window)
+        if not isinstance(steps, POLICIES):  # a window a partial-window policy drops moves no progress
+            trained = AccumulationSchedule(steps).trained_micro_batches(micro_batches_per_epoch, epochs, partial_window)
         check_progress_lr_schedule(owner, optimizer, trained, first, micro_batch_items, from_start,
                                    adascale=lr_scaling.startswith("adascale"))
         return
