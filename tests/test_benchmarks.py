@@ -457,8 +457,8 @@ def test_window_end_memory_probe_prints_each_variants_peaks_window_by_window():
     done = run("--steps", 2, "--windows", 2, "--micro_batch", 4, script=WINDOW_END_MEMORY)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     rows = {name: [float(v) for v in values.split(" | ")] for name, values in re.findall(
-        r"^\| ([a-z ]+) \| ([-+0-9. |]+) \|$", done.stdout, re.M)}
-    assert list(rows) == ["tutorial", "engine", "no division", "no skip branch", "neither"], done.stdout[-3000:]
+        r"^\| ([a-z-]+) \| ([-+0-9. |]+) \|$", done.stdout, re.M)}
+    assert list(rows) == ["tutorial", "engine", "no-division", "no-skip-branch", "neither"], done.stdout[-3000:]
     for name, peaks in rows.items():
         assert len(peaks) == 4 and peaks == sorted(peaks), (name, peaks)
         assert peaks[1] >= 0.75, (name, peaks)  # at least the buffers (or the tutorial's) and the moments

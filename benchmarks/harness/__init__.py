@@ -29,8 +29,8 @@ from .steps import (accumulated_update, dataset_trainer, plain_and_three_cells, 
 from .timing import (PHASE_LINE, compile_phases, profile_compiles, spread, timed, timed_epochs, wall_and_cpu,
                      where_the_time_goes)
 
-__all__ = ["ROOT", "SAMPLE", "ZOO", "compare_runners", "cost_arguments", "driver_runners", "tutorial_runner", "TEXT_VOCAB", "dataset_of",
-           "random_batches", "sample_arrays", "window_of", "copy_mib_of", "peak_mib", "rss_mib", "COST_MODELS",
+__all__ = ["ROOT", "SAMPLE", "ZOO", "compare_runners", "cost_arguments", "driver_runners", "tutorial_runner",
+           "TEXT_VOCAB", "dataset_of", "random_batches", "sample_arrays", "window_of", "copy_mib_of", "peak_mib", "rss_mib", "COST_MODELS",
            "PROJECT_MODELS", "block_model", "build", "lenet_parts", "plain_parts", "resnet18_parts", "text_model",
            "wide_mlp", "TUTORIAL_CLIP_NORM", "checked_window_end", "jit_step", "step_cell", "step_parts",
            "torch_lenet_update", "two_graph_steps", "RESULT", "add_model_arguments", "free_port", "measure_each",

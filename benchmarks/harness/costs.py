@@ -33,8 +33,8 @@ def driver_runners(parts, variants, images, labels, batch, steps):
 
 
 def tutorial_runner(parts, images, labels, batch, steps, measure=None, function=None):
-    """(run(), the Parameter the squared norms are added into, one micro-batch's gradients as a mutable tuple of
-    Tensors): run() trains the micro-batches of `images` and `labels` once with the MindSpore tutorial's accumulator
+    """(run(), the Parameter the squared norms are added into, gradients(): the first micro-batch's gradients as a
+    mutable tuple of Tensors, computed when called): run() trains the micro-batches of `images` and `labels` once with the MindSpore tutorial's accumulator
     in an ``ms.jit`` step on fresh ``parts()``, N = `steps` micro-batches of `batch`, and returns its (wall, CPU)
     seconds. With `measure` ``"every"`` the step also adds each micro-batch's squared gradient norm into the
     Parameter (`function`, a MultitypeFuncGraph of one gradient: by default ``grad_ops.squared_sum``, the kernels
@@ -76,8 +76,11 @@ def tutorial_runner(parts, images, labels, batch, steps, measure=None, function=
                 loss_value = train_step(x, y)
             loss_value.asnumpy()  # wait for the device
         return wall_and_cpu(epoch)
-    _, grads = grad_fn(*batches[0])
-    return run, squares, ms.mutable(tuple(Tensor(g.asnumpy()) for g in grads))
+
+    def gradients():
+        _, grads = grad_fn(*batches[0])
+        return ms.mutable(tuple(Tensor(g.asnumpy()) for g in grads))
+    return run, squares, gradients
 
 
 def compare_runners(name, args, runners, baselines):

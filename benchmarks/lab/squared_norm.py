@@ -72,7 +72,7 @@ def way_functions():
     return functions
 
 
-def pass_runner(way, function, copies, windows):
+def pass_runner(function, copies, windows):
     """(run(), the value): run() calls a jit function summing `function` over a tuple of gradients `windows` times,
     taking the tuples of `copies` in turn, and returns its (wall, CPU) seconds."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
@@ -121,13 +121,14 @@ def measure_model(name, args):
     """Print each way's pass as a share of the window, called alone and inside the step, and its relative error."""
     images, labels = harness.sample_arrays(args.windows * args.steps * args.batch)
     parts = harness.COST_MODELS[name]
-    window, _, grads = harness.tutorial_runner(parts, images, labels, args.batch, args.steps)
+    window, _, gradients = harness.tutorial_runner(parts, images, labels, args.batch, args.steps)
+    grads = gradients()
     truth = sum(float(np.sum(np.square(g.asnumpy().astype(np.float64)))) for g in grads)
     runners, errors, cold = {"window": window}, {}, cold_copies(grads)
     functions = way_functions()
     for way, function in functions.items():
-        runners[way], value = pass_runner(way, function, [grads], args.windows)
-        runners[f"cold {way}"], _ = pass_runner(way, function, cold, args.windows)
+        runners[way], value = pass_runner(function, [grads], args.windows)
+        runners[f"cold {way}"], _ = pass_runner(function, cold, args.windows)
         errors[way] = abs(value - truth) / truth
         if way != "empty":
             runners[f"step+{way}"], _, _ = harness.tutorial_runner(parts, images, labels, args.batch, args.steps,

@@ -5,12 +5,13 @@
 
 A probe kept in the lab: its figures are in docs/performance.md ("Memory"), measured with the command above.
 
-Each variant in a fresh process, GRAPH_MODE, over the same micro-batches as Tensors: the MindSpore tutorial's
-accumulator in a ``jit`` step, and ``TrainAccuStepsCell`` in its automatic mode with the window's end as by default
-(the buffers divided in place by the window's items, ``nonfinite="skip"``) and without each part: ``average=False``
-(no division), ``nonfinite="apply"`` (no skip branch), both. The peak (VmHWM) above the built network and data is
-printed after each window's first and last micro-batch, in copies of the trainable parameters: what a window's end
-adds shows at its last micro-batch.
+Each variant in a fresh process (``harness.measure_each``), GRAPH_MODE, over the same micro-batches as Tensors
+(``harness.random_batches``, as benchmarks/memory.py's): the MindSpore tutorial's accumulator in a ``jit`` step, and
+``TrainAccuStepsCell`` in its automatic mode with the window's end as by default (the buffers divided in place by the
+window's items, ``nonfinite="skip"``) and without each part: ``average=False`` (``no-division``), ``nonfinite="apply"``
+(``no-skip-branch``), both (``neither``). The peak (VmHWM) above the built network and data is printed after each
+window's first and last micro-batch, in copies of the trainable parameters: what a window's end adds shows at its last
+micro-batch.
 """
 import argparse
 import os
@@ -19,26 +20,19 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import harness  # noqa: E402  (benchmarks/, beside this folder)
 
-VARIANTS = {"tutorial": None, "engine": {}, "no division": {"average": False},
-            "no skip branch": {"nonfinite": "apply"}, "neither": {"average": False, "nonfinite": "apply"}}
+VARIANTS = {"tutorial": None, "engine": {}, "no-division": {"average": False},
+            "no-skip-branch": {"nonfinite": "apply"}, "neither": {"average": False, "nonfinite": "apply"}}
 
 
-def child(args):
-    """Train --windows windows of the variant --child and report its peaks."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
+def child(variant, args):
+    """Train --windows windows of `variant` and report its peaks."""
     harness.start_mindspore("graph")
     from mindspore import Tensor, nn  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
-    net, loss, optimizer = harness.build(args.model, 10, width=args.width, optimizer="momentum")
-    rng = np.random.default_rng(0)
-    if args.model == "text":
-        inputs = [rng.integers(0, harness.TEXT_VOCAB, (args.micro_batch, 32)).astype(np.int32)
-                  for _ in range(args.steps)]
-    else:
-        inputs = [rng.standard_normal((args.micro_batch, 1024)).astype(np.float32) for _ in range(args.steps)]
-    batches = [(Tensor(x), Tensor(rng.integers(0, 10, (args.micro_batch,)).astype(np.int32))) for x in inputs]
+    net, loss, optimizer = harness.build(args.model, args.classes, args.width, args.optimizer)
+    batches = [(Tensor(x), Tensor(y)) for x, y in harness.random_batches(args, args.steps, seed=1)]
     copy, base = harness.copy_mib_of(net), harness.peak_mib()
-    settings = VARIANTS[args.child]
+    settings = VARIANTS[variant]
     if settings is None:
         step = harness.jit_step("tutorial", nn.WithLossCell(net, loss), optimizer, args.steps)
     else:
@@ -56,29 +50,23 @@ def child(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", choices=["text", "mlp"], default="text")
-    parser.add_argument("--width", type=int, default=2048, help="the MLP's width (default: %(default)s)")
-    parser.add_argument("--micro_batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=8, help="N (default: %(default)s)")
-    parser.add_argument("--windows", type=int, default=3)
-    parser.add_argument("--child", choices=list(VARIANTS), help=argparse.SUPPRESS)
+    harness.add_model_arguments(parser, VARIANTS, windows=3)
+    parser.set_defaults(model="text", optimizer="momentum")
     args = parser.parse_args()
-    if min(args.micro_batch, args.steps, args.windows) < 1 or args.steps < 2:
-        parser.error("--micro_batch and --windows must be >= 1 and --steps >= 2.")
-    if args.child:
-        child(args)
+    unknown = [v for v in args.configs.split(",") if v not in VARIANTS]
+    if unknown or min(args.micro_batch, args.windows) < 1 or args.steps < 2:
+        parser.error(f"--configs must name variants among {list(VARIANTS)} (got {unknown}), --micro_batch and "
+                     f"--windows must be >= 1 and --steps >= 2.")
+    results = harness.measure_each(__file__, args, child, strict=True)
+    if results is None:
         return
-    argv = [f"--model={args.model}", f"--width={args.width}", f"--micro_batch={args.micro_batch}",
-            f"--steps={args.steps}", f"--windows={args.windows}"]
-    rows, copy = [], None
-    for variant in VARIANTS:
-        result = harness.run_child(__file__, argv + [f"--child={variant}"])
-        copy = result["copy_mib"]
-        rows.append([variant] + [f"{peak:+.2f}" for peak in result["peaks"]])
-    print(f"{args.model}, b {args.micro_batch}, N {args.steps}, nn.Momentum, GRAPH_MODE; peak above the built network "
-          f"and data, in copies of the parameters ({copy} MiB), after each window's first and last micro-batch:")
+    copy = next(iter(results.values()))["copy_mib"]
+    print(f"{args.model}, b {args.micro_batch}, N {args.steps}, {args.optimizer}, GRAPH_MODE; peak above the built "
+          f"network and data, in copies of the parameters ({copy} MiB), after each window's first and last "
+          f"micro-batch:")
     header = [f"window {w}, {where}" for w in range(args.windows) for where in ("first", "last")]
-    harness.print_table(["variant"] + header, rows)
+    harness.print_table(["variant"] + header, [[variant] + [f"{peak:+.2f}" for peak in result["peaks"]]
+                                               for variant, result in results.items()])
 
 
 if __name__ == "__main__":
