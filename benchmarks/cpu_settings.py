@@ -30,7 +30,8 @@ SETTINGS = [
 
 def child(threads, jit_level, mode, seconds):
     """One measurement in this process; reports its samples/s."""
-    from src.cpu_speed import apply_env_defaults, available_cores, set_cpu_threads, set_mode  # noqa  # pylint: disable=import-outside-toplevel
+    # pylint: disable-next=import-outside-toplevel
+    from src.cpu_speed import apply_env_defaults, available_cores, set_cpu_threads, set_mode  # noqa
     apply_env_defaults()
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     from src.dataset import create_dataset  # pylint: disable=import-outside-toplevel

@@ -223,10 +223,11 @@ def test_no_module_but_compat_touches_a_private_mindspore_attribute():
 def test_the_private_attribute_scan_finds_what_it_looks_for(tmp_path):
     sample = tmp_path / "sample.py"
     sample.write_text("cell = model._train_network\nmodel._current_step_num = 0\nok = model.train\n"
-                      "class A:\n    def _run_construct(self):\n        pass\n    def _train_process(self):\n        pass\n")
+                      "class A:\n    def _run_construct(self):\n        pass\n"
+                      "    def _train_process(self):\n        pass\n")
     names = _mindspore_private_attributes()
-    assert sorted(_private_mindspore_attributes(str(sample), names)) == [(1, "_train_network"),
-                                                                          (2, "_current_step_num"), (5, "def _run_construct")]
+    assert sorted(_private_mindspore_attributes(str(sample), names)) == [
+        (1, "_train_network"), (2, "_current_step_num"), (5, "def _run_construct")]
 
 
 def test_model_accu_resets_operator_ids_once_per_epoch_where_the_release_does(monkeypatch):

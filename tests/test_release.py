@@ -26,7 +26,8 @@ RELEASE = re.compile(r"^## \[?(\d+\.\d+\.\d+)\]? - (\d{4}-\d{2}-\d{2})$", re.M) 
 KINDS = ("Added", "Changed", "Deprecated", "Removed", "Fixed", "Security")  # Keep a Changelog's, in its order
 README_VERSION = {"README.md": r"version (\d+\.\d+\.\d+)", "README_CN.md": r"当前版本 (\d+\.\d+\.\d+)"}
 # Words of the help that look like class names but name products, models or a number, not Python objects
-NOT_CLASSES = {"MindSpore", "MindCV", "LeNet5", "ResNet18", "NaN", "AdaScale"}  # AdaScale: a method (Johnson et al.), not a class
+# AdaScale: a method (Johnson et al.), not a class
+NOT_CLASSES = {"MindSpore", "MindCV", "LeNet5", "ResNet18", "NaN", "AdaScale"}
 ROOTS = {"ms_accum": ms_accum, "mindspore": mindspore, "ms": mindspore, "nn": nn}  # how the help names modules
 
 
@@ -119,7 +120,8 @@ def test_a_deprecated_name_warns_of_the_later_release_that_removes_it_and_is_in_
         f"{cls.__name__}.{old} was to be removed in {removed_in}, but this is {ms_accum.__version__}: remove it"
     value = object()
     with pytest.warns(DeprecationWarning) as caught:
-        assert descriptor.__get__(stand_in(cls, descriptor.new, value)) is value, f"{old} does not read {descriptor.new}"
+        assert descriptor.__get__(stand_in(cls, descriptor.new, value)) is value, \
+            f"{old} does not read {descriptor.new}"
     message = str(caught[0].message)
     for part in (f"For '{cls.__name__}', '{old}'", f"'{descriptor.new}'", f"ms_accum {removed_in}."):
         assert part in message, f"{cls.__name__}.{old}'s warning lacks {part!r}: {message}"
@@ -198,3 +200,18 @@ def test_train_py_help_names_the_engine_cell_the_driver_drives(train_help):
     driver = train_help[start:train_help.index("'model_accu'", start)]
     assert driven.__name__ in driver, f"train.py --help says of the driver {driver!r}, but it drives a " \
                                       f"{driven.__name__}"
+
+
+def test_no_python_line_is_over_120_characters():
+    """The house style (shared with the docs' code blocks): every line of the package, the benchmarks, the model
+    zoo, the scripts' Python and the tests within 120 characters."""
+    long_lines = []
+    for folder in ("ms_accum", "benchmarks", "model_zoo_lenet", "scripts", "tests"):
+        for base, _, files in os.walk(os.path.join(ROOT, folder)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(base, name)
+                    with open(path, encoding="utf-8") as f:
+                        long_lines += [f"{os.path.relpath(path, ROOT)}:{number} ({len(line.rstrip())})"
+                                       for number, line in enumerate(f, 1) if len(line.rstrip()) > 120]
+    assert not long_lines, f"lines over 120 characters: {long_lines}"

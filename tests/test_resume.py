@@ -404,7 +404,8 @@ def test_a_users_own_loop_is_told_of_its_own_arguments(tmp_path):
     ms_accum.save_training_state(cell, path, micro_batches_done=9, updates_done=3)
     with pytest.raises(ms_accum.CheckpointError, match=r"'state_path' '.*state.ckpt' was written after 9 "
                                                        r"micro-batches, but this run ends after 9, so nothing is left "
-                                                       r"to train: pass a larger 'total_micro_batches' to continue it."):
+                                                       r"to train: pass a larger 'total_micro_batches' to continue "
+                                                       r"it."):
         ms_accum.load_training_state(cell, path, total_micro_batches=9)
 
 

@@ -269,8 +269,8 @@ class TestBadInput:
                      lambda: ms_accum.TrainOptim(opt, opt.parameters)):
             with pytest.raises(ValueError, match=r"'grad_sum' must be separate buffers, but it holds the network's "
                                                  r"or optimizer's own Parameters \['w'\].*clearing it would zero the "
-                                                 r"weights. Build it with optimizer.parameters.clone\(prefix='grad_sum', "
-                                                 r"init='zeros'\)"):
+                                                 r"weights. Build it with optimizer.parameters.clone\("
+                                                 r"prefix='grad_sum', init='zeros'\)"):
                 make()
         np.testing.assert_array_equal(net.w.asnumpy(), [1.0, 2.0])
 

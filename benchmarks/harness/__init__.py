@@ -30,7 +30,8 @@ from .timing import (PHASE_LINE, compile_phases, profile_compiles, spread, timed
                      where_the_time_goes)
 
 __all__ = ["ROOT", "SAMPLE", "ZOO", "compare_runners", "cost_arguments", "driver_runners", "tutorial_runner",
-           "TEXT_VOCAB", "dataset_of", "random_batches", "sample_arrays", "window_of", "copy_mib_of", "peak_mib", "rss_mib", "COST_MODELS",
+           "TEXT_VOCAB", "dataset_of", "random_batches", "sample_arrays", "window_of", "copy_mib_of", "peak_mib",
+           "rss_mib", "COST_MODELS",
            "PROJECT_MODELS", "block_model", "build", "lenet_parts", "plain_parts", "resnet18_parts", "text_model",
            "wide_mlp", "TUTORIAL_CLIP_NORM", "checked_window_end", "jit_step", "step_cell", "step_parts",
            "torch_lenet_update", "two_graph_steps", "RESULT", "add_model_arguments", "free_port", "measure_each",

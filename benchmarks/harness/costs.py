@@ -34,13 +34,14 @@ def driver_runners(parts, variants, images, labels, batch, steps):
 
 def tutorial_runner(parts, images, labels, batch, steps, measure=None, function=None):
     """(run(), the Parameter the squared norms are added into, gradients(): the first micro-batch's gradients as a
-    mutable tuple of Tensors, computed when called): run() trains the micro-batches of `images` and `labels` once with the MindSpore tutorial's accumulator
-    in an ``ms.jit`` step on fresh ``parts()``, N = `steps` micro-batches of `batch`, and returns its (wall, CPU)
-    seconds. With `measure` ``"every"`` the step also adds each micro-batch's squared gradient norm into the
-    Parameter (`function`, a MultitypeFuncGraph of one gradient: by default ``grad_ops.squared_sum``, the kernels
-    ms_accum's measurement runs); with ``"first"`` a second jit step does so, which the host calls for each
-    window's first micro-batch. Each step's result passes through a runtime branch, as ms_accum's micro-steps' do on
-    CPU (``compiled.through_a_branch``: without one, MindSpore's CPU runs a jit graph several times slower)."""
+    mutable tuple of Tensors, computed when called): run() trains the micro-batches of `images` and `labels` once with
+    the MindSpore tutorial's accumulator in an ``ms.jit`` step on fresh ``parts()``, N = `steps` micro-batches of
+    `batch`, and returns its (wall, CPU) seconds. With `measure` ``"every"`` the step also adds each micro-batch's
+    squared gradient norm into the Parameter (`function`, a MultitypeFuncGraph of one gradient: by default
+    ``grad_ops.squared_sum``, the kernels ms_accum's measurement runs); with ``"first"`` a second jit step does so,
+    which the host calls for each window's first micro-batch. Each step's result passes through a runtime branch, as
+    ms_accum's micro-steps' do on CPU (``compiled.through_a_branch``: without one, MindSpore's CPU runs a jit graph
+    several times slower)."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     from mindspore import Parameter, Tensor, nn, ops  # pylint: disable=import-outside-toplevel
     from ms_accum.core import grad_ops  # pylint: disable=import-outside-toplevel

@@ -449,7 +449,8 @@ class GoodputAccumulation:
             points = fastest_times(owner, counts, times)
             if len(points) < 2:
                 raise ValueError(f"For '{owner}', the calibration must time windows at two N, "
-                                 f"{self.calibration_steps}, but the windows timed were {self.state_dict()['observed']} "
+                                 f"{self.calibration_steps}, but the windows timed were "
+                                 f"{self.state_dict()['observed']} "
                                  f"([window, N, seconds]). Report each window's time after its N was decided, or "
                                  f"pass micro_time and end_time.")
             constants = line_of(points)

@@ -17,8 +17,9 @@ import ms_accum
 HERE = os.path.dirname(os.path.abspath(__file__))
 RUNS = {  # file: (trainer arguments, train_process arguments)
     "driver_schedule_format4.ckpt": ({}, dict(gradient_accumulation_steps={0: 2, 2: 3})),
-    "driver_adaptive_format4.ckpt": (dict(noise_scale=True), dict(gradient_accumulation_steps=ms_accum.AdaptiveAccumulation(
-        min_steps=2, max_steps=4, interval=1, initial_steps=2))),
+    "driver_adaptive_format4.ckpt": (dict(noise_scale=True), dict(
+        gradient_accumulation_steps=ms_accum.AdaptiveAccumulation(min_steps=2, max_steps=4, interval=1,
+                                                                  initial_steps=2))),
 }
 
 
