@@ -110,6 +110,7 @@ def test_data_parallel_benchmark_refuses_bad_arguments(args, message):
     assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_cell_times_waits_for_each_call_when_asked(mode):
     done = run("--mode", mode, "--rounds", 1, "--calls", 2, "--sync", script=os.path.join(BENCHMARKS, "cell_times.py"))
@@ -122,6 +123,7 @@ def test_cell_times_waits_for_each_call_when_asked(mode):
     assert sane(*(ms_per_call for _, ms_per_call in rows)), rows
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["graph", "pynative"])
 def test_paired_benchmark_prints_the_three_cells_against_their_limit_and_mindspores_floor(mode):
     """The floor block (the micro-steps and two of MindSpore's smallest graph calls, no ms_accum in them) runs and
@@ -210,6 +212,7 @@ print("PHASES " + json.dumps([value.tolist(), first, again]))
 """
 
 
+@pytest.mark.slow
 def test_compile_phases_reads_mindspores_profile_of_the_graph_compiled(tmp_path):
     """window_end_parts.py --passes: the phases of the graph a call compiles, read from MindSpore's compile profile
     (in a fresh process: MindSpore reads its switch at the first graph), and none for a call that compiles
@@ -430,6 +433,7 @@ def test_noise_cost_benchmark_prints_both_ways_of_measuring_and_the_floor():
     assert all(sane(*figures) for _, _, *figures in lines), lines
 
 
+@pytest.mark.slow
 def test_nonfinite_cost_benchmark_prints_the_checks_ratio():
     done = run("--models", "lenet", "--pairs", 3, "--windows", 1, "--steps", 2, "--batch", 8, script=NONFINITE_COST)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -486,6 +490,7 @@ def test_squared_norm_probe_prints_every_way_alone_cold_and_in_the_step():
     assert [line[0] for line in lines] == ["two graphs", "two graphs + rows"], done.stdout[-3000:]
 
 
+@pytest.mark.slow
 def test_batch_schedules_benchmark_prints_its_tables_and_draws_its_plot(tmp_path):
     """A tiny run on the bundled sample (every configuration, 1024 samples each, a target out of reach): each
     configuration's row in the repeat's table and the medians, the goodput line, the plot and the JSON of the runs
