@@ -4,7 +4,9 @@ The reference is value_and_grad on each window's concatenated micro-batches and 
 per window, with no ms_accum code.
 """
 import math
+import random
 import re
+import time
 
 import numpy as np
 import pytest
@@ -114,14 +116,35 @@ def simulate(schedule, steps_per_epoch, epochs, policy):
     return before, update, trained
 
 
+RANDOM_SCHEDULES = [{0: random.Random(seed).randint(1, 9),
+                     **{random.Random(seed).randint(1, 60) + 7 * k: random.Random(seed + k).randint(1, 9)
+                        for k in range(random.Random(seed).randint(0, 4))}} for seed in range(6)]
+
+
 @pytest.mark.parametrize("policy", ms_accum.PARTIAL_WINDOW_POLICIES)
-@pytest.mark.parametrize("steps", [SCHEDULE, {0: 3}, {0: 4, 1: 1, 5: 7}])
+@pytest.mark.parametrize("steps", [SCHEDULE, {0: 3}, {0: 4, 1: 1, 5: 7}, {0: 2, 3: 5, 4: 1, 30: 3}]
+                         + RANDOM_SCHEDULES)
 def test_run_plan_counts_the_windows_of_the_drivers_loop(steps, policy):
+    """run_plan and trained_micro_batches, which count a stage's windows in an epoch together, against the driver's
+    loop micro-batch by micro-batch: stages that change inside an epoch, after one window, epochs shorter and longer
+    than a window."""
     schedule = AccumulationSchedule(steps)
-    for steps_per_epoch, epochs in ((7, 3), (10, 2), (13, 1)):
+    for steps_per_epoch, epochs in ((7, 3), (10, 2), (13, 1), (1, 9), (3, 20), (64, 4)):
         before, updates, trained = simulate(schedule, steps_per_epoch, epochs, policy)
-        assert schedule.run_plan(steps_per_epoch, epochs, policy) == (before, updates)
-        assert schedule.trained_micro_batches(steps_per_epoch, epochs, policy) == trained
+        assert schedule.run_plan(steps_per_epoch, epochs, policy) == (before, updates), (steps_per_epoch, epochs)
+        assert schedule.trained_micro_batches(steps_per_epoch, epochs, policy) == trained, (steps_per_epoch, epochs)
+
+
+def test_a_run_of_a_million_epochs_is_planned_in_time_linear_in_its_epochs():
+    """Model.train(10 ** 6, ...) stopped by a callback is a common way to train "until told": its plan (94
+    micro-batches an epoch, N = 2: 47 million windows) walked window by window took 47 s alone, twice per run
+    (benchmarks/data_parallel.py's lone worker; its test took 195 s in CI). Counted a stage at a time, this plan of
+    94 million windows takes under a second here; walked window by window, 15 s would not be enough on this
+    machine even without load."""
+    start = time.perf_counter()
+    before, updates = AccumulationSchedule({0: 2, 5: 3, 1000: 1}).run_plan(94, 10 ** 6, "carry")
+    assert time.perf_counter() - start < 15
+    assert len(before) == 10 ** 6 + 1 and updates == before[-1] == 5 + 995 + (94 * 10 ** 6 - 5 * 2 - 995 * 3)
 
 
 # ----------------------------------------------------------------- the driver

@@ -170,18 +170,28 @@ class AccumulationSchedule:
         return self._walk(micro_batches_per_epoch, epochs, partial_window)[2]
 
     def _walk(self, micro_batches_per_epoch, epochs, partial_window):
-        """(windows begun before each epoch, updates, micro-batches updated) of :meth:`run_plan`'s run."""
+        """(windows begun before each epoch, updates, micro-batches updated) of :meth:`run_plan`'s run.
+
+        Within an epoch the windows of one stage are counted together, not one by one: a run of many epochs (a
+        ``Model.train(10 ** 6, ...)`` that a callback stops) is planned in time linear in its epochs and stages,
+        not in its windows."""
+        firsts, counts = self.firsts, self.counts
         update, pending, before, trained = 0, 0, [0], 0
         for epoch in range(epochs):
             left = micro_batches_per_epoch
             while left:
-                need = self.steps_at(update) - pending
-                if need <= left:
-                    left -= need
-                    trained += need + pending
-                    update, pending = update + 1, 0
-                else:
+                stage = bisect.bisect_right(firsts, update) - 1
+                steps = counts[stage]
+                if pending + left < steps:
                     pending, left = pending + left, 0
+                    break
+                # the windows that end in this epoch at this stage's N, up to the next stage's first update
+                windows = (pending + left) // steps
+                if stage + 1 < len(firsts):
+                    windows = min(windows, firsts[stage + 1] - update)
+                left -= windows * steps - pending
+                trained += windows * steps
+                update, pending = update + windows, 0
             action = epoch_end_action(partial_window, epoch == epochs - 1) if pending else "carry"
             if action == "update":
                 update += 1
