@@ -183,7 +183,7 @@ class AccumulationSchedule:
                 stage = bisect.bisect_right(firsts, update) - 1
                 steps = counts[stage]
                 if pending + left < steps:
-                    pending, left = pending + left, 0
+                    pending += left
                     break
                 # the windows that end in this epoch at this stage's N, up to the next stage's first update
                 windows = (pending + left) // steps

@@ -180,9 +180,10 @@ def check_progress_lr_schedule(owner, optimizer, micro_steps, first_steps, micro
 
 
 def check_run_learning_rate(owner, optimizer, steps, micro_batches_per_epoch, epochs, partial_window, from_start,
-                            micro_batch_items=None, lr_scaling="none"):
+                            updates, micro_batch_items=None, lr_scaling="none"):
     """:func:`check_lr_schedule` for a run of `epochs` epochs of `micro_batches_per_epoch` micro-batches with N
-    `steps` (an int, a schedule or a policy, whose run takes at most every window at its min_steps); for an
+    `steps` (an int, a schedule or a policy, whose run takes at most every window at its min_steps) and `updates`,
+    the run's updates as :func:`plan_updates` planned them (None for a policy); for an
     optimizer that reads its rate from progress, :func:`check_progress_lr_schedule` (`micro_batch_items`: the
     samples of one micro-batch over all devices, None: not checked; `lr_scaling`: the cell's concrete rule)."""
     if micro_batch_items is not None and progress_rates(optimizer):
@@ -195,7 +196,6 @@ def check_run_learning_rate(owner, optimizer, steps, micro_batches_per_epoch, ep
                                    adascale=lr_scaling.startswith("adascale"))
         return
     adaptive = isinstance(steps, POLICIES)
-    most = max_updates(steps.min_steps, micro_batches_per_epoch, epochs, partial_window) if adaptive else \
-        plan_updates(steps, micro_batches_per_epoch, epochs, partial_window)[1]
+    most = max_updates(steps.min_steps, micro_batches_per_epoch, epochs, partial_window) if adaptive else updates
     check_lr_schedule(owner, optimizer, micro_batches_per_epoch * epochs, most, from_start=from_start,
                       adaptive=adaptive)
