@@ -401,6 +401,10 @@ def check_lr_scaling(args, trainer_kind):
     if args.dataset_sink_mode:
         raise ValueError(f"'--lr_scaling {args.lr_scaling}' follows N as it changes between windows, but "
                          f"'--dataset_sink_mode' runs one N: drop one of them.")
+    if args.raw_sum:
+        raise ValueError(f"'--lr_scaling {args.lr_scaling}' scales the learning rate of the window's mean gradient, "
+                         f"but '--raw_sum' applies the sum of its micro-batches' gradients, which already grows with "
+                         f"N: the rule would scale it a second time. Drop one of them.")
     if trainer_kind == "functional":
         raise ValueError(f"'--lr_scaling {args.lr_scaling}' is an option of '--trainer driver' and '--trainer "
                          f"model_accu', whose exact state holds the run's progress: pass one of them.")

@@ -390,6 +390,8 @@ class TestCommandLineErrors:
          "'--lr_scaling sqrt' follows N as it changes between windows, but '--dataset_sink_mode' runs one N"),
         (("--lr_scaling", "linear", "--trainer", "functional"), "'--lr_scaling linear' is an option of '--trainer "
                                                                 "driver' and '--trainer model_accu'"),
+        (("--lr_scaling", "sqrt", "--raw_sum"), "'--lr_scaling sqrt' scales the learning rate of the window's mean "
+                                                "gradient, but '--raw_sum' applies the sum"),
         (("--reference_batch", "0"), "argument --reference_batch: must be a finite number > 0, but got '0'"),
         (("--reference_batch", "64"), "'--reference_batch' is G0 of a learning-rate rule, but '--lr_scaling' is "
                                       "not given"),

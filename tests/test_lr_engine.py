@@ -295,6 +295,9 @@ def test_without_a_rule_the_optimizer_is_left_as_it_is():
     (dict(lr_scaling="adascale"), ValueError,
      r"For 'TrainAccuStepsCell', 'lr_scaling'='adascale' reads AdaScale's gain from the window's gradient noise "
      r"scale, but TrainAccuStepsCell does not measure it. Build it with noise_scale=True"),
+    (dict(lr_scaling="linear", average=False), ValueError,
+     r"For 'TrainAccuStepsCell', 'lr_scaling'='linear' scales the learning rate of the window's mean gradient, but "
+     r"got average=False: .* Pass average=True"),
     (dict(reference_batch=64), ValueError,
      r"For 'TrainAccuStepsCell', 'reference_batch' is read by a learning-rate rule only, but got 64 with "
      r"lr_scaling='none'"),
@@ -308,6 +311,28 @@ def test_refused_rules_name_the_argument(kwargs, error, message):
     optimizer = make_optimizer("momentum", net.trainable_params(), 0.1)
     with pytest.raises(error, match=message):
         ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, **kwargs)
+
+
+@pytest.mark.parametrize("make", ["Accumulator", "TrainOptim", "TrainAccuStepsWithLossScaleCell",
+                                  "GradientAccumulation"])
+def test_every_front_end_refuses_a_rule_over_the_raw_sum(make):
+    """average=False applies the sum of the micro-batches' gradients, which grows with N by itself: a rule on top
+    would scale the step twice (a user's trial: lr_scaling="linear" with average=False took the step from 2 to 8
+    times the mean gradient when N doubled, silently)."""
+    net = make_net()
+    optimizer = make_optimizer("momentum", net.trainable_params(), 0.1)
+    with pytest.raises(ValueError, match=rf"For '{make}', 'lr_scaling'='sqrt' scales the learning rate of the "
+                                         rf"window's mean gradient, but got average=False"):
+        if make == "Accumulator":
+            ms_accum.Accumulator(optimizer, 2, average=False, lr_scaling="sqrt")
+        elif make == "TrainOptim":
+            ms_accum.TrainOptim(optimizer, optimizer.parameters.clone(prefix="g", init="zeros"), average=False,
+                                lr_scaling="sqrt")
+        elif make == "TrainAccuStepsWithLossScaleCell":
+            ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, nn.MSELoss()), optimizer,
+                                                     Tensor(1.0, ms.float32), average=False, lr_scaling="sqrt")
+        else:
+            ms_accum.GradientAccumulation(net, nn.MSELoss(), optimizer, average=False, lr_scaling="sqrt")
 
 
 @pytest.mark.parametrize("make", ["Accumulator", "TrainOptim", "TrainAccuStepsWithLossScaleCell",

@@ -191,6 +191,12 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                                  f"{reference_batch!r} with lr_scaling='none'. Pass lr_scaling='linear', 'sqrt' or "
                                  f"'adascale', or drop reference_batch.")
             return
+        if not self.average:
+            raise ValueError(f"For '{owner}', 'lr_scaling'={lr_scaling!r} scales the learning rate of the window's "
+                             f"mean gradient, but got average=False: the update is then the raw sum of its "
+                             f"micro-batches' gradients, which already grows with N, and the rule would scale it a "
+                             f"second time. Pass average=True (the large-batch step at the rule's rate), or "
+                             f"lr_scaling='none'.")
         if rule in ADASCALE_RULES and not self.measure_noise:
             raise ValueError(f"For '{owner}', 'lr_scaling'={lr_scaling!r} reads AdaScale's gain from the window's "
                              f"gradient noise scale, but {owner} does not measure it. Build it with noise_scale=True "
