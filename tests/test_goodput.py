@@ -225,6 +225,15 @@ def test_a_calibration_below_the_timing_noise_warns_and_keeps_the_smallest_n():
      r"end_time=None"),
     ({"min_steps": 2, "max_steps": 8, "micro_time": 0.0, "end_time": 1.0}, ValueError,
      r"'micro_time' must be a finite number > 0, but got 0.0"),
+    # a wrong type says which type it got (a user's trial: a string time read a ValueError of a bad value)
+    ({"min_steps": 2, "max_steps": 8, "micro_time": "0.01", "end_time": 0.1}, TypeError,
+     r"'micro_time' must be a finite number > 0, but got '0.01' of type str"),
+    ({"min_steps": 2, "max_steps": 8, "micro_time": 0.01, "end_time": None}, ValueError,
+     r"'micro_time' and 'end_time' must be given together"),
+    ({"min_steps": 2, "max_steps": 8, "micro_time": 0.01, "end_time": "0.1"}, TypeError,
+     r"'end_time' must be a finite number >= 0, but got '0.1' of type str"),
+    ({"min_steps": 2, "max_steps": 8, "calibration_steps": (2.0, 4)}, TypeError,
+     r"'calibration_steps' must be two different ints in \[2, 8\], but got \(2.0, 4\), holding float and int"),
 ])
 def test_policy_argument_errors(kwargs, error, message):
     with pytest.raises(error, match=r"For 'GoodputAccumulation', " + message):

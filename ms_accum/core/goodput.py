@@ -151,6 +151,7 @@ def best_steps(noise_scale, micro_batch_items, micro_time, end_time, min_steps, 
         int.
 
     Raises:
+        TypeError: If a time or `micro_batch_items` is not a real number, or a bound not an int.
         ValueError: If `noise_scale` is NaN or negative, or another argument is out of its range.
 
     Supported Platforms:
@@ -199,6 +200,7 @@ def fit_window_time(steps, seconds):
         (float, float): t_micro > 0 and t_end >= 0.
 
     Raises:
+        TypeError: If a time is not a real number or an N not an int.
         ValueError: If the lists differ in length, hold fewer than two different N or a time <= 0, or the time does
             not grow with N (the measurements are noise: calibrate with more windows, or give the constants).
 
@@ -260,14 +262,22 @@ def shown_times(points):
     return ", ".join(f"N={n}: {t:.4g} s" for n, t in points)
 
 
+def _check_real(owner, name, value, expected):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"For '{owner}', '{name}' must be {expected}, but got {value!r} of type "
+                        f"{type(value).__name__}.")
+
+
 def _check_positive(owner, name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0 < value < math.inf:
+    _check_real(owner, name, value, "a finite number > 0")
+    if not 0 < value < math.inf:
         raise ValueError(f"For '{owner}', '{name}' must be a finite number > 0, but got {value!r}.")
 
 
 def _check_constants(owner, micro_time, end_time):
     _check_positive(owner, "micro_time", micro_time)
-    if isinstance(end_time, bool) or not isinstance(end_time, numbers.Real) or not 0 <= end_time < math.inf:
+    _check_real(owner, "end_time", end_time, "a finite number >= 0")
+    if not 0 <= end_time < math.inf:
         raise ValueError(f"For '{owner}', 'end_time' must be a finite number >= 0, but got {end_time!r}.")
 
 
@@ -297,7 +307,7 @@ class GoodputAccumulation:
         end_time (float, optional): t_end in seconds, >= 0, given with `micro_time`. Default: ``None``.
 
     Raises:
-        TypeError: If a count is not an int, or `calibration_steps` not a pair.
+        TypeError: If a count is not an int, `calibration_steps` not a pair of ints, or a time not a real number.
         ValueError: If a count is out of its range, the calibration N are equal or out of bounds, or only one of
             `micro_time` and `end_time` is given.
 
@@ -335,8 +345,11 @@ class GoodputAccumulation:
                             f"({min_steps}, {min(max_steps, 2 * min_steps)}), but got {calibration_steps!r} of type "
                             f"{type(calibration_steps).__name__}.")
         first, second = pair
-        if not (is_int(first) and is_int(second)) or first == second or \
-                not (min_steps <= first <= max_steps and min_steps <= second <= max_steps):
+        if not (is_int(first) and is_int(second)):
+            raise TypeError(f"For '{owner}', 'calibration_steps' must be two different ints in [{min_steps}, "
+                            f"{max_steps}], but got {calibration_steps!r}, holding "
+                            f"{type(first).__name__} and {type(second).__name__}.")
+        if first == second or not (min_steps <= first <= max_steps and min_steps <= second <= max_steps):
             raise ValueError(f"For '{owner}', 'calibration_steps' must be two different ints in [{min_steps}, "
                              f"{max_steps}], but got {calibration_steps!r}.")
         if (micro_time is None) != (end_time is None):
@@ -432,6 +445,7 @@ class GoodputAccumulation:
             seconds (float): Its wall time, > 0.
 
         Raises:
+            TypeError: If `seconds` is not a real number.
             ValueError: If an argument is out of range, or the calibration's windows reported were not at two
                 different N.
         """
