@@ -192,9 +192,10 @@ class TrainOptim(WindowEngine, nn.Cell):
             ``"skip"`` with `scale_sense`; when called, if a micro-batch of the window reported ``num_items`` <= 0
             (the optimizer is not stepped), or if the buffers were applied and :class:`TrainClear` has not cleared
             them since; at the first call, with MindSpore's compile cache on, if its stored graphs were compiled with
-            other settings; if `lr_scaling` is not a rule, is ``"adascale"`` without `noise_scale` or for an optimizer
-            it does not know, `reference_batch` is not a number > 0 or is given with ``"none"``, or the optimizer
-            does not read its rate through ``Optimizer.get_lr``.
+            other settings; if `lr_scaling` is not a rule, is a rule with ``average=False`` (the raw sum grows with N
+            by itself), is ``"adascale"`` without `noise_scale` or for an optimizer it does not know,
+            `reference_batch` is not a number > 0 or is given with ``"none"``, or the optimizer does not read its
+            rate through ``Optimizer.get_lr``.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
