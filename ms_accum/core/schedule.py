@@ -162,15 +162,16 @@ class AccumulationSchedule:
             tuple(list[int], int): windows begun before epoch e (e = 0 .. epochs), counting those a policy later
             dropped as not begun; the run's updates.
         """
-        before, update, _ = self._walk(micro_batches_per_epoch, epochs, partial_window)
+        before, update, _ = self.walk(micro_batches_per_epoch, epochs, partial_window)
         return before, update
 
     def trained_micro_batches(self, micro_batches_per_epoch, epochs, partial_window):
         """The micro-batches of such a run that reach an update: all but those of windows a policy drops."""
-        return self._walk(micro_batches_per_epoch, epochs, partial_window)[2]
+        return self.walk(micro_batches_per_epoch, epochs, partial_window)[2]
 
-    def _walk(self, micro_batches_per_epoch, epochs, partial_window):
-        """(windows begun before each epoch, updates, micro-batches updated) of :meth:`run_plan`'s run.
+    def walk(self, micro_batches_per_epoch, epochs, partial_window):
+        """(windows begun before each epoch, updates, micro-batches updated) of :meth:`run_plan`'s run: both of its
+        figures and :meth:`trained_micro_batches`' from one walk, for a trainer that needs all three.
 
         Within an epoch the windows of one stage are counted together, not one by one: a run of many epochs (a
         ``Model.train(10 ** 6, ...)`` that a callback stops) is planned in time linear in its epochs and stages,

@@ -143,11 +143,12 @@ def check_window_fits(owner, steps_name, steps, micro_batches_per_epoch, partial
 
 
 def plan_updates(steps, micro_batches_per_epoch, epochs, partial_window):
-    """(windows begun before each epoch, the run's updates) for N an int or a schedule; (None, None) for a policy,
-    whose count of updates is decided as it goes."""
+    """(windows begun before each epoch, the run's updates, its micro-batches that reach an update) for N an int
+    or a schedule, from one walk (:meth:`AccumulationSchedule.walk`); (None, None, None) for a policy, whose
+    windows are decided as it goes."""
     if isinstance(steps, POLICIES):
-        return None, None
-    return AccumulationSchedule(steps).run_plan(micro_batches_per_epoch, epochs, partial_window)
+        return None, None, None
+    return AccumulationSchedule(steps).walk(micro_batches_per_epoch, epochs, partial_window)
 
 
 def check_progress_lr_schedule(owner, optimizer, micro_steps, first_steps, micro_batch_items, from_start=True,
@@ -180,18 +181,18 @@ def check_progress_lr_schedule(owner, optimizer, micro_steps, first_steps, micro
 
 
 def check_run_learning_rate(owner, optimizer, steps, micro_batches_per_epoch, epochs, partial_window, from_start,
-                            updates, micro_batch_items=None, lr_scaling="none"):
+                            updates, trained, micro_batch_items=None, lr_scaling="none"):
     """:func:`check_lr_schedule` for a run of `epochs` epochs of `micro_batches_per_epoch` micro-batches with N
-    `steps` (an int, a schedule or a policy, whose run takes at most every window at its min_steps) and `updates`,
-    the run's updates as :func:`plan_updates` planned them (None for a policy); for an
-    optimizer that reads its rate from progress, :func:`check_progress_lr_schedule` (`micro_batch_items`: the
-    samples of one micro-batch over all devices, None: not checked; `lr_scaling`: the cell's concrete rule)."""
+    `steps` (an int, a schedule or a policy, whose run takes at most every window at its min_steps), and `updates`
+    and `trained`, the run's updates and micro-batches that reach one as :func:`plan_updates` planned them (None
+    for a policy); for an optimizer that reads its rate from progress, :func:`check_progress_lr_schedule`
+    (`micro_batch_items`: the samples of one micro-batch over all devices, None: not checked; `lr_scaling`: the
+    cell's concrete rule)."""
     if micro_batch_items is not None and progress_rates(optimizer):
         first = steps.initial_steps if hasattr(steps, "initial_steps") else \
             steps.steps_at(0) if isinstance(steps, AccumulationSchedule) else steps
-        trained = micro_batches_per_epoch * epochs  # a policy's windows: at most every micro-batch
-        if not isinstance(steps, POLICIES):  # a window a partial-window policy drops moves no progress
-            trained = AccumulationSchedule(steps).trained_micro_batches(micro_batches_per_epoch, epochs, partial_window)
+        if trained is None:  # a policy's windows: at most every micro-batch (a schedule's plan leaves out the
+            trained = micro_batches_per_epoch * epochs  # windows a partial-window policy drops: they move no progress)
         check_progress_lr_schedule(owner, optimizer, trained, first, micro_batch_items, from_start,
                                    adascale=lr_scaling.startswith("adascale"))
         return

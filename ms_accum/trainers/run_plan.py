@@ -219,11 +219,11 @@ def plan_run(owner, cell, settings, *, required_steps, sharded, world=1, rank=0,
                       f"compare), but every window of this run holds 1 ('{cell.steps_name}'): every estimate will be "
                       f"NaN. Pass N >= 2 (halve the micro-batch for the same update), or build the cell with "
                       f"noise_scale=False.", UserWarning, stacklevel=3)
-    before, updates = plan_updates(n, micro_batches, settings.epochs, settings.partial_window)
+    before, updates, trained = plan_updates(n, micro_batches, settings.epochs, settings.partial_window)
     if check_learning_rate:
         check_run_learning_rate(owner, cell.optimizer, n, micro_batches, settings.epochs, settings.partial_window,
                                 from_start=initial == 0 and settings.resume_from is None, updates=updates,
-                                micro_batch_items=settings.dataset.get_batch_size() * world,
+                                trained=trained, micro_batch_items=settings.dataset.get_batch_size() * world,
                                 lr_scaling=cell.lr_scaling)
     layout = RunLayout(world, settings.dataset.get_batch_size(), micro_batches, n if isinstance(n, int) else 0,
                        settings.partial_window, sharded(settings.dataset))
