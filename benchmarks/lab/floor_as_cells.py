@@ -7,7 +7,8 @@ processes taking turns:
 Each process builds the model (MindCV's EdgeNeXt-XX-Small at 64 x 64 by default, micro-batches of 8, N = 4) and
 times its first update (both graphs compiled), its next 3 windows and 8 windows after those (the steady time per
 window). The two variants run the same operations on the same Parameters (the tutorial's buffers and the checked
-window end of ``harness.checked_window_end``); only the way MindSpore is handed them differs.
+window end of ``harness.checked_window_end``); only the way MindSpore is handed them differs
+(``harness.two_graph_steps``, with and without ``cells``).
 """
 import argparse
 import os
@@ -21,44 +22,14 @@ import harness  # noqa: E402  (benchmarks/, beside this folder)
 VARIANTS = ("jit-functions", "cells")
 
 
-def two_cells(loss_net, optimizer, steps):
-    """``harness.two_graph_steps(..., checked=True)``'s two graphs as Cells: (micro-batch step, window end)."""
-    from mindspore import nn, ops  # pylint: disable=import-outside-toplevel
-    grad_fn, tutorial, _ = harness.step_parts("tutorial-checked", loss_net, optimizer, steps)
-
-    class MicroStep(nn.Cell):
-        """value_and_grad of loss / N and the addition into the buffers."""
-
-        def __init__(self):
-            super().__init__(auto_prefix=False)
-            self.grad_fn, self.tutorial = grad_fn, tutorial
-
-        def construct(self, x, y):
-            loss_value, grads = self.grad_fn(x, y)
-            return ops.depend(loss_value, self.tutorial.add(grads))
-
-    class WindowEnd(nn.Cell):
-        """The checked window end: the norm, the in-place division, the skip branch, the clear in turn."""
-
-        def __init__(self):
-            super().__init__(auto_prefix=False)
-            self.tutorial = tutorial
-
-        def construct(self):
-            return self.tutorial.end_window()
-    return MicroStep(), WindowEnd()
-
-
 def one_start(args):
     """This process: one variant's first update, next 3 windows and steady seconds per window."""
     harness.start_mindspore("graph")
     from mindspore import nn  # pylint: disable=import-outside-toplevel
     net, loss, optimizer = harness.build(args.model, args.classes)
     loss_net = nn.WithLossCell(net, loss)
-    if args.variant == "cells":
-        micro_step, window_end = two_cells(loss_net, optimizer, args.steps)
-    else:
-        micro_step, window_end = harness.two_graph_steps(loss_net, optimizer, args.steps, checked=True)
+    micro_step, window_end = harness.two_graph_steps(loss_net, optimizer, args.steps, checked=True,
+                                                     cells=args.variant == "cells")
     batches = harness.random_batches(args, 12 * args.steps, seed=1)
     data = list(harness.dataset_of(batches).create_tuple_iterator(num_epochs=1))
 
