@@ -380,18 +380,30 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self._goodput_written = (constants, observed)
 
     def _window_micro_batches(self):
-        """Before a window's end from Python: its micro-batches, read from the device for a goodput policy (which
-        times windows), else None."""
-        return int(self.accu_micro_steps.asnumpy()) if self._goodput else None
+        """Before a window's end from Python: its micro-batches, read from the device for a goodput policy that is
+        still calibrating (which times windows), else None. Once the policy is frozen nothing is timed: the read
+        waited for the window's micro-batches before the window's end could start, and with the reads and writes
+        of :meth:`observe_window` cost LeNet5 7 ms a window of 16 (docs/batch_schedules.md)."""
+        if not self._goodput or self.adaptive_policy.frozen:
+            return None
+        return int(self.accu_micro_steps.asnumpy())
 
     def _time_window(self, micro_batches):
         """After a window's end from Python (the parallel cells' ``end_window``, under the trainers too): its wall
         time since the previous window's end reported to a goodput policy, once the device has chosen the next N
-        (reading the window count waits for it)."""
-        if micro_batches is None:
+        (reading the window count waits for it). With the policy frozen (`micro_batches` None), only its
+        constants are read, to see a state loaded into the cell since; such a state is taken as
+        :meth:`observe_window` takes it, this window untimed (a policy that takes a state leaves its next window
+        untimed anyway)."""
+        if not self._goodput:
             return
-        update = int(self.accu_windows.asnumpy()) - 1
         now = time.perf_counter()
+        if micro_batches is None:
+            if np.array_equal(self.accu_goodput_constants.asnumpy(), self._goodput_written[0]):
+                self._last_window_end = now
+                return
+            micro_batches = 1  # not read: a state was loaded, so this window is not timed
+        update = int(self.accu_windows.asnumpy()) - 1
         self.observe_window(update, micro_batches, max(now - self._last_window_end, 1e-9))
         self._last_window_end = now
 
@@ -418,7 +430,10 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                 np.array_equal(observed, self._goodput_written[1])):  # loaded from a state file
             policy.load_state_dict({"micro_time": float(constants[0]), "end_time": float(constants[1]),
                                     "observed": [row.tolist() for row in observed if row[0] >= 0]})
-        if self.is_distributed and not policy.frozen:
+            self._write_goodput(policy)  # what the Parameters hold now, for the next window's comparison
+        if policy.frozen:  # nothing to time, nothing to write
+            return
+        if self.is_distributed:
             seconds = slowest_device_seconds(seconds)
         policy.observe(update, micro_batches, seconds)
         self._write_goodput(policy)
