@@ -332,7 +332,8 @@ AT_SIZE_COPY_MIB = 288.4
     ("graph", "momentum"), ("pynative", "momentum"),
     pytest.param("graph", "mindcv", marks=pytest.mark.ecosystem)])
 def test_every_path_holds_the_tutorials_memory_at_size(mode, optimizer):
-    """docs/performance.md, "At size": on the MLP at width 8192 (micro-batch 8, N 8, 2 windows), every path peaks within
+    """docs/performance.md, "At size": on the MLP at width 8192 (micro-batch 8, 2 windows; N 3 here, a window's first,
+    middle and last micro-batch, each path's graphs all run, against the page's N 8), every path peaks within
     the MindSpore tutorial's accumulator's peak plus 0.25 copies of the parameters: plain training over tensors and over
     a dataset, the three cells, Accumulator in a jit step, the driver (also with noise_scale="first", whose two
     accumulation graphs the host chooses between: +0.19 in GRAPH_MODE with nn.Momentum, 2026-12-03) and Model_ACCU, each
@@ -345,8 +346,8 @@ def test_every_path_holds_the_tutorials_memory_at_size(mode, optimizer):
     plain training (+1.0 measured), so a tutorial run that held nothing cannot pass the paths."""
     if optimizer == "mindcv":
         pytest.importorskip("mindcv", reason="MindCV's optimizer: pip install mindcv==0.3.0")
-    done = run("--model", "mlp", "--width", 8192, "--optimizer", optimizer, "--mode", mode, "--windows", 2,
-               "--configs", ",".join(AT_SIZE_PATHS), script=MEMORY)
+    done = run("--model", "mlp", "--width", 8192, "--optimizer", optimizer, "--mode", mode, "--steps", 3,
+               "--windows", 2, "--configs", ",".join(AT_SIZE_PATHS), script=MEMORY)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     peaks, copy = _memory_table(done.stdout)
     assert copy == AT_SIZE_COPY_MIB and list(peaks) == list(AT_SIZE_PATHS), done.stdout[-3000:]
