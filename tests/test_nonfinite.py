@@ -18,7 +18,7 @@ from mindspore import Tensor, nn
 
 import ms_accum
 import paths
-from helpers import assert_equals_large_batch, build, micro_batches, numpy_dataset, params_of
+from helpers import assert_equals_large_batch, build, computed_once, micro_batches, numpy_dataset, params_of
 from test_model_accu import fake_device  # noqa: F401  (the sink tests' device seams)
 
 N = 3
@@ -32,6 +32,7 @@ def poisoned(sizes, bad, seed=11):
     return batches
 
 
+@computed_once
 def reference(windows):
     """Momentum stepped once per clean window on its concatenated micro-batches (no ms_accum code)."""
     net, loss, opt = build("momentum")

@@ -19,7 +19,7 @@ import ms_accum
 from ms_accum.core.adaptive import next_steps_on_device
 from ms_accum.core.noise_scale import noise_scale_of
 from ms_accum.core.schedule import AccumulationSchedule, schedule_argument
-from helpers import build, micro_batches, numpy_dataset, params_of
+from helpers import build, computed_once, micro_batches, numpy_dataset, params_of
 
 SCHEDULE = {0: 1, 2: 2, 4: 3}
 RATES = [0.1, 0.05, 0.2, 0.02, 0.08, 0.03, 0.1, 0.04, 0.06, 0.01]  # one per update, distinct
@@ -29,6 +29,7 @@ def momentum(params, rates=None):
     return nn.Momentum(params, learning_rate=rates if rates is not None else 0.1, momentum=0.9)
 
 
+@computed_once
 def reference(batches, sizes, rates=None, seed=0):
     """Parameters after each window of `sizes` micro-batches, stepped as one large batch."""
     net, loss, _ = build("momentum", seed)

@@ -11,7 +11,7 @@ import mindspore as ms
 from mindspore import Tensor, nn
 
 import ms_accum
-from helpers import assert_equals_large_batch, assert_params_equal, concat, numpy_dataset, params_of
+from helpers import assert_equals_large_batch, assert_params_equal, computed_once, concat, numpy_dataset, params_of
 from test_model_accu import fake_device  # noqa: F401  (the fixture: Model_ACCU's device seams faked)
 
 
@@ -48,6 +48,7 @@ def equal_batches():
     return [(ids[i:i + 2], labels[i:i + 2]) for i in range(0, 6, 2)]
 
 
+@computed_once
 def dense_reference(windows):
     """Plain TrainOneStepCell with a dense embedding, one step per window on its micro-batches concatenated."""
     net, loss_net, opt = build(sparse=False)

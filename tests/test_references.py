@@ -1,0 +1,61 @@
+"""helpers.computed_once: a reference is computed once a process for the same arguments, and again for any other."""
+import numpy as np
+
+import mindspore as ms
+
+from helpers import computed_once
+
+
+def _counting():
+    calls = []
+
+    @computed_once
+    def reference(windows, rate=0.1, make=None):
+        calls.append(rate)
+        return {"w": np.full(2, float(sum(float(x.sum()) for window in windows for x, _ in window)) * rate)}
+    return reference, calls
+
+
+def _windows(value):
+    return [[(np.full((2, 3), value, np.float32), np.zeros(2, np.int32))]]
+
+
+def make_module_level(optimizer, seed):  # a function whose name tells it apart
+    return optimizer, seed
+
+
+def test_the_same_data_in_new_arrays_is_computed_once_and_other_data_again():
+    reference, calls = _counting()
+    first = reference(_windows(1.0))
+    assert reference(_windows(1.0), 0.1)["w"].tolist() == first["w"].tolist() and len(calls) == 1
+    reference(_windows(2.0))  # other contents
+    reference([[(np.full((3, 2), 1.0, np.float32), np.zeros(2, np.int32))]])  # the same bytes, another shape
+    reference(_windows(1.0), rate=0.2)  # another argument
+    reference(_windows(1.0), make=make_module_level)  # a named function: keyed by its name
+    reference(_windows(1.0), make=make_module_level)
+    assert len(calls) == 5
+
+
+def test_a_caller_changing_its_result_does_not_change_the_next():
+    reference, _ = _counting()
+    reference(_windows(1.0))["w"][:] = -1.0
+    assert reference(_windows(1.0))["w"].tolist() == [6 * 0.1, 6 * 0.1]
+
+
+def test_a_lambda_or_a_local_function_is_computed_every_time():
+    reference, calls = _counting()
+
+    def local(optimizer, seed):
+        return optimizer, seed
+    for _ in range(2):
+        reference(_windows(1.0), make=lambda optimizer, seed: None)
+        reference(_windows(1.0), make=local)
+    assert len(calls) == 4
+
+
+def test_the_mode_is_part_of_the_key():
+    reference, calls = _counting()
+    reference(_windows(1.0))
+    ms.set_context(mode=ms.GRAPH_MODE)
+    reference(_windows(1.0))
+    assert len(calls) == 2
