@@ -15,6 +15,7 @@ import mindspore as ms
 from mindspore import Tensor, nn
 
 import paths
+from helpers import computed_once
 
 PATHS = ["driver", "model_accu", "cells", "accumulator"]
 
@@ -45,13 +46,6 @@ def train_path(path, make, batches, steps, token_loss=False):
     return trained_parameters(net)
 
 
-def train_raw_sum(make, batches, steps):
-    """The tutorial's raw sum of micro-batch gradients (average=False): a wrong update the comparison must catch."""
-    net, loss, optimizer = make()
-    paths.train("three_cells", loss_network(net, loss), optimizer, batches, steps, average=False)
-    return trained_parameters(net)
-
-
 def windows_of(batches, steps):
     """`batches` in consecutive windows of `steps` micro-batches."""
     return [list(batches[start:start + steps]) for start in range(0, len(batches), steps)]
@@ -60,29 +54,43 @@ def windows_of(batches, steps):
 def large_batch(make, token_loss=False):
     """The reference of helpers.assert_equals_large_batch for these models: windows -> the trained parameters after,
     per window, value_and_grad of the loss on its concatenated micro-batches and one optimizer step, in
-    PYNATIVE_MODE, without ms_accum. Each windows' result is kept (keyed by the micro-batches' identity): a model's
-    tests share its references."""
-    results = {}
-
-    def reference(windows):
-        key = tuple(tuple(id(batch) for batch in window) for window in windows)
-        if key not in results:
-            results[key] = _large_batch(make, windows, token_loss)
-        return results[key]
-    return reference
+    PYNATIVE_MODE, without ms_accum. A process computes it once for the same `make` (a module-level function or a
+    partial of one) and windows (helpers.computed_once): a model's tests share its references."""
+    return lambda windows: _in_pynative(_pynative_large_batch, make, windows, token_loss)
 
 
-def _large_batch(make, windows, token_loss):
+def raw_sum(make, windows):
+    """The tutorial's raw sum, a wrong update the comparison must catch, written without ms_accum: per window, the
+    gradients of each micro-batch's mean loss added up, not averaged, and one optimizer step on their sum (PYNATIVE);
+    returns the trained parameters."""
+    return _in_pynative(_pynative_steps, make, windows, False, True)
+
+
+def _in_pynative(function, *args):
     mode = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)
     try:
-        net, loss, optimizer = make()
-        loss_net = loss_network(net, loss)
-        loss_net.set_train(True)
-        grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters, has_aux=token_loss)
-        for window in windows:
-            _, grads = grad_fn(*(Tensor(np.concatenate(parts)) for parts in zip(*window)))
-            optimizer(grads)
-        return trained_parameters(net)
+        return function(*args)
     finally:
         ms.set_context(mode=mode)
+
+
+@computed_once
+def _pynative_large_batch(make, windows, token_loss):
+    return _pynative_steps(make, windows, token_loss, False)
+
+
+def _pynative_steps(make, windows, token_loss, summed):
+    """One optimizer step per window on the gradient of its concatenated micro-batches' loss, or with `summed` on
+    the sum of its micro-batches' gradients."""
+    net, loss, optimizer = make()
+    loss_net = loss_network(net, loss)
+    loss_net.set_train(True)
+    grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters, has_aux=token_loss)
+    for window in windows:
+        grads = None
+        for part in [[batch] for batch in window] if summed else [window]:
+            _, part_grads = grad_fn(*(Tensor(np.concatenate(arrays)) for arrays in zip(*part)))
+            grads = part_grads if grads is None else tuple(a + b for a, b in zip(grads, part_grads))
+        optimizer(grads)
+    return trained_parameters(net)

@@ -89,22 +89,40 @@ def _digest(value, digest):
     return False
 
 
-def _reference_key(function, args, kwargs):
+def _reference_key(signature, args, kwargs):
     """What a reference run depends on: its arguments by name (the data by content) and MindSpore's mode;
-    None where that cannot be told (an argument that is a function defined inside another, a lambda or a partial,
-    or an object other than data: two of them may differ and look alike to any key)."""
-    bound = inspect.signature(function).bind(*args, **kwargs)
+    a function by its name, a ``functools.partial`` by its function and arguments; None where that cannot be told
+    (an argument that is a lambda, a function defined inside another or a partial of one, or an object other than
+    data: two of them may differ and look alike to any key)."""
+    bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
     parts = [ms.get_context("mode")]
     for name, value in bound.arguments.items():
-        if callable(value) and not isinstance(value, (Tensor, np.ndarray)):
-            qualname = getattr(value, "__qualname__", "<unnamed>")
-            if "<" in qualname:
+        if _is_function(value):
+            value = _callable_key(value)
+            if value is None:
                 return None
-            value = f"{value.__module__}.{qualname}"
         parts.append((name, value))
     digest = hashlib.sha256()
     return digest.hexdigest() if _digest(parts, digest) else None
+
+
+def _is_function(value):
+    return callable(value) and not isinstance(value, (Tensor, np.ndarray))
+
+
+def _callable_key(function):
+    """A function by its module and qualified name; a ``functools.partial`` by its function's and its arguments
+    (data, keyed by content, or functions again); None for a lambda or a function defined inside another."""
+    if isinstance(function, functools.partial):
+        values = (*function.args, *function.keywords.values())
+        keys = [_callable_key(value) if _is_function(value) else value for value in values]
+        if _callable_key(function.func) is None or any(_is_function(value) and key is None
+                                                       for value, key in zip(values, keys)):
+            return None
+        return ("partial", _callable_key(function.func), tuple(keys), tuple(function.keywords))
+    qualname = getattr(function, "__qualname__", "<unnamed>")
+    return None if "<" in qualname else f"{function.__module__}.{qualname}"
 
 
 def computed_once(function):
@@ -112,10 +130,11 @@ def computed_once(function):
     the same large batch of every path, mode and trainer they check. The reference stays written without ms_accum;
     a caller gets a copy it may change."""
     results = {}  # what `function` returned, by what it depends on (see _reference_key)
+    signature = inspect.signature(function)
 
     @functools.wraps(function)
     def once(*args, **kwargs):
-        key = _reference_key(function, args, kwargs)
+        key = _reference_key(signature, args, kwargs)
         if key is None:
             return function(*args, **kwargs)
         if key not in results:

@@ -95,7 +95,6 @@ def padded_sequences(lengths, batch=3, seed=5):
 LENGTHS = [(12, 12, 9), (3, 2, 4), (9, 8, 5), (6, 5, 4), (12, 11, 11), (2, 2, 2)]
 
 
-@functools.lru_cache(maxsize=None)
 def reference(optimizer):
     return large_batch(functools.partial(make, optimizer), token_loss=True)
 

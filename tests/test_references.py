@@ -1,4 +1,6 @@
 """helpers.computed_once: a reference is computed once a process for the same arguments, and again for any other."""
+import functools
+
 import numpy as np
 
 import mindspore as ms
@@ -34,6 +36,20 @@ def test_the_same_data_in_new_arrays_is_computed_once_and_other_data_again():
     reference(_windows(1.0), make=make_module_level)  # a named function: keyed by its name
     reference(_windows(1.0), make=make_module_level)
     assert len(calls) == 5
+
+
+def test_a_partial_is_keyed_by_its_function_and_arguments():
+    reference, calls = _counting()
+    for _ in range(2):
+        reference(_windows(1.0), make=functools.partial(make_module_level, "adamw"))
+    reference(_windows(1.0), make=functools.partial(make_module_level, "momentum"))  # another argument
+    reference(_windows(1.0), make=functools.partial(make_module_level, seed=1))  # given by another name
+    reference(_windows(1.0), make=functools.partial(make_module_level, optimizer="adamw"))
+    assert len(calls) == 4
+    for _ in range(2):  # a partial of a function the key cannot tell apart, or with one as its argument
+        reference(_windows(1.0), make=functools.partial(lambda optimizer, seed: None, "adamw"))
+        reference(_windows(1.0), make=functools.partial(make_module_level, lambda: None))
+    assert len(calls) == 8
 
 
 def test_a_caller_changing_its_result_does_not_change_the_next():
