@@ -112,7 +112,7 @@ def _is_function(value):
 
 
 def _callable_key(function):
-    """A function by its module and qualified name; a ``functools.partial`` by its function's and its arguments
+    """A function by its module and qualified name; a ``functools.partial`` by its function's key and arguments
     (data, keyed by content, or functions again); None for a lambda or a function defined inside another."""
     if isinstance(function, functools.partial):
         values = (*function.args, *function.keywords.values())
