@@ -63,21 +63,21 @@ def raw_sum(make, windows):
     """The tutorial's raw sum, a wrong update the comparison must catch, written without ms_accum: per window, the
     gradients of each micro-batch's mean loss added up, not averaged, and one optimizer step on their sum (PYNATIVE);
     returns the trained parameters."""
-    return _in_pynative(_pynative_steps, make, windows, False, True)
+    return _in_pynative(_pynative_steps, make, windows, token_loss=False, summed=True)
 
 
-def _in_pynative(function, *args):
+def _in_pynative(function, *args, **kwargs):
     mode = ms.get_context("mode")
     ms.set_context(mode=ms.PYNATIVE_MODE)
     try:
-        return function(*args)
+        return function(*args, **kwargs)
     finally:
         ms.set_context(mode=mode)
 
 
 @computed_once
 def _pynative_large_batch(make, windows, token_loss):
-    return _pynative_steps(make, windows, token_loss, False)
+    return _pynative_steps(make, windows, token_loss, summed=False)
 
 
 def _pynative_steps(make, windows, token_loss, summed):

@@ -98,31 +98,28 @@ def _reference_key(signature, args, kwargs):
     bound.apply_defaults()
     parts = [ms.get_context("mode")]
     for name, value in bound.arguments.items():
-        if _is_function(value):
-            value = _callable_key(value)
-            if value is None:
-                return None
+        value = _argument_key(value)
+        if value is _UNKEYED:
+            return None
         parts.append((name, value))
     digest = hashlib.sha256()
     return digest.hexdigest() if _digest(parts, digest) else None
 
 
-def _is_function(value):
-    return callable(value) and not isinstance(value, (Tensor, np.ndarray))
+_UNKEYED = object()  # a function the key cannot tell apart from another (None is data)
 
 
-def _callable_key(function):
-    """A function by its module and qualified name; a ``functools.partial`` by its function's key and arguments
-    (data, keyed by content, or functions again); None for a lambda or a function defined inside another."""
-    if isinstance(function, functools.partial):
-        values = (*function.args, *function.keywords.values())
-        keys = [_callable_key(value) if _is_function(value) else value for value in values]
-        if _callable_key(function.func) is None or any(_is_function(value) and key is None
-                                                       for value, key in zip(values, keys)):
-            return None
-        return ("partial", _callable_key(function.func), tuple(keys), tuple(function.keywords))
-    qualname = getattr(function, "__qualname__", "<unnamed>")
-    return None if "<" in qualname else f"{function.__module__}.{qualname}"
+def _argument_key(value):
+    """Data as it is (:func:`_digest` keys it by content); a function by its module and qualified name; a
+    ``functools.partial`` by its function's key and its arguments'; _UNKEYED for a lambda, a function defined inside
+    another, or a partial of or holding one."""
+    if not callable(value) or isinstance(value, (Tensor, np.ndarray)):
+        return value
+    if isinstance(value, functools.partial):
+        keys = [_argument_key(part) for part in (value.func, *value.args, *value.keywords.values())]
+        return _UNKEYED if any(key is _UNKEYED for key in keys) else ("partial", tuple(keys), tuple(value.keywords))
+    qualname = getattr(value, "__qualname__", "<unnamed>")
+    return _UNKEYED if "<" in qualname else f"{value.__module__}.{qualname}"
 
 
 def computed_once(function):
