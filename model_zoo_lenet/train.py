@@ -548,17 +548,37 @@ def resume_from(cell, ckpt_path, args, run_global_batch):
     return int(params["epoch_num"].asnumpy())
 
 
-def main(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = parse_args(argv)
-    check_planning_flags(args)
-    trainer_kind = args.trainer or ("driver" if args.parallel_mode == "stand_alone" else "model_accu")
+def check_flags(args, trainer_kind):
+    """Refuse flags that contradict each other or are out of range, before anything is built: a mistyped flag is
+    told in the time MindSpore takes to import, not after the data set and the network."""
     if trainer_kind in ("driver", "functional") and (args.parallel_mode != "stand_alone" or args.dataset_sink_mode):
         raise ValueError(f"'--trainer {trainer_kind}' runs on one device without sink mode; use '--trainer "
                          f"model_accu' with --parallel_mode or --dataset_sink_mode.")
     if args.dataset_sink_mode and args.partial_window not in (None, "flush"):
         raise ValueError(f"'--partial_window {args.partial_window}' needs windows cut by epoch, but "
                          f"'--dataset_sink_mode' sinks whole windows only: drop one of them.")
+    if args.on_out_of_memory == "halve" and trainer_kind != "driver":  # --batch_size auto: the driver's only
+        raise ValueError(f"'--on_out_of_memory halve' reruns a window with half the micro-batch in the driver, but "
+                         f"this run trains with '--trainer {trainer_kind}': pass --trainer driver, or drop it.")
+    if not 0 <= args.warmup_epochs <= args.epoch_size:
+        raise ValueError(f"'--warmup_epochs' must be an int in [0, --epoch_size {args.epoch_size}], but got "
+                         f"{args.warmup_epochs}.")
+    if not 0.0 <= args.momentum < 1.0:
+        raise ValueError(f"'--momentum' must be in [0, 1), the weight of the previous velocity, but got "
+                         f"{args.momentum}.")
+    if args.log_every < 0:
+        raise ValueError(f"'--log_every' must be an int >= 0, but got {args.log_every}.")
+    if trainer_kind == "functional" and args.save_state_every:
+        raise ValueError("'--save_state_every' is an option of '--trainer driver' and '--trainer model_accu'; the "
+                         "functional loop writes epoch checkpoints only.")
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = parse_args(argv)
+    check_planning_flags(args)
+    trainer_kind = args.trainer or ("driver" if args.parallel_mode == "stand_alone" else "model_accu")
+    check_flags(args, trainer_kind)
     set_device(args.device_target)
     set_mode(args.mode, args.device_target)
     if args.device_target == "CPU":
@@ -572,9 +592,6 @@ def main(argv=None):
         args.on_out_of_memory = args.on_out_of_memory or "halve"
     if args.measure_micro_batch:
         measuring_run(args, world)
-    if args.on_out_of_memory == "halve" and trainer_kind != "driver":
-        raise ValueError(f"'--on_out_of_memory halve' reruns a window with half the micro-batch in the driver, but "
-                         f"this run trains with '--trainer {trainer_kind}': pass --trainer driver, or drop it.")
     set_global_batch(args, world)
     policy, plan = accumulation_plan(args, trainer_kind, world)
     rule = check_lr_scaling(args, trainer_kind)
@@ -592,12 +609,6 @@ def main(argv=None):
         before = [updates_per_epoch * epoch for epoch in range(args.epoch_size + 1)]
     else:
         before, total_updates = plan.run_plan(steps, args.epoch_size, args.partial_window)
-    if not 0 <= args.warmup_epochs <= args.epoch_size:
-        raise ValueError(f"'--warmup_epochs' must be an int in [0, --epoch_size {args.epoch_size}], but got "
-                         f"{args.warmup_epochs}.")
-    if not 0.0 <= args.momentum < 1.0:
-        raise ValueError(f"'--momentum' must be in [0, 1), the weight of the previous velocity, but got "
-                         f"{args.momentum}.")
     reference_batch, schedule_line = None, ""
     if rule is None:
         learning_rate = learning_rate_of(args, total_updates, before[args.warmup_epochs], rule)
@@ -627,9 +638,6 @@ def main(argv=None):
     run_global_batch = world * n * args.batch_size if policy is None and plan.constant is not None else None
     if exact:
         check_same_run(optimizer, resume, run_global_batch)
-    if trainer_kind == "functional" and args.save_state_every:
-        raise ValueError("'--save_state_every' is an option of '--trainer driver' and '--trainer model_accu'; the "
-                         "functional loop writes epoch checkpoints only.")
     if exact and trainer_kind == "functional":
         raise ValueError("'--trainer functional' resumes at an epoch: pass an epoch checkpoint to '--resume', not "
                          "the exact training state.")
@@ -638,8 +646,6 @@ def main(argv=None):
         raise ValueError(f"'--epoch_size' must exceed the {initial_epoch} epochs done in {resume!r}, but got "
                          f"{args.epoch_size}.")
     directory = args.ckpt_path if world == 1 else os.path.join(args.ckpt_path, f"rank_{rank}")
-    if args.log_every < 0:
-        raise ValueError(f"'--log_every' must be an int >= 0, but got {args.log_every}.")
     print(f"training {NETWORKS[args.network]} on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, "
           f"rank {rank} of {world}): {steps} micro-batches of {args.batch_size} per epoch, "
           f"{describe(policy, plan, args, world)}, epochs {initial_epoch + 1}..{args.epoch_size}{schedule_line}",

@@ -349,9 +349,15 @@ class TestCommandLineErrors:
         (("--global_batch_size", "64", "--accumulation_steps", "2"), "'--global_batch_size' sets N (G / (devices x "
                                                                      "--batch_size)), but "
                                                                      "'--gradient_accumulation_steps' was given too"),
+        (("--log_every", "-1"), "'--log_every' must be an int >= 0, but got -1"),
+        (("--trainer", "functional", "--save_state_every", "5"), "'--save_state_every' is an option of '--trainer "
+                                                                 "driver' and '--trainer model_accu'"),
+        (("--trainer", "model_accu", "--on_out_of_memory", "halve"), "'--on_out_of_memory halve' reruns a window "
+                                                                     "with half the micro-batch in the driver"),
     ])
-    def test_out_of_range_training_flags(self, flags, message):
-        assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, *flags, check=False), message)
+    def test_out_of_range_training_flags(self, flags, message, tmp_path):
+        """Refused before anything is built: the data path, which does not exist, is not read yet."""
+        assert_one_line_error(run_script("train.py", "--data_path", tmp_path / "none", *flags, check=False), message)
 
     def test_functional_trainer_refuses_what_it_does_not_do(self):
         assert_one_line_error(run_script("train.py", "--trainer", "functional", "--dataset_sink_mode", check=False),
