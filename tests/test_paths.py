@@ -118,6 +118,45 @@ def test_the_driver_takes_every_loss_scale_form(form, exec_mode):
                               context=f"driver/{form}/{exec_mode}")
 
 
+def _momentum_rate_halved(_, seed):
+    """The suite's network and loss under nn.Momentum whose learning rate is 0.1 for the first update and 0.05 for
+    the second (a list: no rate is set from the host)."""
+    net, loss, _ = build("sgd", seed)
+    return net, loss, nn.Momentum(net.trainable_params(), learning_rate=[0.1, 0.05], momentum=0.9)
+
+
+@pytest.mark.parametrize("path", PATHS + ("driver",))
+def test_parameters_replaced_from_the_host_between_windows_are_what_the_next_window_trains(path):
+    """Between two windows the weights are loaded with load_param_into_net (the same values, new data: it replaces
+    each Parameter's data with ``set_data``) and the rate is set with ``set_data`` (0.1 -> 0.05), as a callback or
+    a user's loop does: the second window's update is the large batch's from the loaded weights at the new rate,
+    as with a graph without control flow. MindSpore binds a Parameter that a graph reads only inside a runtime
+    branch (the optimizer step in the skip branch) when the graph first runs: before the window's end read the
+    optimizer's Parameters outside it, 2.10.0 dropped the second update (weights unchanged) and 2.7.0 read
+    garbage for a rate set that way. GRAPH_MODE only: in PYNATIVE_MODE ``set_data`` detaches a Parameter from
+    every ``ms.jit`` graph that has run with it, and MindSpore's own TrainOneStepCell then drops the update of
+    weights loaded that way too (write with ``ops.assign`` there: ms_accum's state loading does)."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    batches = micro_batches((4, 3, 4, 4, 2, 4), seed=11)
+    windows = [batches[:3], batches[3:]]
+    if path == "driver":
+        net, loss, opt = build("momentum")
+        trainer = ms_accum.GradientAccumulation(net, loss, opt)
+
+        def window(micro):
+            trainer.train_process(1, numpy_dataset(micro), 3, ckpt_path=None, log_every=0)
+    else:
+        run = _Path(path)
+        net, opt, window = run.net, run.opt, run.window
+    window(windows[0])
+    ms.load_param_into_net(net, {name: ms.Parameter(Tensor(value), name=name)
+                                 for name, value in params_of(net).items()})
+    opt.learning_rate.set_data(Tensor(0.05, ms.float32))
+    window(windows[1])
+    assert_equals_large_batch(params_of(net), large_batch("momentum", make=_momentum_rate_halved), windows,
+                              context=path)
+
+
 RAW_SUM_PATHS = {"cells": "three_cells", "parallel": "accu_steps", "accumulator": "accumulator", "driver": "driver",
                  "model_accu": "model_accu"}  # this file's names: tests/paths.py's
 

@@ -34,7 +34,8 @@ from .adaptive import AdaptiveAccumulation, next_steps_on_device
 from .goodput import GoodputAccumulation, goodput_steps_on_device
 from .checks import check_choice
 from .compile_cache import check_cached_settings, compile_cache_on
-from .compiled import CompiledCall, through_a_branch, write_parameter
+from .compiled import (CompiledCall, branch_parameters, read_before_branch, through_a_branch,
+                       write_parameter)
 from .deprecation import renamed
 from .loss_scale import update_scale
 from .lr_scaling import ADASCALE_RULES, check_reference_batch, resolve_scaling_rule
@@ -167,13 +168,20 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self._cache_slot = None  # the cell's entry among the compile cache's recorded settings (compile_cache.py)
         self._window_prefix = state.prefix
         self.lr_scaling, self.lr_state = "none", None  # set by _init_lr_scaling
+        self.optimizer_parameters = None  # the optimizer's Parameters, read before the skip branch: _init_lr_scaling
 
     def _init_lr_scaling(self, optimizer, lr_scaling="none", reference_batch=None):
-        """Bind a learning-rate rule (``lr_scaling.py``) to the window's end: with a rule other than ``"none"``,
-        `optimizer` is rewired to read its rate from the progress and factor of a :class:`ProgressState` whose
-        Parameters ('<window prefix>.lr.*') are the cell's (``accu_lr_*``), so that the window's graph writes them
-        and a state file holds them. With ``"none"`` (the default) nothing is built and the optimizer is untouched.
-        Called by a front end after :meth:`_init_engine`, before the cell's first call."""
+        """Bind `optimizer` and a learning-rate rule (``lr_scaling.py``) to the window's end: with a rule other than
+        ``"none"``, `optimizer` is rewired to read its rate from the progress and factor of a :class:`ProgressState`
+        whose Parameters ('<window prefix>.lr.*') are the cell's (``accu_lr_*``), so that the window's graph writes
+        them and a state file holds them. With ``"none"`` (the default) nothing is built and the optimizer is
+        untouched. Then the optimizer's Parameters, as the rule left them, are those the window's end reads before
+        its skip branch (:func:`compiled.branch_parameters`). Called by a front end after :meth:`_init_engine`,
+        before the cell's first call."""
+        self._bind_lr_rule(optimizer, lr_scaling, reference_batch)
+        self.optimizer_parameters = branch_parameters(optimizer)
+
+    def _bind_lr_rule(self, optimizer, lr_scaling, reference_batch):
         owner = self.owner_name
         reference = check_reference_batch(owner, reference_batch)
         adopted = progress_state_of(optimizer)
@@ -555,6 +563,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         a branch of its own slowed the window's end (docs/performance_history.md, The non-finite check). A refused
         window's error comes first: a micro-batch without items is also what makes a window's gradient NaN."""
         stop = overflow if refused is None else ops.logical_or(overflow, refused)
+        if self.optimizer_parameters is not None:
+            stop = ops.depend(stop, read_before_branch(self.window_map, self.optimizer_parameters))
         if stop:
             if refused is not None:
                 self._refuse_window(refused, shown)
