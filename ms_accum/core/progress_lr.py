@@ -7,15 +7,15 @@ run at the reference batch G0 would have made on the same data (G / G0 per windo
 
     schedule(floor(progress)) x f
 
-where `schedule` is the optimizer's own learning rate (a float, a list or 1-D Tensor with one entry per reference
-step, or a :class:`mindspore.nn.LearningRateSchedule`) and f the window's factor from the scaling rule. The schedule
-receives whole reference steps as an int32 Tensor of shape (1,), exactly what an optimizer hands it in its
-``global_step``, so every schedule an optimizer takes today takes progress too, and with f = 1 and progress = the
-update index the step is the original's bit for bit. A list should hold an entry for every reference step the run
-reaches: its items over G0 for ``"linear"`` and ``"sqrt"``, at most that for the AdaScale rules while G >= G0. The
-trainers check that before training where a micro-batch's items are its samples; beyond a list's end its last entry
-is read (where the optimizer's own Gather fails on CPU), so that a run whose loss counts tokens, whose reference
-steps nobody can count in advance, goes on at the list's final rate, which telemetry shows.
+where `schedule` is the optimizer's own learning rate (a float, a list or 1-D Tensor with one entry per reference step,
+or a :class:`mindspore.nn.learning_rate_schedule.LearningRateSchedule`) and f the window's factor from the scaling rule.
+The schedule receives whole reference steps as an int32 Tensor of shape (1,), exactly what an optimizer hands it in its
+``global_step``, so every schedule an optimizer takes today takes progress too, and with f = 1 and progress = the update
+index the step is the original's bit for bit. A list should hold an entry for every reference step the run reaches: its
+items over G0 for ``"linear"`` and ``"sqrt"``, at most that for the AdaScale rules while G >= G0. The trainers check
+that before training where a micro-batch's items are its samples; beyond a list's end its last entry is read (where the
+optimizer's own Gather fails on CPU), so that a run whose loss counts tokens, whose reference steps nobody can count in
+advance, goes on at the list's final rate, which telemetry shows.
 
 Progress and f live in the Parameters of a :class:`ProgressState`, which a window's end writes on the device:
 :func:`prepare_window_rate` before the optimizer step (f, and G0 at the first window), :func:`advance_progress` after
@@ -144,8 +144,8 @@ class ProgressLearningRate(LearningRateSchedule):
         learning_rate (Union[float, int, Tensor, Parameter, list, tuple, LearningRateSchedule]): The schedule in
             reference steps: a number >= 0 (or a 0-d Tensor or Parameter: a constant rate, read from the
             Parameter at each step), a list, tuple or 1-D Tensor with one entry per reference step, or a
-            :class:`mindspore.nn.LearningRateSchedule` (a built-in one, or a user's own), called with whole
-            reference steps as an int32 Tensor of shape (1,).
+            :class:`mindspore.nn.learning_rate_schedule.LearningRateSchedule` (a built-in one, or a user's own),
+            called with whole reference steps as an int32 Tensor of shape (1,).
         state (ProgressState): Where progress and f are read.
         record (bool): Whether the rate is written to the state's ``applied_rate`` each time it is read (one cell
             per state records: the first parameter group's). Default: ``True``.
@@ -196,7 +196,7 @@ class ProgressLearningRate(LearningRateSchedule):
         if isinstance(learning_rate, LearningRateSchedule):
             self.schedule = learning_rate
         elif isinstance(learning_rate, Parameter) and learning_rate.ndim == 0:
-            self.fixed = learning_rate  # the optimizer's own Parameter: a rate set on it still takes effect
+            self.fixed = learning_rate  # the optimizer's own Parameter: a rate written to it still takes effect
         else:
             values = _rates(learning_rate)
             if values.ndim == 0:

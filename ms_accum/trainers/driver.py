@@ -194,8 +194,10 @@ class GradientAccumulation:
         N may change between windows: a schedule ``{first_update: N}`` (``{0: 1, 2: 2, 4: 3}``: updates
         0 and 1 hold one micro-batch, 2 and 3 two, then three), or an :class:`AdaptiveAccumulation` policy. Each
         window is still exactly the large-batch step of its own size, and the optimizer's step (hence a
-        learning-rate schedule) still advances once per window; telemetry records each window's N, and an exact
-        state file resumes at the same place in the schedule. In GRAPH_MODE a change of N compiles nothing.
+        learning-rate schedule) still advances once per window, unless the trainer was built with a learning-rate
+        rule (`lr_scaling`), which reads the schedule at the run's progress in reference steps of G0 samples
+        instead (docs/batch_schedules.md); telemetry records each window's N, and an exact state file resumes at
+        the same place in the schedule. In GRAPH_MODE a change of N compiles nothing.
 
         A window that is still open at the end of an epoch is handled by `partial_window`:
 
@@ -274,7 +276,8 @@ class GradientAccumulation:
                 the micro-batches in an epoch with `partial_window` other than ``"carry"``, N is an
                 :class:`AdaptiveAccumulation` without ``noise_scale=True``, `global_batch_size` is not a multiple
                 of the dataset's batch size, the dataset's columns are more or fewer than the loss network takes,
-                the optimizer's learning-rate list is shorter than the run's updates, or, before the first step,
+                the optimizer's learning-rate list is shorter than the run's updates (with `lr_scaling`, than
+                the reference steps the run reaches), or, before the first step,
                 with MindSpore's compile cache on, if its stored graphs were compiled with other settings.
         """
         owner = "GradientAccumulation.train_process"

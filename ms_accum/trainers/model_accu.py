@@ -251,8 +251,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 is combined with `initial_epoch`, `global_batch_size` is not a multiple of devices x
                 micro-batch (or `plan` does not fit the dataset or devices), or would change the N of a cell that
                 has trained, or the cell's N is a schedule or a
-                policy, the optimizer's learning-rate list is shorter than the run's updates, or in data parallel
-                the devices' datasets hold different numbers of micro-batches.
+                policy, the optimizer's learning-rate list is shorter than the run's updates (with the cell's
+                `lr_scaling`, than the reference steps the run reaches), or in data parallel the devices' datasets
+                hold different numbers of micro-batches.
         """
         owner, cell = "Model_ACCU.train", train_network(self)
         rank, world = _rank_and_world(cell)
