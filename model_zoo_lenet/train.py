@@ -557,7 +557,7 @@ def check_flags(args, trainer_kind):
     if args.dataset_sink_mode and args.partial_window not in (None, "flush"):
         raise ValueError(f"'--partial_window {args.partial_window}' needs windows cut by epoch, but "
                          f"'--dataset_sink_mode' sinks whole windows only: drop one of them.")
-    if args.on_out_of_memory == "halve" and trainer_kind != "driver":  # --batch_size auto: the driver's only
+    if args.on_out_of_memory == "halve" and trainer_kind != "driver":  # given: --batch_size auto plans the driver
         raise ValueError(f"'--on_out_of_memory halve' reruns a window with half the micro-batch in the driver, but "
                          f"this run trains with '--trainer {trainer_kind}': pass --trainer driver, or drop it.")
     if not 0 <= args.warmup_epochs <= args.epoch_size:

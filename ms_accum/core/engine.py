@@ -563,7 +563,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         a branch of its own slowed the window's end (docs/performance_history.md, The non-finite check). A refused
         window's error comes first: a micro-batch without items is also what makes a window's gradient NaN."""
         stop = overflow if refused is None else ops.logical_or(overflow, refused)
-        if self.optimizer_parameters is not None:
+        if self.optimizer_parameters is not None and not isinstance(stop, bool):  # no branch under "apply"
             stop = ops.depend(stop, read_before_branch(self.window_map, self.optimizer_parameters))
         if stop:
             if refused is not None:
