@@ -133,7 +133,7 @@ def test_parameters_replaced_from_the_host_between_windows_are_what_the_next_win
     as with a graph without control flow. MindSpore binds a Parameter that a graph reads only inside a runtime
     branch (the optimizer step in the skip branch) when the graph first runs: before the window's end read the
     optimizer's Parameters outside it, 2.10.0 dropped the second update (weights unchanged) and 2.7.0 read
-    garbage for a rate set that way. GRAPH_MODE only: in PYNATIVE_MODE ``set_data`` detaches a Parameter from
+    a wrong value for a rate set that way. GRAPH_MODE only: in PYNATIVE_MODE ``set_data`` detaches a Parameter from
     every ``ms.jit`` graph that has run with it, and MindSpore's own TrainOneStepCell then drops the update of
     weights loaded that way too (write with ``ops.assign`` there: ms_accum's state loading does)."""
     ms.set_context(mode=ms.GRAPH_MODE)

@@ -74,12 +74,12 @@ def read_before_branch(hyper_map, params):
     binds a Parameter that a graph reads only inside such a branch when the graph first runs: after the host
     replaces its data with ``set_data`` (``load_param_into_net`` does; so does a callback that sets the learning
     rate), the branch went on with the old data, so 2.10.0 dropped the next update of weights loaded that way and
-    2.7.0 read garbage for a rate set that way. Taken as an input outside the branch, every Parameter is bound at
-    every run, as in a graph without control flow (:class:`mindspore.nn.TrainOneStepCell`'s). The input is
-    ``TensorShape``'s, which reads no element: EdgeNeXt's window end compiles 0.7 s slower with it (4.1 -> 4.8 s),
-    with a one-element slice instead 2.2 s slower, and a reshape held a copy of the largest parameter in
-    TrainOptim's graph. A bare ``ops.depend`` on a Parameter is optimized away and binds nothing. Returns a tuple
-    to depend on."""
+    2.7.0 read a wrong value for a rate set that way (no step at all). Taken as an input outside the branch, every
+    Parameter is bound at every run, as in a graph without control flow (:class:`mindspore.nn.TrainOneStepCell`'s).
+    The input is ``TensorShape``'s, which reads no element: EdgeNeXt's window end compiles 0.7 s slower with it
+    (4.1 -> 4.8 s), with a one-element slice instead 2.2 s slower, and a reshape held a copy of the largest
+    parameter in TrainOptim's graph. A bare ``ops.depend`` on a Parameter is optimized away and binds nothing.
+    Returns a tuple to depend on."""
     return hyper_map(_shape_of, params)
 
 
