@@ -54,13 +54,9 @@ def through_a_branch(value):
 
 
 def branch_parameters(optimizer):
-    """The Parameters of `optimizer` (the weights it updates, its state and its learning rate), each once, as a
-    ParameterTuple for :func:`read_before_branch`; None if it holds none with an element."""
-    seen, found = set(), []
-    for param in (*optimizer.parameters, *optimizer.get_parameters()):
-        if id(param) not in seen and param.size > 0:
-            seen.add(id(param))
-            found.append(param)
+    """The Parameters of `optimizer` (the weights it updates, its state and its learning rate: ``get_parameters``
+    yields each once), as a ParameterTuple for :func:`read_before_branch`; None if it holds none with an element."""
+    found = [param for param in optimizer.get_parameters() if param.size > 0]
     return ParameterTuple(found) if found else None
 
 
