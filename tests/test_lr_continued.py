@@ -56,7 +56,7 @@ def test_a_later_cell_without_a_rule_or_with_another_reference_batch_is_refused(
                                          r"advance that progress.* Pass the rule it was trained with \(linear\)"):
         ms_accum.GradientAccumulation(net, loss, optimizer)
     with pytest.raises(ValueError, match=r"'reference_batch' must be the G0 of the progress the optimizer reads, 8, "
-                                         r"but got 16"):
+                                         r"but got 16: progress counted in other reference steps"):
         ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, lr_scaling="sqrt", reference_batch=16)
 
 

@@ -315,6 +315,55 @@ def test_batch_num_is_each_epochs_updates_and_loss_monitor_is_warned_of(trainer,
     assert not [w for w in recwarn if "LossMonitor" in str(w.message)]
 
 
+def _schedule_trainer(trainer, net, loss, optimizer):
+    """train(epochs, dataset, **kwargs) of the driver or of Model_ACCU over the schedule, with its telemetry."""
+    if trainer == "driver":
+        driver = ms_accum.GradientAccumulation(net, loss, optimizer)
+        return lambda epochs, dataset, **kwargs: driver.train_process(epochs, dataset, SCHEDULE, ckpt_path=None,
+                                                                      log_every=0, **kwargs)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=SCHEDULE)
+    return ms_accum.Model_ACCU(cell).train
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_a_run_begun_at_an_initial_epoch_takes_the_schedule_where_the_uninterrupted_run_is(trainer, exec_mode,
+                                                                                           recwarn):
+    """Epochs of 5 micro-batches under {0: 1, 2: 2, 4: 3} lay windows 1, 1, 2, 1 (flushed), then 3, 2 and 3, 2. A
+    run resumed at epoch 2 from the network and optimizer of epoch 1 (copied by name into a fresh model, without the
+    cell's counters, as an epoch checkpoint holds them) starts at update 4: windows of 3 and 2, each update equal to
+    the large batch's window written without ms_accum. Model_ACCU started the schedule over at update 0 (windows 1,
+    1, 2, 1 in epoch 2) until 2026-12-05. A second call on the same trainer without initial_epoch starts the
+    schedule over while the optimizer goes on: warned of; with initial_epoch, or at a constant N, nothing is said."""
+    batches = micro_batches([4] * 5)
+    sizes = [1, 1, 2, 1, 3, 2, 3, 2]
+    net, loss, optimizer = build("momentum")
+    _schedule_trainer(trainer, net, loss, optimizer)(1, numpy_dataset(batches))
+    saved = {p.name: ms.Parameter(p.asnumpy().copy(), p.name) for p in
+             [*net.get_parameters(), *optimizer.get_parameters()]}
+    net, loss, optimizer = build("momentum", seed=5)  # other weights until the copy
+    ms.load_param_into_net(net, saved, strict_load=True)
+    ms.load_param_into_net(optimizer, saved, strict_load=True)
+    train = _schedule_trainer(trainer, net, loss, optimizer)
+    snapshots, telemetry = Snapshots(net), ms_accum.WindowTelemetry()
+    train(3, numpy_dataset(batches), callbacks=[snapshots, telemetry], initial_epoch=1)
+    assert [(r.epoch, r.update, r.micro_batches) for r in telemetry.records] == [
+        (2, 5, 3), (2, 6, 2), (3, 7, 3), (3, 8, 2)], telemetry.records
+    assert_windows_match(snapshots.taken, reference(batches * 3, sizes)[4:], f"{trainer} from epoch 2, {exec_mode}")
+    assert not [w for w in recwarn if "starts over" in str(w.message)]
+    with pytest.warns(UserWarning, match=r"the schedule of N \{0: 1, 2: 2, 4: 3\} starts over at update 0 \(epoch "
+                                         r"1\), but the cell has made 8 updates in an earlier call: each call is a "
+                                         r"new run.* pass initial_epoch=<the epochs it ran>"):
+        train(1, numpy_dataset(batches))
+    recwarn.clear()
+    net, loss, optimizer = build("momentum")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=2)
+    for _ in range(2):
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches)) if trainer == "model_accu" else \
+            ms_accum.GradientAccumulation(net, loss, optimizer).train_process(1, numpy_dataset(batches), 2,
+                                                                              ckpt_path=None, log_every=0)
+    assert not [w for w in recwarn if "starts over" in str(w.message)]
+
+
 def test_loss_monitor_warning_under_carry_and_an_adaptive_n(recwarn):
     """The check alone: windows of N = 3 carried over epochs of 7 (2, 2, 3 updates: epoch 3 starts after 4), an
     adaptive N (counts unknown), a resumed run that starts past the epochs it would mislabel, no LossMonitor."""

@@ -107,7 +107,7 @@ class ProgressState:
             write_parameter(self.reference_batch, np.float32(reference_batch))
         elif current != float(np.float32(reference_batch)):
             raise ValueError(f"For '{owner}', 'reference_batch' must be the G0 of the progress the optimizer reads, "
-                             f"{current:g}, but got {reference_batch!r}: progress counted in other reference steps "
+                             f"{current:g}, but got {reference_batch:g}: progress counted in other reference steps "
                              f"would read the schedule elsewhere. Drop reference_batch (the run goes on at G0 = "
                              f"{current:g}), or build a new optimizer.")
 

@@ -339,7 +339,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         update, the partial-window policy at each epoch's end."""
         run = _carried_run(cb_params)
         cell = train_network(self)
-        run.start(cell, cb_params.cur_step_num)
+        run.start(cell)
         cb_params.cur_step_num = run.start_updates
         writer = run.state_writer(cell)
         with dataset_starting_at(train_dataset, run.start_micro):

@@ -105,13 +105,14 @@ class RunPlan:
         return StateWriter(cell, settings.state_path, settings.save_state_every, self.total_micro_batches,
                            self.start_micro, self.rank, self.world, self.layout)
 
-    def start(self, cell, updates_at_initial_epoch=None):
+    def start(self, cell):
         """
         Place the run in the data: at the micro-batch and update `resume_from` was written after (its open window
-        restored on the cell), or at the first micro-batch of the initial epoch. `updates_at_initial_epoch`: the
-        updates done before that epoch when the trainer counts them itself (None: the layout's count, also set as
-        the cell's ``accu_windows``). Then warns if MindSpore's LossMonitor would mislabel this run's updates.
-        Returns the plan.
+        restored on the cell), or at the first micro-batch of the initial epoch, the cell's window count
+        (``accu_windows``, which a schedule of N is read at) set to the updates an uninterrupted run makes before
+        that epoch. Warns where that restarts a schedule of N that the cell had gone further in (a second call
+        without `initial_epoch`), and where MindSpore's LossMonitor would mislabel this run's updates. Returns the
+        plan.
         """
         settings = self.settings
         if settings.resume_from is not None:
@@ -119,17 +120,31 @@ class RunPlan:
                 cell, settings.resume_from, self.total_micro_batches, self.rank, self.world, self.layout, cell.drop)
         else:
             self.start_micro = settings.initial_epoch * self.micro_batches_per_epoch
-            if updates_at_initial_epoch is None:
-                before = self.updates_before or self.schedule.run_plan(self.micro_batches_per_epoch, settings.epochs,
-                                                                       settings.partial_window)[0]
-                self.start_updates = before[settings.initial_epoch]
-                write_parameter(cell.accu_windows, self.start_updates)
-            else:
-                self.start_updates = updates_at_initial_epoch
+            before = self.updates_before or self.schedule.run_plan(self.micro_batches_per_epoch, settings.epochs,
+                                                                   settings.partial_window)[0]
+            self.start_updates = before[settings.initial_epoch]
+            self._check_schedule_goes_on(cell)
+            write_parameter(cell.accu_windows, self.start_updates)
             self.open_micro_batches = int(cell.accu_micro_steps.asnumpy())
         check_loss_monitor(self.owner, settings.callbacks, self.updates_before,
                            self.start_micro // self.micro_batches_per_epoch + 1)
         return self
+
+    def _check_schedule_goes_on(self, cell):
+        """A warning where this run would take N from an earlier point of a changing schedule than the cell's
+        window count has reached: the earlier call's updates, the optimizer's steps and its learning-rate progress
+        go on, the schedule of N would start over."""
+        if self.schedule.constant is not None:
+            return
+        done = int(cell.accu_windows.asnumpy())
+        if done > self.start_updates:
+            warnings.warn(f"For '{self.owner}', the schedule of N {dict(self.schedule.points)} starts over at update "
+                          f"{self.start_updates} (epoch {self.settings.initial_epoch + 1}), but the cell has made "
+                          f"{done} updates in an earlier call: each call is a new run, whose windows take N from "
+                          f"that update of the schedule, while the optimizer's step count and learning-rate "
+                          f"progress go on. To continue the earlier run, pass initial_epoch=<the epochs it ran> "
+                          f"with 'epoch' the run's last epoch, so the schedule goes on at the update it reached.",
+                          UserWarning, stacklevel=4)
 
 
 def run_steps(owner, cell, settings, world, required, trained=False):
