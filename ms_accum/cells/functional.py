@@ -197,7 +197,7 @@ class Accumulator(WindowEngine, nn.Cell):
             added = self._add_micro_batch(None, items, grads, seed_ratio=ratio)
         else:
             added = self._add_micro_batch(None, items, grads, weight=ratio)
-        done = ops.depend(self.accu_micro_steps, added) >= self._steps_now()
+        done = self._after_optimizer_reads(ops.depend(self.accu_micro_steps, added) >= self._steps_now())
         if done:
             done = ops.depend(done, self._finish_window())
         return done
@@ -215,6 +215,7 @@ class Accumulator(WindowEngine, nn.Cell):
         pending = self.accu_micro_steps > 0
         if self.is_distributed:
             pending = self._sum_over_devices(ops.cast(pending, mstype.float32)) > 0.0
+        pending = self._after_optimizer_reads(pending)
         if pending:
             pending = ops.depend(pending, self._finish_window())
         return pending

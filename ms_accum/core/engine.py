@@ -557,14 +557,22 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         return self.nonfinite == "raise" and self.scale_kind is None and not self.window_end_in_python and \
             not self.compile_cache_on
 
+    def _after_optimizer_reads(self, condition):
+        """`condition` after the optimizer's Parameters are taken as inputs (:func:`compiled.read_before_branch`), for a
+        runtime branch on it that holds the optimizer step: so that a Parameter the host replaced with ``set_data``
+        between calls is what the step reads and writes."""
+        if self.optimizer_parameters is None:
+            return condition
+        return ops.depend(condition, read_before_branch(self.window_map, self.optimizer_parameters))
+
     def _step_unless(self, overflow, refused, shown, optimizer, grads, result):
         """One optimizer step unless the window overflowed or is `refused` (None: checked already). The skip's
         runtime branch also raises the refused window's error, and with nonfinite="raise" a non-finite window's:
         a branch of its own slowed the window's end (docs/performance_history.md, The non-finite check). A refused
         window's error comes first: a micro-batch without items is also what makes a window's gradient NaN."""
         stop = overflow if refused is None else ops.logical_or(overflow, refused)
-        if self.optimizer_parameters is not None and not isinstance(stop, bool):  # no branch under "apply"
-            stop = ops.depend(stop, read_before_branch(self.window_map, self.optimizer_parameters))
+        if not isinstance(stop, bool):  # no branch under "apply"
+            stop = self._after_optimizer_reads(stop)
         if stop:
             if refused is not None:
                 self._refuse_window(refused, shown)
