@@ -169,6 +169,18 @@ def windows_of_sizes(batches, sizes):
     return out
 
 
+def jit_accumulator_step(loss_net, optimizer, accumulator):
+    """A user's ``ms.jit`` train step around `accumulator`: value_and_grad of `loss_net` over the optimizer's
+    parameters, the gradients and the micro-batch's samples handed to it; returns whether the window ended."""
+    grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
+
+    @ms.jit
+    def step(x, y):
+        _, grads = grad_fn(x, y)
+        return accumulator(grads, x.shape[0])
+    return step
+
+
 def params_of(net):
     """name -> numpy copy of every parameter."""
     return {p.name: p.asnumpy().copy() for p in net.get_parameters()}

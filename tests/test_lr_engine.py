@@ -19,7 +19,7 @@ import ms_accum
 from ms_accum.core.compiled import write_parameter
 from ms_accum.core import engine as engine_module
 from ms_accum.core.engine import WindowEngine
-from helpers import numpy_dataset
+from helpers import jit_accumulator_step, numpy_dataset
 from test_noise_scale import formula, make_net, per_sample_grads, population, smoothed_estimates
 
 SCHEDULE = {0: 1, 2: 3}
@@ -154,12 +154,7 @@ def functional_path(loss_net, optimizer, rule, noise, options):
     it reads)."""
     accumulator = ms_accum.Accumulator(optimizer, gradient_accumulation_steps=SCHEDULE, noise_scale=noise,
                                        lr_scaling=rule, **options)
-    grad_fn = ms.value_and_grad(loss_net, None, optimizer.parameters)
-
-    @ms.jit
-    def step(x, y):
-        _, grads = grad_fn(x, y)
-        return accumulator(grads, x.shape[0])
+    step = jit_accumulator_step(loss_net, optimizer, accumulator)
 
     def run(window):
         for x, y in window:

@@ -14,8 +14,9 @@ from mindspore import Tensor, amp, nn
 
 import ms_accum
 import paths
-from helpers import (assert_equals_large_batch, build, large_batch, micro_batches, numpy_dataset, params_of,
-                     update_errors)
+from ms_accum.core.progress_lr import ProgressLearningRate
+from helpers import (assert_equals_large_batch, build, jit_accumulator_step, large_batch, micro_batches,
+                     numpy_dataset, params_of, update_errors)
 
 SCALE = 2.0 ** 10
 FORMS = {
@@ -158,6 +159,56 @@ def test_parameters_replaced_from_the_host_between_windows_are_what_the_next_win
                               context=path)
 
 
+@pytest.mark.parametrize("path", ["parallel", "driver", "accumulator"])
+def test_a_constant_rate_under_a_rule_is_set_by_hand_between_windows(path):
+    """With lr_scaling="linear" the optimizer's learning rate is a ProgressLearningRate cell, whose set_data sets
+    the constant base rate (0.1 -> 0.05) as an optimizer's own rate's does (it had none: AttributeError, found by a
+    new user's trial); for Accumulator in a user's jit step, ops.assign into its ``base`` (docs/batch_schedules.md).
+    Windows of 12 samples at reference_batch 12 (f = 1): the second window is the large batch of the rate list
+    [0.1, 0.05], GRAPH_MODE. A list or a schedule has no one value to set: refused, naming it."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    batches = micro_batches((4,) * 6, seed=17)
+    windows = [batches[:3], batches[3:]]
+    net, loss, opt = build("momentum")
+    rule = dict(lr_scaling="linear", reference_batch=12)
+    if path == "driver":
+        trainer = ms_accum.GradientAccumulation(net, loss, opt, **rule)
+
+        def window(micro):
+            trainer.train_process(1, numpy_dataset(micro), 3, ckpt_path=None, log_every=0)
+    elif path == "parallel":
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=3, **rule)
+
+        def window(micro):
+            for x, y in micro:
+                cell(Tensor(x), Tensor(y))
+    else:
+        step = jit_accumulator_step(nn.WithLossCell(net, loss), opt, ms_accum.Accumulator(opt, 3, **rule))
+
+        def window(micro):
+            for x, y in micro:
+                step(Tensor(x), Tensor(y))
+    window(windows[0])
+    assert isinstance(opt.learning_rate, ProgressLearningRate)
+    if path == "accumulator":
+        ms.ops.assign(opt.learning_rate.base, Tensor(0.05, ms.float32))
+    else:
+        opt.learning_rate.set_data(0.05)
+    window(windows[1])
+    assert_equals_large_batch(params_of(net), large_batch("momentum", make=_momentum_rate_halved), windows,
+                              context=path)
+    with pytest.raises(ValueError, match=r"For 'ProgressLearningRate', 'data' must hold finite numbers >= 0, but "
+                                         r"got -0.5"):
+        opt.learning_rate.set_data(-0.5)
+    with pytest.raises(TypeError, match=r"'data' must be a number or a 0-d Tensor, the constant rate, but got list"):
+        opt.learning_rate.set_data([0.1, 0.2])
+    listed = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(),
+                                         [0.1, 0.05], 0.9), lr_scaling="linear")
+    with pytest.raises(TypeError, match=r"'set_data' sets a constant base rate, but this rate is read from a list "
+                                        r"or a schedule at the run's progress: there is no one value to set"):
+        listed.optimizer.learning_rate.set_data(0.05)
+
+
 def _write_between_windows(net, opt, how, rate=True):
     """What a user's loop does between two windows: new weights (each 0.9 of its value plus 0.01) and the rate 0.1
     -> 0.05 (unless not `rate`), written with ``set_data`` (load_param_into_net) or with ``ops.assign``."""
@@ -219,13 +270,7 @@ def test_accumulator_ending_windows_in_a_jit_step_takes_host_writes_as_the_users
     taken = update_errors(reference(windows), written(windows), reference([]))
     assert max(taken.values()) <= 1e-5, f"{how}: the reference did not train from the writes: {taken}"
     net, loss, opt = build("momentum")
-    accumulator = ms_accum.Accumulator(opt, 3)
-    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
-
-    @ms.jit
-    def step(x, y):
-        _, grads = grad_fn(x, y)
-        return accumulator(grads, x.shape[0])
+    step = jit_accumulator_step(nn.WithLossCell(net, loss), opt, ms_accum.Accumulator(opt, 3))
     for index, window in enumerate(windows):
         if index == 1:
             _write_between_windows(net, opt, how)

@@ -170,3 +170,27 @@ def test_plot_script_writes_a_png(tmp_path):
     code, _, err = run_script("plot_telemetry.py", "--csv", tmp_path / "none.csv", "--out", tmp_path / "x.png",
                               check=False)
     assert code == 2 and "'--csv' must be a telemetry CSV file" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_the_recorded_rate_is_the_updates_when_an_earlier_callback_sets_the_next(trainer, exec_mode):
+    """MindSpore's LearningRateScheduler listed before WindowTelemetry halves the optimizer's constant rate after
+    each update: each record still holds the rate its update ran at (0.1, 0.05, 0.025), not the next one, which
+    the record read when it was made after the scheduler had run (found by a new user's trial); listed after it,
+    the same. The rate is copied on the device when the window ends."""
+    from mindspore.train import LearningRateScheduler  # pylint: disable=import-outside-toplevel
+    for order in ("scheduler first", "telemetry first"):
+        net, loss, optimizer = build("momentum")
+        telemetry = ms_accum.WindowTelemetry()
+        halve = LearningRateScheduler(lambda lr, step: lr * 0.5)
+        callbacks = [halve, telemetry] if order == "scheduler first" else [telemetry, halve]
+        dataset = numpy_dataset(micro_batches([4] * 6))
+        if trainer == "driver":
+            ms_accum.GradientAccumulation(net, loss, optimizer).train_process(
+                1, dataset, 2, callbacks=callbacks, ckpt_path=None, log_every=0)
+        else:
+            cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=2)
+            ms_accum.Model_ACCU(cell).train(1, dataset, callbacks=callbacks)
+        assert [r.learning_rate for r in telemetry.records] == pytest.approx([0.1, 0.05, 0.025], rel=1e-6), \
+            (order, exec_mode, telemetry.records)
+        assert float(optimizer.learning_rate.asnumpy()) == pytest.approx(0.0125, rel=1e-6), order

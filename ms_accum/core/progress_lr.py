@@ -213,6 +213,37 @@ class ProgressLearningRate(LearningRateSchedule):
         """The rate read at progress, before the factor: the schedule, the list (a Parameter) or the fixed rate."""
         return next(rate for rate in (self.schedule, self.table, self.fixed) if rate is not None)
 
+    def set_data(self, data):
+        """
+        Set a constant base rate by hand, as ``optimizer.learning_rate.set_data(...)`` sets an optimizer's own
+        constant rate: a cell's learning-rate rule puts this cell in that place, and its factor still applies to
+        the rate set (the rate of a window is `data` x f). In GRAPH_MODE the next window reads it (the engine
+        reads the optimizer's Parameters before its skip branch); in a jit step, write
+        ``ops.assign(optimizer.learning_rate.base, value)`` instead (docs/resume_and_checkpoints.md).
+
+        Args:
+            data (Union[float, Tensor]): The new base rate, a finite number >= 0.
+
+        Returns:
+            Parameter, the base rate's Parameter.
+
+        Raises:
+            TypeError: If the base rate is a list or a schedule (no one value to set), or `data` is not a number or
+                a 0-d Tensor.
+            ValueError: If `data` is negative or not finite.
+        """
+        if self.fixed is None:
+            raise TypeError("For 'ProgressLearningRate', 'set_data' sets a constant base rate, but this rate is read "
+                            "from a list or a schedule at the run's progress: there is no one value to set. Change "
+                            "the list or schedule itself (ops.assign into its Parameter), or build the optimizer "
+                            "with a constant rate.")
+        if isinstance(data, (list, tuple)) or (isinstance(data, Tensor) and data.ndim):
+            shape = tuple(data.shape) if isinstance(data, Tensor) else (len(data),)
+            raise TypeError(f"For 'ProgressLearningRate', 'data' must be a number or a 0-d Tensor, the constant "
+                            f"rate, but got {type(data).__name__} of shape {shape}.")
+        value = _rates(data, argument="data")
+        return self.fixed.set_data(Tensor(value, mstype.float32))
+
     def construct(self, global_step):
         steps = self.progress_steps
         if self.last_step is not None:  # a list: its last entry beyond its end
@@ -229,18 +260,19 @@ class ProgressLearningRate(LearningRateSchedule):
         return ops.depend(rate, ops.assign(self.applied_rate, ops.reshape(rate, ())))
 
 
-def _rates(learning_rate):
-    """A float32 numpy scalar or 1-D array from a number, a list or tuple, or a Tensor; raises otherwise."""
+def _rates(learning_rate, argument="learning_rate"):
+    """A float32 numpy scalar or 1-D array from a number, a list or tuple, or a Tensor; raises otherwise, naming
+    `argument`."""
     owner = "ProgressLearningRate"
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, (numbers.Real, list, tuple, Tensor)):
-        raise TypeError(f"For '{owner}', 'learning_rate' must be a number, a list, a Tensor or a "
+        raise TypeError(f"For '{owner}', '{argument}' must be a number, a list, a Tensor or a "
                         f"LearningRateSchedule, but got {type(learning_rate).__name__}.")
     values = learning_rate.asnumpy() if isinstance(learning_rate, Tensor) else np.array(learning_rate)
     if values.dtype.kind not in "iuf" or values.ndim > 1 or values.size == 0:
-        raise ValueError(f"For '{owner}', 'learning_rate' must be a number or a non-empty 1-D sequence of numbers, "
+        raise ValueError(f"For '{owner}', '{argument}' must be a number or a non-empty 1-D sequence of numbers, "
                          f"but got {values.ndim}-D {values.dtype} of shape {values.shape}.")
     if not np.all(np.isfinite(values)) or np.any(values < 0):
-        raise ValueError(f"For '{owner}', 'learning_rate' must hold finite numbers >= 0, but got "
+        raise ValueError(f"For '{owner}', '{argument}' must hold finite numbers >= 0, but got "
                          f"{values if values.ndim == 0 else values[~(np.isfinite(values) & (values >= 0))][:3]}.")
     return values.astype(np.float32)
 

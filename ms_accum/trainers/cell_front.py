@@ -9,7 +9,7 @@ from functools import partial
 
 from .loop import LoopFrontEnd
 from .nonfinite import NonFiniteGuard
-from .telemetry import window_record
+from .telemetry import rate_held, window_record
 
 
 class CellFront(LoopFrontEnd):
@@ -57,7 +57,8 @@ class CellFront(LoopFrontEnd):
         cell = self.cell
         return partial(window_record, cb_params, outputs, micro_batches,
                        (cell.accu_last_items, cell.accu_last_grad_norm, cell.accu_last_clipped,
-                        cell.accu_nonfinite_streak), cell.optimizer, cell.noise_records, window_steps)
+                        cell.accu_nonfinite_streak), cell.optimizer, cell.noise_records, window_steps,
+                       rate_held(cell.optimizer))
 
     def nonfinite_guard(self, save_state):
         cell = self.cell

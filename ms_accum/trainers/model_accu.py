@@ -69,6 +69,14 @@ def _carried_run(cb_params):
     return carriers[0].run
 
 
+def _give_callbacks_the_optimizer(cb_params, cell):
+    """MindSpore's Model hands callbacks the optimizer it was given (``cb_params.optimizer``), which Model_ACCU never
+    is: the cell holds it. Callbacks that read or set the rate (MindSpore's ``LearningRateScheduler``) get the
+    cell's."""
+    if cb_params.optimizer is None:
+        cb_params.optimizer = cell.optimizer
+
+
 def _callback_list(callbacks):
     """The user's callbacks as a list (a Callback, a list or tuple of them, or None)."""
     if callbacks is None:
@@ -339,6 +347,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         update, the partial-window policy at each epoch's end."""
         run = _carried_run(cb_params)
         cell = train_network(self)
+        _give_callbacks_the_optimizer(cb_params, cell)
         run.start(cell)
         cb_params.cur_step_num = run.start_updates
         writer = run.state_writer(cell)
@@ -370,6 +379,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         set_sink_total(train_dataset, epoch * sink_size)
         cb_params.sink_size = sink_size
         cb_params.dataset_sink_mode = True
+        _give_callbacks_the_optimizer(cb_params, train_network(self))
         cb_params.batch_num = cycles
         cb_params.total_updates = epoch * cycles
         self.batch_num = cycles

@@ -61,6 +61,7 @@ class RunPlan:
         updates_before (list[int], optional): Windows begun before each epoch; None when a policy chooses N.
         total_updates (int, optional): The run's updates; None when a policy chooses N.
         schedule (AccumulationSchedule): The cell's N as a schedule (a policy's first N).
+        earlier_schedule (AccumulationSchedule): The cell's N as a schedule before this run set its own.
         start_micro (int): Micro-batches done before the run starts (set by :meth:`start`).
         start_updates (int): Updates done before the run starts (set by :meth:`start`).
         open_micro_batches (int): Micro-batches of a window open when the run starts, as the dataset gave them: the
@@ -77,6 +78,7 @@ class RunPlan:
     updates_before: Optional[list]
     total_updates: Optional[int]
     schedule: AccumulationSchedule  # the cell's N as a schedule; a policy's first N
+    earlier_schedule: AccumulationSchedule  # the cell's before this run set N
     start_micro: int = 0
     start_updates: int = 0
     open_micro_batches: int = 0
@@ -132,9 +134,10 @@ class RunPlan:
 
     def _check_schedule_goes_on(self, cell):
         """A warning where this run would take N from an earlier point of a changing schedule than the cell's
-        window count has reached: the earlier call's updates, the optimizer's steps and its learning-rate progress
-        go on, the schedule of N would start over."""
-        if self.schedule.constant is not None:
+        window count has reached, the schedule the cell ran before (a new one given is meant to start): the earlier
+        call's updates, the optimizer's steps and its learning-rate progress go on, the schedule of N would start
+        over."""
+        if self.schedule.constant is not None or self.schedule != self.earlier_schedule:
             return
         done = int(cell.accu_windows.asnumpy())
         if done > self.start_updates:
@@ -225,6 +228,7 @@ def plan_run(owner, cell, settings, *, required_steps, sharded, world=1, rank=0,
     check_state_saving(owner, settings.state_path, settings.save_state_every)
     check_resume_or_initial_epoch(owner, settings.resume_from, initial)
     steps, name = run_steps(owner, cell, settings, world, required_steps, trained)
+    earlier_schedule = cell.accumulation_schedule
     if steps is not None:
         cell.set_gradient_accumulation_steps(steps, name, owner)
     n = cell.gradient_accumulation_steps
@@ -242,4 +246,5 @@ def plan_run(owner, cell, settings, *, required_steps, sharded, world=1, rank=0,
                                 lr_scaling=cell.lr_scaling)
     layout = RunLayout(world, settings.dataset.get_batch_size(), micro_batches, n if isinstance(n, int) else 0,
                        settings.partial_window, sharded(settings.dataset))
-    return RunPlan(owner, settings, micro_batches, world, rank, layout, before, updates, cell.accumulation_schedule)
+    return RunPlan(owner, settings, micro_batches, world, rank, layout, before, updates, cell.accumulation_schedule,
+                   earlier_schedule)

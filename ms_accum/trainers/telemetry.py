@@ -106,6 +106,15 @@ def learning_rate_applied(optimizer):
     return _scalar(rate(Tensor(step, mstype.int32)))
 
 
+def rate_held(optimizer):
+    """The optimizer's constant learning rate (a Parameter: the first group's) copied on the device now, without
+    waiting for it, for a record read later: a callback earlier in the list may set the next update's rate before
+    the record is read. None for a rate read from the step or from progress (:func:`learning_rate_applied` reads
+    what the step used, at any time)."""
+    rate = _first_rate(optimizer)
+    return rate * 1 if isinstance(rate, (Parameter, Tensor)) else None
+
+
 def progress_of(optimizer):
     """The run's progress in reference steps for an optimizer that reads its rate from progress, else NaN."""
     rate = _first_rate(optimizer)
@@ -114,11 +123,12 @@ def progress_of(optimizer):
     return _scalar(rate.progress_steps) + _scalar(rate.progress_fraction)
 
 
-def window_record(cb_params, outputs, micro_batches, last, optimizer, noise=None, accumulation_steps=0):
+def window_record(cb_params, outputs, micro_batches, last, optimizer, noise=None, accumulation_steps=0, rate=None):
     """A WindowRecord from an update's outputs (a loss, or (loss, overflow, loss scale) with loss scaling), the
     window's records `last` (its items, its gradient norm before clipping, whether it was clipped, the windows
     skipped in a row up to it: it was skipped itself when that is not 0), the noise
-    scale's records `noise` (a NoiseMeasure's ``noise_records``, or None) and the `accumulation_steps` asked."""
+    scale's records `noise` (a NoiseMeasure's ``noise_records``, or None), the `accumulation_steps` asked and the
+    update's learning rate as :func:`rate_held` took it (None: read from `optimizer`)."""
     items, grad_norm, clipped, streak = last
     grad_sq = noise_trace = scale_b = math.nan
     if noise is not None:
@@ -131,7 +141,8 @@ def window_record(cb_params, outputs, micro_batches, last, optimizer, noise=None
     return WindowRecord(epoch=int(cb_params.cur_epoch_num), update=int(cb_params.cur_step_num),
                         micro_batches=int(micro_batches), items=_scalar(items), loss=loss,
                         grad_norm=_scalar(grad_norm), clipped=bool(_scalar(clipped)), loss_scale=scale,
-                        overflow=overflow, learning_rate=learning_rate_applied(optimizer),
+                        overflow=overflow,
+                        learning_rate=learning_rate_applied(optimizer) if rate is None else _scalar(rate),
                         accumulation_steps=int(accumulation_steps), grad_sq=grad_sq, noise_trace=noise_trace,
                         noise_scale=scale_b, progress=progress_of(optimizer))
 
