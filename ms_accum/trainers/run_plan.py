@@ -113,8 +113,8 @@ class RunPlan:
         restored on the cell), or at the first micro-batch of the initial epoch, the cell's window count
         (``accu_windows``, which a schedule of N is read at) set to the updates an uninterrupted run makes before
         that epoch. Warns where that restarts a schedule of N that the cell had gone further in (a second call
-        without `initial_epoch`), and where MindSpore's LossMonitor would mislabel this run's updates. Returns the
-        plan.
+        with the same schedule and without `initial_epoch`), and where MindSpore's LossMonitor would mislabel this
+        run's updates. Returns the plan.
         """
         settings = self.settings
         if settings.resume_from is not None:
