@@ -85,3 +85,38 @@ def test_lars_over_an_optimizer_built_on_progress_is_adopted():
     cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=N,
                                        lr_scaling="linear")
     assert cell.lr_state is state and cell.accu_lr_steps is state.steps
+
+
+def test_a_run_resumed_at_an_epoch_takes_its_progress_from_a_checkpoint_of_either_path(tmp_path):
+    """The driver's epoch 1 (windows of 16 samples at G0 8: progress 4 after two windows) written with its cell's
+    state, then epoch 2 as a new run with initial_epoch=1 through Model_ACCU, its cell loaded from the driver's
+    checkpoint after it was built: the driver keeps the progress under 'grad_sum.lr.*', Model_ACCU under
+    'accu_window.lr.*', and the progress is found under either (it was left at 0 in silence; a new user's trial).
+    Telemetry shows epoch 2's windows at progress 6 and 8, at the schedule's entries 4 and 6 times f = 2. Loaded
+    before the rule made those Parameters, the progress is 0 at epoch 2: warned of, naming the names."""
+    batches = micro_batches([B] * 8, seed=1)
+    net, loss, optimizer = _built()
+    driver = _trainer(net, loss, optimizer)
+    path = str(tmp_path / "driver.ckpt")
+    driver.train_process(1, numpy_dataset(batches), N, ckpt_path=None, log_every=0)
+    ms_accum.save_checkpoint_atomic(driver.cell, path)
+    assert any(name.startswith("grad_sum.lr.") for name in ms_accum.read_checkpoint(path))
+    net, loss, optimizer = _built()
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=N,
+                                       lr_scaling="linear", reference_batch=G0)
+    ms_accum.load_network_checkpoint(cell, path, optional=ms_accum.is_accumulation_buffer)
+    assert cell.lr_state.progress == 4.0
+    telemetry = ms_accum.WindowTelemetry()
+    ms_accum.Model_ACCU(cell).train(2, numpy_dataset(batches), callbacks=[telemetry], initial_epoch=1)
+    assert [record.progress for record in telemetry.records] == [6.0, 8.0], telemetry.records
+    assert [record.learning_rate for record in telemetry.records] == pytest.approx(
+        [2 * SCHEDULE[4], 2 * SCHEDULE[6]], rel=1e-6)
+    net, loss, optimizer = _built()
+    ms.load_param_into_net(net, ms_accum.read_checkpoint(path))
+    ms.load_param_into_net(optimizer, ms_accum.read_checkpoint(path))  # before the rule: no progress to load into
+    with pytest.warns(UserWarning, match=r"For 'GradientAccumulation.train_process', the learning-rate rule "
+                                         r"\('linear'\) reads the optimizer's schedule at the run's progress, which "
+                                         r"is 0 at epoch 2 \(initial_epoch=1\).* \('grad_sum.lr.\*'\), load it after "
+                                         r"building the trainer"):
+        _trainer(net, loss, optimizer).train_process(2, numpy_dataset(batches), N, ckpt_path=None, log_every=0,
+                                                     initial_epoch=1)

@@ -202,6 +202,8 @@ def test_a_constant_rate_under_a_rule_is_set_by_hand_between_windows(path):
         opt.learning_rate.set_data(-0.5)
     with pytest.raises(TypeError, match=r"'data' must be a number or a 0-d Tensor, the constant rate, but got list"):
         opt.learning_rate.set_data([0.1, 0.2])
+    with pytest.raises(TypeError, match=r"'data' must be a number or a 0-d Tensor, the constant rate, but got str\."):
+        opt.learning_rate.set_data("0.1")
     listed = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(),
                                          [0.1, 0.05], 0.9), lr_scaling="linear")
     with pytest.raises(TypeError, match=r"'set_data' sets a constant base rate, but this rate is read from a list "

@@ -364,6 +364,25 @@ def test_a_run_begun_at_an_initial_epoch_takes_the_schedule_where_the_uninterrup
     assert not [w for w in recwarn if "starts over" in str(w.message)]
 
 
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_model_accu_takes_the_schedule_its_cell_trained_with_in_any_form(form):
+    """A later Model_ACCU.train given the schedule its cell has trained with, as a dict or as text, trains on (it
+    was refused as another N: the dict was compared with the parsed schedule; a new user's trial); another N is
+    refused, the cell's graphs holding its own."""
+    batches = micro_batches([4] * 5)
+    net, loss, optimizer = build("momentum")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=SCHEDULE)
+    model = ms_accum.Model_ACCU(cell)
+    model.train(1, numpy_dataset(batches))
+    telemetry = ms_accum.WindowTelemetry()
+    model.train(2, numpy_dataset(batches), callbacks=[telemetry], gradient_accumulation_steps=FORMS[form],
+                initial_epoch=1)
+    assert [r.micro_batches for r in telemetry.records] == [3, 2], telemetry.records
+    with pytest.raises(ValueError, match=r"For 'Model_ACCU.train', 'gradient_accumulation_steps' needs N = 2, but "
+                                         r"the cell has trained with N = AccumulationSchedule"):
+        model.train(1, numpy_dataset(batches), gradient_accumulation_steps=2)
+
+
 def test_loss_monitor_warning_under_carry_and_an_adaptive_n(recwarn):
     """The check alone: windows of N = 3 carried over epochs of 7 (2, 2, 3 updates: epoch 3 starts after 4), an
     adaptive N (counts unknown), a resumed run that starts past the epochs it would mislabel, no LossMonitor."""

@@ -211,13 +211,24 @@ def load_network_checkpoint(network, ckpt_path, optional=None):
     return params
 
 
+def _entry(params, name):
+    """The checkpoint's entry for the Parameter `name`. A learning-rate rule's progress (``<prefix>.lr.*``) is also
+    found under another path's prefix: the driver's cell keeps it under ``grad_sum.``, the parallel cells and
+    Model_ACCU under ``accu_window.``, and a checkpoint of one path loads into the other with the run's progress."""
+    found = params.get(name)
+    if found is None and name.startswith(BUFFER_PREFIXES) and ".lr." in name:
+        rest = name[name.index(".lr.") + 1:]
+        found = next((params[prefix + rest] for prefix in BUFFER_PREFIXES if prefix + rest in params), None)
+    return found
+
+
 def load_into(network, params, ckpt_path, optional=None, arg_name="ckpt_path", what=None):
     """Load checkpoint contents already read from `ckpt_path` into `network`, with the checks of
     :func:`load_network_checkpoint`; errors name `arg_name` and call what was expected `what` (by default a
     checkpoint of the network's class)."""
     missing, mismatched = [], []
     for param in network.get_parameters():
-        found = params.get(param.name)
+        found = _entry(params, param.name)
         if found is None:
             if optional is None or not optional(param.name):
                 missing.append(param.name)
@@ -232,6 +243,6 @@ def load_into(network, params, ckpt_path, optional=None, arg_name="ckpt_path", w
     for param in network.get_parameters():
         # written with an assign, which graphs the network has already run with read (load_param_into_net's
         # set_data detaches a Parameter from an ms.jit graph in PYNATIVE_MODE: write_parameter)
-        found = params.get(param.name)
+        found = _entry(params, param.name)
         if found is not None:
             ops.assign(param, found if found.dtype == param.dtype else ops.cast(found, param.dtype))

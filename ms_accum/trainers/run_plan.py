@@ -126,11 +126,28 @@ class RunPlan:
                                                                    settings.partial_window)[0]
             self.start_updates = before[settings.initial_epoch]
             self._check_schedule_goes_on(cell)
+            self._check_progress_goes_on(cell)
             write_parameter(cell.accu_windows, self.start_updates)
             self.open_micro_batches = int(cell.accu_micro_steps.asnumpy())
         check_loss_monitor(self.owner, settings.callbacks, self.updates_before,
                            self.start_micro // self.micro_batches_per_epoch + 1)
         return self
+
+    def _check_progress_goes_on(self, cell):
+        """A warning where a run started at an epoch after the first reads its learning-rate rule's schedule at a
+        progress of 0: the checkpoint it was rebuilt from was loaded before the trainer made the progress
+        Parameters (they come with the rule), or holds none."""
+        initial = self.settings.initial_epoch
+        if initial == 0 or cell.lr_state is None or cell.lr_state.progress != 0.0:
+            return
+        names = cell.lr_state.steps.name.rsplit(".", 1)[0] + ".*"
+        warnings.warn(f"For '{self.owner}', the learning-rate rule ('{cell.lr_scaling}') reads the optimizer's "
+                      f"schedule at the run's progress, which is 0 at epoch {initial + 1} (initial_epoch={initial}): "
+                      f"the rate starts its schedule over. If the checkpoint of epoch {initial} holds the progress "
+                      f"('{names}'), load it after building the trainer, whose rule makes those Parameters: "
+                      f"ms_accum.load_network_checkpoint(cell, path, optional=ms_accum.is_accumulation_buffer), "
+                      f"the cell being the driver's trainer.cell or the one Model_ACCU trains.",
+                      UserWarning, stacklevel=4)
 
     def _check_schedule_goes_on(self, cell):
         """A warning where this run would take N from an earlier point of a changing schedule than the cell's
@@ -148,6 +165,16 @@ class RunPlan:
                           f"progress go on. To continue the earlier run, pass initial_epoch=<the epochs it ran> "
                           f"with 'epoch' the run's last epoch, so the schedule goes on at the update it reached.",
                           UserWarning, stacklevel=4)
+
+
+def _as_cells_steps(owner, steps, name):
+    """N as a cell's ``gradient_accumulation_steps`` shows it, for comparing what a caller gave with the cell's: an
+    int for a constant N, an :class:`AccumulationSchedule` for a schedule given as a dict, text or schedule (a
+    constant one as its int), a policy as it is."""
+    if isinstance(steps, (dict, str, AccumulationSchedule)):
+        schedule = steps if isinstance(steps, AccumulationSchedule) else AccumulationSchedule(steps, owner, name)
+        return schedule if schedule.constant is None else schedule.constant
+    return steps
 
 
 def run_steps(owner, cell, settings, world, required, trained=False):
@@ -178,15 +205,15 @@ def run_steps(owner, cell, settings, world, required, trained=False):
         return None, None
     if required:
         return steps, name
-    current = cell.gradient_accumulation_steps
+    current, wanted = cell.gradient_accumulation_steps, _as_cells_steps(owner, steps, name)
     if name != STEPS_NAME and name not in settings.step_aliases and not isinstance(current, int):
         argument = source.split(" ")[0]
         raise ValueError(f"For '{owner}', {argument} sets one N, but the cell's '{cell.steps_name}' is {current!r}. "
                          f"Build the cell without it, or drop {argument}.")
-    if steps != current and trained:
+    if wanted != current and trained:
         raise ValueError(f"For '{owner}', {source} needs N = {steps!r}, but the cell has trained with N = {current!r} "
                          f"and its graphs hold it. Build a new cell and Model_ACCU for another N.")
-    if steps != current and current != 1:
+    if wanted != current and current != 1:
         raise ValueError(f"For '{owner}', N must be given once, but the cell's '{cell.steps_name}' is {current!r} "
                          f"and {source} gives N = {steps!r}. Build the cell without N (and Model_ACCU without "
                          f"'gradient_accumulation_steps'), or give N once.")
