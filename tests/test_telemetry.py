@@ -194,3 +194,29 @@ def test_the_recorded_rate_is_the_updates_when_an_earlier_callback_sets_the_next
         assert [r.learning_rate for r in telemetry.records] == pytest.approx([0.1, 0.05, 0.025], rel=1e-6), \
             (order, exec_mode, telemetry.records)
         assert float(optimizer.learning_rate.asnumpy()) == pytest.approx(0.0125, rel=1e-6), order
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_learning_rate_scheduler_under_a_rule_is_refused_before_training(trainer):
+    """Under lr_scaling the optimizer's rate is a ProgressLearningRate, which MindSpore's LearningRateScheduler
+    cannot read or assign: refused before any update (it failed after the first one with an AttributeError from
+    MindSpore's Cell; a new user's trial), saying what to give instead."""
+    from mindspore.train import LearningRateScheduler  # pylint: disable=import-outside-toplevel
+    net, loss, optimizer = build("momentum")
+    before = {p.name: p.asnumpy().copy() for p in net.trainable_params()}
+    scheduler = LearningRateScheduler(lambda lr, step: lr * 0.5)
+    dataset = numpy_dataset(micro_batches([4] * 4))
+    owner = "GradientAccumulation.train_process" if trainer == "driver" else "Model_ACCU.train"
+    with pytest.raises(ValueError, match=rf"For '{owner}', MindSpore's LearningRateScheduler in 'callbacks' sets "
+                                         r"the optimizer's learning rate as a Parameter, but under "
+                                         r"lr_scaling='linear' the rate is a ProgressLearningRate.* Give the "
+                                         r"schedule as the optimizer's learning-rate list or LearningRateSchedule"):
+        if trainer == "driver":
+            ms_accum.GradientAccumulation(net, loss, optimizer, lr_scaling="linear").train_process(
+                1, dataset, 2, callbacks=scheduler, ckpt_path=None, log_every=0)
+        else:
+            cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), optimizer, gradient_accumulation_steps=2,
+                                               lr_scaling="linear")
+            ms_accum.Model_ACCU(cell).train(1, dataset, callbacks=[scheduler])
+    for p in net.trainable_params():
+        np.testing.assert_array_equal(p.asnumpy(), before[p.name], err_msg=f"{p.name} moved before the refusal")

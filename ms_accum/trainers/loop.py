@@ -12,7 +12,7 @@ and its update number given to the next one; under ``"carry"`` the window goes o
 """
 import warnings
 
-from mindspore.train.callback import Callback, LossMonitor, RunContext
+from mindspore.train.callback import Callback, LearningRateScheduler, LossMonitor, RunContext
 
 from ..core.open_window import OpenWindow, epoch_end_action
 
@@ -20,6 +20,31 @@ from ..core.open_window import OpenWindow, epoch_end_action
 def updates_of_epochs(updates_before):
     """Each epoch's updates from :meth:`AccumulationSchedule.run_plan`'s windows begun before each epoch."""
     return [after - before for before, after in zip(updates_before, updates_before[1:])]
+
+
+def callback_list(callbacks):
+    """The user's callbacks as a list: a Callback, a list or tuple of them, or None."""
+    if callbacks is None:
+        return []
+    return [callbacks] if isinstance(callbacks, Callback) else list(callbacks)
+
+
+def check_rate_callbacks(owner, callbacks, cell):
+    """
+    Refuse MindSpore's LearningRateScheduler among `callbacks` when `cell` has a learning-rate rule, before training:
+    the callback reads and assigns the optimizer's rate as a Parameter, which the rule replaced with a
+    :class:`ProgressLearningRate` read at the run's progress (it failed after the first window, in MindSpore's words).
+    """
+    if cell.lr_state is None or not any(isinstance(callback, LearningRateScheduler)
+                                        for callback in callback_list(callbacks)):
+        return
+    raise ValueError(f"For '{owner}', MindSpore's LearningRateScheduler in 'callbacks' sets the optimizer's learning "
+                     f"rate as a Parameter, but under lr_scaling='{cell.lr_scaling}' the rate is a "
+                     f"ProgressLearningRate, read from the optimizer's schedule at the run's progress: the callback "
+                     f"would fail after the first update. Give the schedule as the optimizer's learning-rate list or "
+                     f"LearningRateSchedule, which the rule reads at the run's progress, or set a constant base rate "
+                     f"with optimizer.learning_rate.set_data(value) from a callback of your own "
+                     f"(docs/batch_schedules.md).")
 
 
 def check_loss_monitor(owner, callbacks, updates_before, first_epoch):
@@ -30,11 +55,7 @@ def check_loss_monitor(owner, callbacks, updates_before, first_epoch):
     windows are carried across epochs, or when an adaptive policy (`updates_before` None) decides. `first_epoch`:
     the run's first epoch (from 1).
     """
-    if callbacks is None:
-        callbacks = []
-    elif isinstance(callbacks, Callback):
-        callbacks = [callbacks]
-    if not any(isinstance(callback, LossMonitor) for callback in callbacks):
+    if not any(isinstance(callback, LossMonitor) for callback in callback_list(callbacks)):
         return
     fix = ("The updates and losses are right; ms_accum.WindowTelemetry(print_every=1) counts the updates within "
            "each epoch.")

@@ -24,7 +24,7 @@ from ..core.schedule import steps_argument
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, dataset_shards
 from .cell_front import CellFront
-from .loop import WindowLoop
+from .loop import WindowLoop, callback_list
 from .run_checks import check_lr_schedule, check_state_saving
 from .run_plan import RunSettings, plan_run
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
@@ -75,13 +75,6 @@ def _give_callbacks_the_optimizer(cb_params, cell):
     cell's."""
     if cb_params.optimizer is None:
         cb_params.optimizer = cell.optimizer
-
-
-def _callback_list(callbacks):
-    """The user's callbacks as a list (a Callback, a list or tuple of them, or None)."""
-    if callbacks is None:
-        return []
-    return list(callbacks) if isinstance(callbacks, (list, tuple)) else [callbacks]
 
 
 def _rank_and_world(cell):
@@ -277,7 +270,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         self._check_same_epoch_length(train_dataset)
         mode = cell.accumulation
         try:
-            return super().train(run.epochs, train_dataset, [_Carrier(run), *_callback_list(callbacks)],
+            return super().train(run.epochs, train_dataset, [_Carrier(run), *callback_list(callbacks)],
                                  dataset_sink_mode, sink_size, initial_epoch)
         finally:
             self._trained = True

@@ -18,7 +18,7 @@ from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
 from .elastic import RunLayout
 from ..core.open_window import PARTIAL_WINDOW_POLICIES
-from .loop import check_loss_monitor
+from .loop import check_loss_monitor, check_rate_callbacks
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
 from .out_of_memory import OOM_POLICIES
 from .planner import steps_from_plan
@@ -259,6 +259,7 @@ def plan_run(owner, cell, settings, *, required_steps, sharded, world=1, rank=0,
     if steps is not None:
         cell.set_gradient_accumulation_steps(steps, name, owner)
     n = cell.gradient_accumulation_steps
+    check_rate_callbacks(owner, settings.callbacks, cell)
     check_window_fits(owner, cell.steps_name, n, micro_batches, settings.partial_window, carry_hint)
     if cell.measure_noise and largest_steps(n) * world == 1:  # in data parallel a window holds one a device
         warnings.warn(f"For '{owner}', the noise scale needs windows of at least 2 micro-batches (two batch sizes to "
