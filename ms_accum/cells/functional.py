@@ -222,7 +222,7 @@ class Accumulator(WindowEngine, nn.Cell):
 
     def _finish_window(self):
         """The window's update (or, on overflow, none), the loss scaler adjusted once, the buffers cleared."""
-        ended = self._end_window(self.optimizer)
+        ended = self._end_window(self.optimizer, read_before_skip=False)  # read before construct's or flush's branch
         result, overflow = ended[0], ended[1]  # unpacking the unused third made MindSpore warn of a lost node
         if not isinstance(overflow, bool):  # else nonfinite="apply" without a loss scale: nothing was checked
             result = ops.depend(result, ops.assign(self.last_overflow, overflow))

@@ -565,13 +565,14 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             return condition
         return ops.depend(condition, read_before_branch(self.window_map, self.optimizer_parameters))
 
-    def _step_unless(self, overflow, refused, shown, optimizer, grads, result):
+    def _step_unless(self, overflow, refused, shown, optimizer, grads, result, read_before_skip=True):
         """One optimizer step unless the window overflowed or is `refused` (None: checked already). The skip's
         runtime branch also raises the refused window's error, and with nonfinite="raise" a non-finite window's:
         a branch of its own slowed the window's end (docs/performance_history.md, The non-finite check). A refused
-        window's error comes first: a micro-batch without items is also what makes a window's gradient NaN."""
+        window's error comes first: a micro-batch without items is also what makes a window's gradient NaN. With
+        `read_before_skip`, the optimizer's Parameters are read before that branch (see :meth:`_end_window`)."""
         stop = overflow if refused is None else ops.logical_or(overflow, refused)
-        if not isinstance(stop, bool):  # no branch under "apply"
+        if read_before_skip and not isinstance(stop, bool):  # no branch under "apply"
             stop = self._after_optimizer_reads(stop)
         if stop:
             if refused is not None:
@@ -582,13 +583,15 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             result = ops.depend(result, optimizer(grads))
         return result
 
-    def _end_window(self, optimizer, reset=True):
+    def _end_window(self, optimizer, reset=True, read_before_skip=True):
         """
         The window's update: check the window (:meth:`_window_check`), divide the buffers by the window's items on
         all devices (and by the loss scale), reduce once across devices, clip, record the window (and its
         noise-scale estimates), decide the overflow on every device alike, update the loss scale once, step
         `optimizer` unless the window overflowed or is refused, and, with `reset`, clear the buffers and counters
-        and count the window.
+        and count the window. With `read_before_skip` the optimizer's Parameters are read before the skip branch
+        (:meth:`_after_optimizer_reads`); False where the caller read them before a runtime branch of its own that
+        holds this whole window end (Accumulator's), so that they are not read twice.
 
         Returns:
             (the window's mean loss on this device, whether the window was skipped (a loss-scale overflow, or a
@@ -643,7 +646,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                 mean_loss = ops.depend(mean_loss, increment)
             else:
                 overflow = ops.depend(overflow, increment)
-        mean_loss = self._step_unless(overflow, refused, shown, optimizer, grads, mean_loss)
+        mean_loss = self._step_unless(overflow, refused, shown, optimizer, grads, mean_loss, read_before_skip)
         if increment is not None:  # a skipped window moves neither progress nor the optimizer's global_step
             mean_loss = ops.depend(mean_loss, advance_progress(
                 self._lr_params(), ops.depend(increment, mean_loss), None if isinstance(overflow, bool) else overflow))
