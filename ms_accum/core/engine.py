@@ -563,7 +563,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         between calls is what the step reads and writes."""
         if self.optimizer_parameters is None:
             return condition
-        return ops.depend(condition, read_before_branch(self.window_map, self.optimizer_parameters))
+        return ops.depend(condition, read_before_branch(self.optimizer_parameters))
 
     def _step_unless(self, overflow, refused, shown, optimizer, grads, result, read_before_skip=True):
         """One optimizer step unless the window overflowed or is `refused` (None: checked already). The skip's
