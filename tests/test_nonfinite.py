@@ -6,6 +6,7 @@ other window must still equal value_and_grad's large batch on its own micro-batc
 naming the window and its micro-batches' positions, and stop on `nonfinite="raise"` or after
 `max_nonfinite_windows` skipped in a row with the last good state on disk.
 """
+import os
 import re
 import warnings
 
@@ -92,6 +93,20 @@ def test_the_accumulator_says_its_window_was_skipped():
     grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
     done = [bool(accumulator(grad_fn(Tensor(x), Tensor(y))[1], x.shape[0]).asnumpy()) for x, y in batches]
     assert done == [False, False, True] and bool(accumulator.last_overflow.asnumpy())
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_a_trainers_warning_points_at_the_users_call(trainer):
+    """The skipped window's warning arises deep in ms_accum (the driver's loop; for Model_ACCU, a callback that
+    MindSpore's Model.train calls): it is attributed to the user's line that called the trainer (tests/paths.py
+    here), not to ms_accum's or MindSpore's code."""
+    batches = poisoned((4,) * 6, bad=[1])
+    net, loss, opt = build("momentum")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        paths.train(PATHS[trainer], nn.WithLossCell(net, loss), opt, batches, N)
+    [skipped] = [w for w in caught if w.category is ms_accum.NonFiniteWindowWarning]
+    assert os.path.abspath(skipped.filename) == os.path.abspath(paths.__file__), (skipped.filename, skipped.lineno)
 
 
 def test_sink_mode_skips_a_nan_window_too(fake_device):  # noqa: F811

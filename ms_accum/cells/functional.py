@@ -1,5 +1,4 @@
 """Accumulator: gradient accumulation for the functional training loop of MindSpore 2.x (value_and_grad)."""
-import warnings
 
 from mindspore import Parameter, RowTensor, Tensor, mutable, nn, ops
 from mindspore import dtype as mstype
@@ -11,6 +10,7 @@ from ..core.loss_scale import scale_kind, scale_parameter
 from ..core.noise_scale import noise_state
 from ..core.schedule import steps_argument
 from ..core.weighting import ITEMS_ARGUMENT, as_weight, check_items_value
+from ..core.user_warning import warn
 
 
 class Accumulator(WindowEngine, nn.Cell):
@@ -144,12 +144,12 @@ class Accumulator(WindowEngine, nn.Cell):
         self.unweighted = Parameter(Tensor(0, mstype.int32), name=f"{WINDOW_PREFIX}.unweighted", requires_grad=False)
         self._check_compile_cache()  # now: the user's jit step compiles construct without calling the cell
         if self.compile_cache_on:
-            warnings.warn("For 'Accumulator', MindSpore's compile cache is on, but it reloads a cached jit function "
-                          "wrongly: on MindSpore 2.10 a second run of a jit step holding Accumulator trained nothing "
-                          "(the same step without ms_accum too), and the tutorial's own step trained to other "
-                          "parameters. If you call it inside an ms.jit function, turn the cache off (unset "
-                          "MS_COMPILER_CACHE_ENABLE), or train with the cells (TrainAccuStepsCell, the three "
-                          "single-device cells), whose cached graphs trained alike.", UserWarning, stacklevel=2)
+            warn("For 'Accumulator', MindSpore's compile cache is on, but it reloads a cached jit function "
+                 "wrongly: on MindSpore 2.10 a second run of a jit step holding Accumulator trained nothing "
+                 "(the same step without ms_accum too), and the tutorial's own step trained to other "
+                 "parameters. If you call it inside an ms.jit function, turn the cache off (unset "
+                 "MS_COMPILER_CACHE_ENABLE), or train with the cells (TrainAccuStepsCell, the three "
+                 "single-device cells), whose cached graphs trained alike.", UserWarning)
 
     @property
     def inner_grads(self):

@@ -4,12 +4,12 @@ Each check raises with one message shape: "For 'Owner', 'arg' must be <expected>
 """
 import math
 import numbers
-import warnings
 
 from mindspore import Parameter, ParameterTuple
 from mindspore.nn import Cell
 
 from ..compat import BatchNormBase
+from .user_warning import warn
 
 GRAD_SUM_RECIPE = "optimizer.parameters.clone(prefix='grad_sum', init='zeros')"
 
@@ -73,10 +73,10 @@ def check_optimizer_trains(owner, optimizer, network, arg_name="network"):
                          f"for example nn.Momentum(net.trainable_params(), 0.01, 0.9).")
     foreign = [p.name for p in optimizer.parameters if id(p) not in own]
     if foreign:
-        warnings.warn(f"For '{owner}', {len(foreign)} of the optimizer's {len(names)} parameters are not parameters "
-                      f"of '{arg_name}' ({foreign[:3]}{' ...' if len(foreign) > 3 else ''}): their gradient is always "
-                      f"zero, so they move by weight decay and momentum alone. Build the optimizer on the network "
-                      f"you train, for example nn.Momentum(net.trainable_params(), 0.01, 0.9).", stacklevel=3)
+        warn(f"For '{owner}', {len(foreign)} of the optimizer's {len(names)} parameters are not parameters "
+             f"of '{arg_name}' ({foreign[:3]}{' ...' if len(foreign) > 3 else ''}): their gradient is always "
+             f"zero, so they move by weight decay and momentum alone. Build the optimizer on the network "
+             f"you train, for example nn.Momentum(net.trainable_params(), 0.01, 0.9).")
     return optimizer
 
 
@@ -202,8 +202,8 @@ def warn_eval_mode(cell):
     shown = ", ".join(f"'{name}' ({type(layer).__name__})" for name, layer in layers[:3])
     more = f" and {len(layers) - 3} more" if len(layers) > 3 else ""
     noun, verb = ("layers", "are") if len(layers) > 1 else ("layer", "is")
-    warnings.warn(f"For '{owner}', the network must be in training mode to train, but its {noun} {shown}{more} "
-                  f"{verb} in inference mode (MindSpore builds every Cell so): BatchNorm normalises with its moving "
-                  f"statistics and leaves them as they are, dropout drops nothing. Call set_train(True) on the cell "
-                  f"(or the network) before training, as mindspore.train.Model does.", UserWarning, stacklevel=3)
+    warn(f"For '{owner}', the network must be in training mode to train, but its {noun} {shown}{more} "
+         f"{verb} in inference mode (MindSpore builds every Cell so): BatchNorm normalises with its moving "
+         f"statistics and leaves them as they are, dropout drops nothing. Call set_train(True) on the cell "
+         f"(or the network) before training, as mindspore.train.Model does.", UserWarning)
     return True

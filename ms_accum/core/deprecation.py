@@ -1,8 +1,9 @@
 """Names of earlier releases, kept until the release that removes them: reading one warns, naming the new name and
 that release. CHANGELOG.md lists each under "Deprecated"; tests/test_release.py finds them on the public classes and
 keeps the two, and the package's version, in step."""
-import warnings
 from operator import attrgetter
+
+from .user_warning import warn
 
 REMOVED_IN = "0.5.0"  # the next release: it removes every name deprecated in 0.4.0
 
@@ -24,8 +25,8 @@ class renamed(property):  # pylint: disable=invalid-name  (a descriptor, named a
         read = attrgetter(new)
 
         def getter(owner):
-            warnings.warn(f"For '{type(owner).__name__}', '{old}' is {why} '{new}'; the old name goes in the next "
-                          f"release, ms_accum {removed_in}.", DeprecationWarning, stacklevel=2)
+            warn(f"For '{type(owner).__name__}', '{old}' is {why} '{new}'; the old name goes in the next "
+                 f"release, ms_accum {removed_in}.", DeprecationWarning)
             return read(owner)
         super().__init__(getter)
         self.old, self.new, self.removed_in = old, new, removed_in
@@ -57,6 +58,6 @@ def renamed_argument(owner, old, new, old_value, new_value):
         return new_value
     if new_value is not None:
         raise TypeError(f"For '{owner}', pass '{new}' only, but got both '{new}' and its older name '{old}'.")
-    warnings.warn(f"For '{owner}', the argument '{old}' is renamed '{new}'; the old name goes in the next release, "
-                  f"ms_accum {REMOVED_IN}.", DeprecationWarning, stacklevel=3)
+    warn(f"For '{owner}', the argument '{old}' is renamed '{new}'; the old name goes in the next release, "
+         f"ms_accum {REMOVED_IN}.", DeprecationWarning)
     return old_value

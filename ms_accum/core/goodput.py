@@ -47,7 +47,6 @@ reported, so that the host and the device (which decides inside the window's end
 """
 import math
 import numbers
-import warnings
 
 from mindspore import ops
 from mindspore import dtype as mstype
@@ -55,6 +54,7 @@ from mindspore import dtype as mstype
 from .checks import check_int_at_least, check_positive_int
 from .lr_scaling import noise_scale_on_device
 from .schedule import is_int
+from .user_warning import warn
 
 
 def window_time(steps, micro_time, end_time):
@@ -470,13 +470,13 @@ class GoodputAccumulation:
             constants = line_of(points)
             self.micro_time, self.end_time = constants or (through_origin(points), 0.0)
             if constants is None:  # the time did not grow with N: a micro-batch costs less than the timing noise
-                warnings.warn(f"For '{owner}', the calibration's windows did not take longer at the larger N (the "
-                              f"fastest: {shown_times(points)}): a micro-batch costs less than the timing noise "
-                              f"here. The constants are frozen at t_micro = {self.micro_time:.4g} s and t_end = 0, "
-                              f"so the policy keeps N at min_steps ({self.min_steps}), the smallest batch. To choose "
-                              f"N for throughput, pass 'calibration_steps' further apart (such as ({self.min_steps}, "
-                              f"{min(self.max_steps, 8 * self.min_steps)})) or more 'calibration_windows', or "
-                              f"micro_time and end_time measured in a quiet run.", UserWarning, stacklevel=2)
+                warn(f"For '{owner}', the calibration's windows did not take longer at the larger N (the "
+                     f"fastest: {shown_times(points)}): a micro-batch costs less than the timing noise "
+                     f"here. The constants are frozen at t_micro = {self.micro_time:.4g} s and t_end = 0, "
+                     f"so the policy keeps N at min_steps ({self.min_steps}), the smallest batch. To choose "
+                     f"N for throughput, pass 'calibration_steps' further apart (such as ({self.min_steps}, "
+                     f"{min(self.max_steps, 8 * self.min_steps)})) or more 'calibration_windows', or "
+                     f"micro_time and end_time measured in a quiet run.", UserWarning)
 
     def state_dict(self):
         """The policy's state, numbers only (a state file's entry): the frozen constants (0 before) and the

@@ -10,11 +10,11 @@ Partial windows: under ``"flush"`` (and ``"carry"`` in the last epoch) the epoch
 so no graph beyond the micro-batch's is needed; under ``"drop"`` it is accumulated, then the window is discarded
 and its update number given to the next one; under ``"carry"`` the window goes on into the next epoch.
 """
-import warnings
 
 from mindspore.train.callback import Callback, LearningRateScheduler, LossMonitor, RunContext
 
 from ..core.open_window import OpenWindow, epoch_end_action
+from ..core.user_warning import warn
 
 
 def updates_of_epochs(updates_before):
@@ -60,19 +60,19 @@ def check_loss_monitor(owner, callbacks, updates_before, first_epoch):
     fix = ("The updates and losses are right; ms_accum.WindowTelemetry(print_every=1) counts the updates within "
            "each epoch.")
     if updates_before is None:
-        warnings.warn(f"For '{owner}', MindSpore's LossMonitor labels an update 'step (cur_step_num - 1) % "
-                      f"batch_num + 1' of its epoch, but an adaptive N decides how many updates each epoch has, so "
-                      f"its step labels may be off after the first epoch. {fix}", UserWarning, stacklevel=3)
+        warn(f"For '{owner}', MindSpore's LossMonitor labels an update 'step (cur_step_num - 1) % "
+             f"batch_num + 1' of its epoch, but an adaptive N decides how many updates each epoch has, so "
+             f"its step labels may be off after the first epoch. {fix}", UserWarning)
         return
     per_epoch = updates_of_epochs(updates_before)
     wrong = [epoch for epoch in range(first_epoch, len(per_epoch) + 1)
              if per_epoch[epoch - 1] and updates_before[epoch - 1] % per_epoch[epoch - 1]]
     if wrong:
-        warnings.warn(f"For '{owner}', MindSpore's LossMonitor labels an update 'step (cur_step_num - 1) % "
-                      f"batch_num + 1' of its epoch, right only when every epoch has as many updates, but this "
-                      f"run's epochs have {', '.join(str(n) for n in per_epoch)} (N follows a schedule, or windows "
-                      f"are carried across epochs), so its step labels will be off from epoch {wrong[0]}. {fix}",
-                      UserWarning, stacklevel=3)
+        warn(f"For '{owner}', MindSpore's LossMonitor labels an update 'step (cur_step_num - 1) % "
+             f"batch_num + 1' of its epoch, right only when every epoch has as many updates, but this "
+             f"run's epochs have {', '.join(str(n) for n in per_epoch)} (N follows a schedule, or windows "
+             f"are carried across epochs), so its step labels will be off from epoch {wrong[0]}. {fix}",
+             UserWarning)
 
 
 class LoopFrontEnd:

@@ -9,7 +9,6 @@ Written against the Model internals of MindSpore 2.7 to 2.10 (train/model.py `_t
 private names and the methods it overrides are checked in ``_compat.py`` when ms_accum is imported.
 """
 import math
-import warnings
 
 from mindspore.train.callback import Callback, RunContext
 from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
@@ -21,6 +20,7 @@ from ..compat import (callbacks_of, check_model_internals, check_network_mode, e
                       register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
                       set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.schedule import steps_argument
+from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, dataset_shards
 from .cell_front import CellFront
@@ -42,12 +42,12 @@ def _check_fixed_steps(owner, cell):
                          f"{cell.gradient_accumulation_steps!r}. Train with dataset_sink_mode=False, which follows a "
                          f"schedule or an AdaptiveAccumulation window by window, or pass one int N.")
     if cell.lr_scaling != "none":  # the rule still runs at each window's end: with one G it has nothing to follow
-        warnings.warn(f"For '{owner}', dataset sink mode runs one N ({cell.gradient_accumulation_steps}), so the "
-                      f"learning-rate rule lr_scaling={cell.lr_scaling!r} has no batch change to follow: its factor "
-                      f"is 1 in every window when G0 is the first window's items (G / G0 throughout with a "
-                      f"reference_batch of other items; AdaScale's gain 1 likewise), and the schedule reads the "
-                      f"update count. Train with dataset_sink_mode=False to change N (a schedule, a policy) with "
-                      f"the learning rate following it.", UserWarning, stacklevel=4)
+        warn(f"For '{owner}', dataset sink mode runs one N ({cell.gradient_accumulation_steps}), so the "
+             f"learning-rate rule lr_scaling={cell.lr_scaling!r} has no batch change to follow: its factor "
+             f"is 1 in every window when G0 is the first window's items (G / G0 throughout with a "
+             f"reference_batch of other items; AdaScale's gain 1 likewise), and the schedule reads the "
+             f"update count. Train with dataset_sink_mode=False to change N (a schedule, a policy) with "
+             f"the learning rate following it.", UserWarning)
 
 
 class _Carrier(Callback):
@@ -282,10 +282,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         world = _rank_and_world(train_network(self))[1]
         shards = dataset_shards(train_dataset)
         if world > 1 and shards != world:
-            warnings.warn(f"For 'Model_ACCU.train', the dataset is not sharded over the {world} devices "
-                          f"(num_shards {shards}): unless each device reads data of its own, every device trains on "
-                          f"every sample and a window holds the same samples {world} times. To share them out, "
-                          f"{SHARDING_HINT}.", UserWarning, stacklevel=3)
+            warn(f"For 'Model_ACCU.train', the dataset is not sharded over the {world} devices "
+                 f"(num_shards {shards}): unless each device reads data of its own, every device trains on "
+                 f"every sample and a window holds the same samples {world} times. To share them out, "
+                 f"{SHARDING_HINT}.", UserWarning)
         return shards == world
 
     def _check_same_epoch_length(self, train_dataset):
@@ -324,9 +324,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         if _ms_model.context.get_context("device_target") == "CPU":  # where MindSpore's Model decides it
             cut = "" if sink == dataset_size else (f"; 'sink_size' {sink} is not applied: each epoch runs all "
                                                    f"{dataset_size} micro-batches, where a device sinks {sink}")
-            warnings.warn(f"For 'Model_ACCU.train', dataset sink mode needs a GPU or Ascend device: on CPU MindSpore "
-                          f"trains without sink (its notice is logged at INFO level only){cut}. The checks a device "
-                          f"makes passed. Pass dataset_sink_mode=False on CPU.", UserWarning, stacklevel=3)
+            warn(f"For 'Model_ACCU.train', dataset sink mode needs a GPU or Ascend device: on CPU MindSpore "
+                 f"trains without sink (its notice is logged at INFO level only){cut}. The checks a device "
+                 f"makes passed. Pass dataset_sink_mode=False on CPU.", UserWarning)
 
     def build(self, *args, **kwargs):
         """Not supported: it would compile a third 'train' graph and bind the dataset to it."""

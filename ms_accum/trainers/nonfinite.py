@@ -9,7 +9,8 @@ skipped in a row, the last good state written first; and a warning for a window 
 finite (its gradient was: the gradient decides a skip).
 """
 import math
-import warnings
+
+from ..core.user_warning import warn
 
 
 # Fifty skipped windows in a row cannot be one bad sample: without a loss scale the data or the model is broken;
@@ -122,8 +123,8 @@ class NonFiniteGuard:
             elif self._stops(self.run):
                 stop = (window, self.run)
             elif not self.loss_scaled:
-                warnings.warn(f"{self._message(window, self.run)}; training stops after {self.max_windows}.",
-                              NonFiniteWindowWarning, stacklevel=3)
+                warn(f"{self._message(window, self.run)}; training stops after {self.max_windows}.",
+                     NonFiniteWindowWarning)
         if stop is not None:
             newest, _ = pending[-1]
             self._stop(*stop, later, newest)
@@ -135,11 +136,11 @@ class NonFiniteGuard:
             return
         update, first, micro_batches, micro_batches_per_epoch = window
         where = micro_batch_positions(first, micro_batches, micro_batches_per_epoch)
-        warnings.warn(f"For '{self.owner}', window {update}'s loss is {value} but its gradient is finite, so the "
-                      f"window was applied. Its micro-batches are {where} (counted from 0 in the epoch's data "
-                      f"order). A sample whose gradient is zero but whose loss is not (a NaN target under nn.L1Loss, "
-                      f"say) still counts in the window's mean, and a loss term that does not reach the parameters "
-                      f"can be NaN unseen: inspect those micro-batches.", NonFiniteWindowWarning, stacklevel=4)
+        warn(f"For '{self.owner}', window {update}'s loss is {value} but its gradient is finite, so the "
+             f"window was applied. Its micro-batches are {where} (counted from 0 in the epoch's data "
+             f"order). A sample whose gradient is zero but whose loss is not (a NaN target under nn.L1Loss, "
+             f"say) still counts in the window's mean, and a loss term that does not reach the parameters "
+             f"can be NaN unseen: inspect those micro-batches.", NonFiniteWindowWarning)
 
     def _stops(self, in_a_row):
         return in_a_row >= self.max_windows or (self.nonfinite == "raise" and not self.loss_scaled)

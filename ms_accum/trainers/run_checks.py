@@ -6,7 +6,6 @@ Each check raises with one message shape: "For 'Owner', 'arg' must be <expected>
 """
 import inspect
 import math
-import warnings
 
 from mindspore import Tensor
 from mindspore.dataset import Dataset
@@ -16,6 +15,7 @@ from ..core.adaptive import AdaptiveAccumulation
 from ..core.goodput import GoodputAccumulation
 from ..core.progress_lr import progress_rates
 from ..core.schedule import AccumulationSchedule, max_updates, shown_steps_name
+from ..core.user_warning import warn
 
 POLICIES = (AdaptiveAccumulation, GoodputAccumulation)  # N chosen on the device as the run goes
 
@@ -112,13 +112,12 @@ def check_lr_schedule(owner, optimizer, micro_steps, updates, from_start=True, a
                              f"there. Give it {done + updates} entries, one per update, or use a "
                              f"LearningRateSchedule, which has no end.")
         if not adaptive and micro_steps != updates and length == micro_steps and length != done + updates:
-            warnings.warn(f"For '{owner}', the optimizer's learning-rate list has {length} entries, one per "
-                          f"micro-batch of this run, but the optimizer reads one entry per update ({updates} in this "
-                          f"run): a schedule built per micro-batch is stretched {micro_steps / updates:.3g} times (its "
-                          f"warm-up and decay take that many times more updates than planned, and this run ends "
-                          f"at update {updates} of its {length}). Build it with one entry per update. (A per-update "
-                          f"list for a longer run, trained over several calls, is right as it is.)", UserWarning,
-                          stacklevel=3)
+            warn(f"For '{owner}', the optimizer's learning-rate list has {length} entries, one per "
+                 f"micro-batch of this run, but the optimizer reads one entry per update ({updates} in this "
+                 f"run): a schedule built per micro-batch is stretched {micro_steps / updates:.3g} times (its "
+                 f"warm-up and decay take that many times more updates than planned, and this run ends "
+                 f"at update {updates} of its {length}). Build it with one entry per update. (A per-update "
+                 f"list for a longer run, trained over several calls, is right as it is.)", UserWarning)
             return
 
 

@@ -8,7 +8,6 @@ initial epoch, or at the micro-batch a state file was written after. The trainer
 driver its printed lines and out-of-memory rerun, Model_ACCU what :class:`mindspore.train.Model` does around
 epochs, and dataset sink mode.
 """
-import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -16,6 +15,7 @@ from ..core.checks import check_choice, check_positive_int
 from ..core.compiled import write_parameter
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
+from ..core.user_warning import warn
 from .elastic import RunLayout
 from ..core.open_window import PARTIAL_WINDOW_POLICIES
 from .loop import check_loss_monitor, check_rate_callbacks
@@ -141,13 +141,13 @@ class RunPlan:
         if initial == 0 or cell.lr_state is None or cell.lr_state.progress != 0.0:
             return
         names = cell.lr_state.steps.name.rsplit(".", 1)[0] + ".*"
-        warnings.warn(f"For '{self.owner}', the learning-rate rule ('{cell.lr_scaling}') reads the optimizer's "
-                      f"schedule at the run's progress, which is 0 at epoch {initial + 1} (initial_epoch={initial}): "
-                      f"the rate starts its schedule over. If the checkpoint of epoch {initial} holds the progress "
-                      f"('{names}'), load it after building the trainer, whose rule makes those Parameters: "
-                      f"ms_accum.load_network_checkpoint(cell, path, optional=ms_accum.is_accumulation_buffer), "
-                      f"the cell being the driver's trainer.cell or the one Model_ACCU trains.",
-                      UserWarning, stacklevel=4)
+        warn(f"For '{self.owner}', the learning-rate rule ('{cell.lr_scaling}') reads the optimizer's "
+             f"schedule at the run's progress, which is 0 at epoch {initial + 1} (initial_epoch={initial}): "
+             f"the rate starts its schedule over. If the checkpoint of epoch {initial} holds the progress "
+             f"('{names}'), load it after building the trainer, whose rule makes those Parameters: "
+             f"ms_accum.load_network_checkpoint(cell, path, optional=ms_accum.is_accumulation_buffer), "
+             f"the cell being the driver's trainer.cell or the one Model_ACCU trains.",
+             UserWarning)
 
     def _check_schedule_goes_on(self, cell):
         """A warning where this run would take N from an earlier point of a changing schedule than the cell's
@@ -158,13 +158,13 @@ class RunPlan:
             return
         done = int(cell.accu_windows.asnumpy())
         if done > self.start_updates:
-            warnings.warn(f"For '{self.owner}', the schedule of N {dict(self.schedule.points)} starts over at update "
-                          f"{self.start_updates} (epoch {self.settings.initial_epoch + 1}), but the cell has made "
-                          f"{done} updates in an earlier call: each call is a new run, whose windows take N from "
-                          f"that update of the schedule, while the optimizer's step count and learning-rate "
-                          f"progress go on. To continue the earlier run, pass initial_epoch=<the epochs it ran> "
-                          f"with 'epoch' the run's last epoch, so the schedule goes on at the update it reached.",
-                          UserWarning, stacklevel=4)
+            warn(f"For '{self.owner}', the schedule of N {dict(self.schedule.points)} starts over at update "
+                 f"{self.start_updates} (epoch {self.settings.initial_epoch + 1}), but the cell has made "
+                 f"{done} updates in an earlier call: each call is a new run, whose windows take N from "
+                 f"that update of the schedule, while the optimizer's step count and learning-rate "
+                 f"progress go on. To continue the earlier run, pass initial_epoch=<the epochs it ran> "
+                 f"with 'epoch' the run's last epoch, so the schedule goes on at the update it reached.",
+                 UserWarning)
 
 
 def _as_cells_steps(owner, steps, name):
@@ -262,10 +262,10 @@ def plan_run(owner, cell, settings, *, required_steps, sharded, world=1, rank=0,
     check_rate_callbacks(owner, settings.callbacks, cell)
     check_window_fits(owner, cell.steps_name, n, micro_batches, settings.partial_window, carry_hint)
     if cell.measure_noise and largest_steps(n) * world == 1:  # in data parallel a window holds one a device
-        warnings.warn(f"For '{owner}', the noise scale needs windows of at least 2 micro-batches (two batch sizes to "
-                      f"compare), but every window of this run holds 1 ('{cell.steps_name}'): every estimate will be "
-                      f"NaN. Pass N >= 2 (halve the micro-batch for the same update), or build the cell with "
-                      f"noise_scale=False.", UserWarning, stacklevel=3)
+        warn(f"For '{owner}', the noise scale needs windows of at least 2 micro-batches (two batch sizes to "
+             f"compare), but every window of this run holds 1 ('{cell.steps_name}'): every estimate will be "
+             f"NaN. Pass N >= 2 (halve the micro-batch for the same update), or build the cell with "
+             f"noise_scale=False.", UserWarning)
     before, updates, trained = plan_updates(n, micro_batches, settings.epochs, settings.partial_window)
     if check_learning_rate:
         check_run_learning_rate(owner, cell.optimizer, n, micro_batches, settings.epochs, settings.partial_window,

@@ -8,7 +8,6 @@ when a crash falls between their writes; on resume the ranks agree on the newest
 hold, and refuse to start if there is none.
 """
 import os
-import warnings
 from contextlib import contextmanager
 
 from mindspore import nn
@@ -17,6 +16,7 @@ from ..core.compiled import write_parameter
 from ..core.checks import check_ckpt_path, check_int_at_least, check_positive_int
 from ..core.deprecation import renamed_argument
 from ..core.engine import WindowEngine
+from ..core.user_warning import warn
 from .checkpoint import CheckpointError, buffer_writer, load_into, read_checkpoint, save_checkpoint_atomic
 from .elastic import (check_same_global_batch, check_same_partial_window, count, elastic_position, resume_notice,
                       saved_layout)
@@ -120,11 +120,10 @@ def _warn_without_network(owner, cell):
     the network's Parameters outside the optimizer would not be in the state."""
     if isinstance(cell, WindowEngine) and getattr(cell, "network", None) is None:
         kind = type(cell).__name__
-        warnings.warn(f"For '{owner}', 'cell' ({kind}) holds the optimizer's parameters and the open window but not "
-                      f"the network: the network's other Parameters (BatchNorm moving statistics, frozen weights) "
-                      f"are not saved or loaded with it. Pass the network with it, as a tuple "
-                      f"(network, {kind.lower() if kind == 'Accumulator' else 'cell'}), to keep them.", UserWarning,
-                      stacklevel=3)
+        warn(f"For '{owner}', 'cell' ({kind}) holds the optimizer's parameters and the open window but not "
+             f"the network: the network's other Parameters (BatchNorm moving statistics, frozen weights) "
+             f"are not saved or loaded with it. Pass the network with it, as a tuple "
+             f"(network, {kind.lower() if kind == 'Accumulator' else 'cell'}), to keep them.", UserWarning)
 
 
 def save_training_state(cell, state_path, micro_batches_done=None, updates_done=None, rank=0, world=1, layout=None,
