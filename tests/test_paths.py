@@ -159,6 +159,59 @@ def test_parameters_replaced_from_the_host_between_windows_are_what_the_next_win
                               context=path)
 
 
+class _Bfloat16RateSGD(nn.Optimizer):
+    """Plain SGD whose rate is a bfloat16 Parameter: MindSpore's Assert kernel, which reads the optimizer's other
+    Parameters before the skip branch, takes no bfloat16 on CPU."""
+
+    def __init__(self, params, rate):
+        super().__init__(0.0, params)
+        self.rate = ms.Parameter(Tensor(rate, ms.bfloat16), name="bfloat16_rate")
+
+    def construct(self, gradients):
+        rate = ms.ops.cast(self.rate, ms.float32)
+        for param, grad in zip(self._parameters, gradients):
+            ms.ops.assign_sub(param, grad * rate)
+        return rate
+
+
+def _bfloat16(value):
+    return float(Tensor(value, ms.bfloat16).astype(ms.float32).asnumpy())
+
+
+def _sgd_rate_halved_in_bfloat16(_, seed):
+    """The suite's network and loss under nn.SGD at the rates 0.1 and 0.05 rounded to bfloat16."""
+    net, loss, _ = build("sgd", seed)
+    return net, loss, nn.SGD(net.trainable_params(), learning_rate=[_bfloat16(0.1), _bfloat16(0.05)])
+
+
+@pytest.mark.parametrize("path", ["parallel", "driver"])
+def test_an_optimizers_bfloat16_parameter_set_between_windows_is_what_the_next_window_trains_with(path):
+    """An optimizer holding a bfloat16 Parameter (its rate, 0.1 -> 0.05 with set_data between two windows) builds,
+    and its second window is the large batch's at the new rate: that Parameter is read before the skip branch by a
+    TensorShape, the others by the Assert, GRAPH_MODE."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    batches = micro_batches((4, 3, 4, 4, 2, 4), seed=11)
+    windows = [batches[:3], batches[3:]]
+    net, loss, _ = build("sgd")
+    opt = _Bfloat16RateSGD(net.trainable_params(), 0.1)
+    if path == "driver":
+        trainer = ms_accum.GradientAccumulation(net, loss, opt)
+
+        def window(micro):
+            trainer.train_process(1, numpy_dataset(micro), 3, ckpt_path=None, log_every=0)
+    else:
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=3)
+
+        def window(micro):
+            for x, y in micro:
+                cell(Tensor(x), Tensor(y))
+    window(windows[0])
+    opt.rate.set_data(Tensor(0.05, ms.bfloat16))
+    window(windows[1])
+    assert_equals_large_batch(params_of(net), large_batch("sgd", make=_sgd_rate_halved_in_bfloat16), windows,
+                              context=path)
+
+
 @pytest.mark.parametrize("path", ["parallel", "driver", "accumulator"])
 def test_a_constant_rate_under_a_rule_is_set_by_hand_between_windows(path):
     """With lr_scaling="linear" the optimizer's learning rate is a ProgressLearningRate cell, whose set_data sets

@@ -30,6 +30,7 @@ import sys
 import numpy as np
 
 from mindspore import ParameterTuple, Tensor, context, jit, ops
+from mindspore import dtype as mstype
 
 from ..compat import get_mode
 
@@ -53,11 +54,20 @@ def through_a_branch(value):
     return value
 
 
+# The dtypes of MindSpore's Assert kernel (on CPU, 2.7.0 and 2.10.0, it refuses bfloat16: "assert kernel does not
+# support BFloat16"): the optimizer's Parameters of these are read by one Assert, any other by a TensorShape.
+_ASSERT_DTYPES = (mstype.bool_, mstype.int8, mstype.int16, mstype.int32, mstype.int64, mstype.uint8, mstype.uint16,
+                  mstype.uint32, mstype.uint64, mstype.float16, mstype.float32, mstype.float64)
+
+
 def branch_parameters(optimizer):
     """The Parameters of `optimizer` (the weights it updates, its state and its learning rate: ``get_parameters``
-    yields each once), as a ParameterTuple for :func:`read_before_branch`; None if it holds none with an element."""
+    yields each once) with an element, for :func:`read_before_branch`: a pair of ParameterTuples, those of a dtype
+    ``Assert`` takes and the others (bfloat16), each None when it would be empty."""
     found = [param for param in optimizer.get_parameters() if param.size > 0]
-    return ParameterTuple(found) if found else None
+    taken = [param for param in found if param.dtype in _ASSERT_DTYPES]
+    others = [param for param in found if param.dtype not in _ASSERT_DTYPES]
+    return ParameterTuple(taken) if taken else None, ParameterTuple(others) if others else None
 
 
 # The one operator that reads the optimizer's Parameters before the branch (see read_before_branch): its condition
@@ -66,21 +76,31 @@ _READ = ops.Assert(summarize=1)
 _TRUE = Tensor(True)
 
 
-def read_before_branch(params):
-    """Each of `params` taken as an input in the graph's own body, for a graph that reads or writes them only in a
-    runtime branch (the optimizer step in the window end's skip branch). MindSpore (2.7.0 and 2.10.0, GRAPH_MODE)
-    binds a Parameter that a graph reads only inside such a branch when the graph first runs: after the host
-    replaces its data with ``set_data`` (``load_param_into_net`` does; so does a callback that sets the learning
-    rate), the branch went on with the old data, so 2.10.0 dropped the next update of weights loaded that way and
-    2.7.0 read a wrong value for a rate set that way (no step at all). Taken as an input outside the branch, every
-    Parameter is bound at every run, as in a graph without control flow (:class:`mindspore.nn.TrainOneStepCell`'s).
-    They are the inputs of one ``Assert`` whose condition is the constant True: one operator for all of them, which
-    reads no element. A ``TensorShape`` of each (one operator a Parameter; 160 on EdgeNeXt xx_small) bound them
-    as well but compiled 0.7 s longer (the driver's first update on EdgeNeXt, four fresh processes of each in turn:
-    a median 12.4 s against 13.2, 2026-12-05); a one-element slice of each cost 2.2 s more than that, and a
-    reshape held a copy of the largest parameter in TrainOptim's graph. A bare ``ops.depend`` on a Parameter is
+def _shape_of(param):
+    return ops.TensorShape()(param)
+
+
+def read_before_branch(hyper_map, taken, others):
+    """Each Parameter of `taken` and `others` (:func:`branch_parameters`; either may be None) taken as an input in
+    the graph's own body, for a graph that reads or writes them only in a runtime branch (the optimizer step in the
+    window end's skip branch). MindSpore (2.7.0 and 2.10.0, GRAPH_MODE) binds a Parameter that a graph reads only
+    inside such a branch when the graph first runs: after the host replaces its data with ``set_data``
+    (``load_param_into_net`` does; so does a callback that sets the learning rate), the branch went on with the old
+    data, so 2.10.0 dropped the next update of weights loaded that way and 2.7.0 read a wrong value for a rate set
+    that way (no step at all). Taken as an input outside the branch, every Parameter is bound at every run, as in a
+    graph without control flow (:class:`mindspore.nn.TrainOneStepCell`'s). `taken` are the inputs of one ``Assert``
+    whose condition is the constant True: one operator for all of them, which reads no element. A ``TensorShape``
+    of each (one operator a Parameter; 160 on EdgeNeXt xx_small) binds them as well, and is what reads `others`,
+    but compiled 0.7 s longer for all of them (the driver's first update on EdgeNeXt, four fresh processes of each
+    in turn: a median 12.4 s against 13.2, 2026-12-05); a one-element slice of each cost 2.2 s more than that, and
+    a reshape held a copy of the largest parameter in TrainOptim's graph. A bare ``ops.depend`` on a Parameter is
     optimized away and binds nothing. Returns what to depend on."""
-    return _READ(_TRUE, params)
+    reads = ()
+    if taken is not None:
+        reads = reads + (_READ(_TRUE, taken),)
+    if others is not None:
+        reads = reads + (hyper_map(_shape_of, others),)
+    return reads
 
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep

@@ -168,7 +168,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self._cache_slot = None  # the cell's entry among the compile cache's recorded settings (compile_cache.py)
         self._window_prefix = state.prefix
         self.lr_scaling, self.lr_state = "none", None  # set by _init_lr_scaling
-        self.optimizer_parameters = None  # the optimizer's Parameters, read before the skip branch: _init_lr_scaling
+        # the optimizer's Parameters read before the skip branch, by Assert and by TensorShape: _init_lr_scaling
+        self.optimizer_parameters = self.optimizer_other_parameters = None
 
     def _init_lr_scaling(self, optimizer, lr_scaling="none", reference_batch=None):
         """Bind `optimizer` and a learning-rate rule (``lr_scaling.py``) to the window's end: with a rule other than
@@ -179,7 +180,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         its skip branch (:func:`compiled.branch_parameters`). Called by a front end after :meth:`_init_engine`,
         before the cell's first call."""
         self._bind_lr_rule(optimizer, lr_scaling, reference_batch)
-        self.optimizer_parameters = branch_parameters(optimizer)
+        self.optimizer_parameters, self.optimizer_other_parameters = branch_parameters(optimizer)
 
     def _bind_lr_rule(self, optimizer, lr_scaling, reference_batch):
         owner = self.owner_name
@@ -561,9 +562,10 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         """`condition` after the optimizer's Parameters are taken as inputs (:func:`compiled.read_before_branch`), for a
         runtime branch on it that holds the optimizer step: so that a Parameter the host replaced with ``set_data``
         between calls is what the step reads and writes."""
-        if self.optimizer_parameters is None:
+        if self.optimizer_parameters is None and self.optimizer_other_parameters is None:
             return condition
-        return ops.depend(condition, read_before_branch(self.optimizer_parameters))
+        return ops.depend(condition, read_before_branch(self.window_map, self.optimizer_parameters,
+                                                        self.optimizer_other_parameters))
 
     def _step_unless(self, overflow, refused, shown, optimizer, grads, result, read_before_skip=True):
         """One optimizer step unless the window overflowed or is `refused` (None: checked already). The skip's
