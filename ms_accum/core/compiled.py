@@ -33,6 +33,7 @@ from mindspore import ParameterTuple, Tensor, context, jit, ops
 from mindspore import dtype as mstype
 
 from ..compat import get_mode
+from .own_code import is_own
 
 
 HOOKS = ("_forward_pre_hook", "_forward_hook", "_backward_pre_hook", "_backward_hook")
@@ -103,7 +104,6 @@ def read_before_branch(hyper_map, taken, others):
     return reads
 
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _FRAME = re.compile(r"^# \d+ In file (.+?):\d+", re.M)
 
 
@@ -116,7 +116,7 @@ def own_graph_error(error):
     """
     text = str(error)
     frames = _FRAME.findall(text)
-    if "RaiseConstant" not in text or not frames or not os.path.abspath(frames[-1]).startswith(_PACKAGE):
+    if "RaiseConstant" not in text or not frames or not is_own(frames[-1]):
         return None
     message = text.split("\n\n---", 1)[0].strip()
     if len(message) > 1 and message[0] == message[-1] == "'":

@@ -3,16 +3,16 @@ import os
 import sys
 import warnings
 
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+from .own_code import is_own
 
 
-def _libraries():
-    """The directories of ms_accum and of MindSpore (whose ``Model.train`` calls ms_accum's callbacks)."""
-    found = [_PACKAGE]
+def _mindspore():
+    """MindSpore's directory (its ``Model.train`` calls ms_accum's callbacks), as a tuple; empty before it is
+    imported."""
     mindspore = sys.modules.get("mindspore")
-    if mindspore is not None and getattr(mindspore, "__file__", None):
-        found.append(os.path.dirname(os.path.abspath(mindspore.__file__)) + os.sep)
-    return tuple(found)
+    if mindspore is None or not getattr(mindspore, "__file__", None):
+        return ()
+    return (os.path.dirname(os.path.abspath(mindspore.__file__)) + os.sep,)
 
 
 def warn(message, category=UserWarning):
@@ -26,8 +26,8 @@ def warn(message, category=UserWarning):
         message (str): The warning's text.
         category (type): A subclass of ``Warning``. Default: ``UserWarning``.
     """
-    libraries = _libraries()
+    mindspore = _mindspore()
     frame, level = sys._getframe(1), 2  # pylint: disable=protected-access
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(libraries):
+    while frame.f_back is not None and is_own(frame.f_code.co_filename, mindspore):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level)
