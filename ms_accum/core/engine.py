@@ -326,8 +326,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         ``accu_steps``). Set it before the first call (see :meth:`set_gradient_accumulation_steps`)."""
         if self.adaptive_policy is not None:
             return self.adaptive_policy
-        schedule = self.accumulation_schedule
-        return schedule if schedule.constant is None else schedule.constant
+        return self.accumulation_schedule.as_given
 
     @gradient_accumulation_steps.setter
     def gradient_accumulation_steps(self, value):

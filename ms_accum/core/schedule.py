@@ -132,6 +132,12 @@ class AccumulationSchedule:
         return counts.pop() if len(counts) == 1 else None
 
     @property
+    def as_given(self):
+        """The schedule as a cell's ``gradient_accumulation_steps`` shows it: its N when constant, else itself."""
+        constant = self.constant
+        return self if constant is None else constant
+
+    @property
     def firsts(self):
         """The first update of each stage, ascending."""
         return tuple(first for first, _ in self.points)

@@ -173,7 +173,7 @@ def _as_cells_steps(owner, steps, name):
     constant one as its int), a policy as it is."""
     if isinstance(steps, (dict, str, AccumulationSchedule)):
         schedule = steps if isinstance(steps, AccumulationSchedule) else AccumulationSchedule(steps, owner, name)
-        return schedule if schedule.constant is None else schedule.constant
+        return schedule.as_given
     return steps
 
 
