@@ -525,3 +525,28 @@ def test_batch_schedules_benchmark_prints_its_tables_and_draws_its_plot(tmp_path
 def test_batch_schedules_benchmark_refuses_bad_arguments(args, message):
     done = run(*args, script=BATCH_SCHEDULES)
     assert done.returncode == 2 and message in done.stderr, done.stderr
+
+
+GRAPH_ERROR_WAIT = os.path.join(BENCHMARKS, "lab", "graph_error_wait.py")
+
+
+@pytest.mark.slow
+def test_graph_error_probe_prints_the_wait_of_a_raising_call():
+    """benchmarks/lab/graph_error_wait.py, MindSpore alone: in both modes a call that raises inside the graph waits
+    (about 3 s on 2.7.0 and 2.10.0, 2026-12-05: MindSpore's runtime waiting for its threads) while a call that runs
+    takes milliseconds, and the wait takes no CPU. Fails if MindSpore stops waiting (docs/tests.md would then be
+    wrong about why the suite keeps a third worker)."""
+    done = run(script=GRAPH_ERROR_WAIT)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {(mode, call): (float(wall), float(cpu)) for mode, call, wall, cpu in re.findall(
+        r"^\| (graph|pynative) \| (runs|raises) \| ([0-9.]+) \| ([0-9.]+) \|$", done.stdout, re.M)}
+    assert sorted(rows) == [(m, c) for m in ("graph", "pynative") for c in ("raises", "runs")], done.stdout
+    for mode in ("graph", "pynative"):
+        wall, cpu = rows[(mode, "raises")]
+        assert wall >= 1.0 and cpu < wall / 4, (mode, rows)
+        assert rows[(mode, "runs")][0] < 0.5, (mode, rows)
+
+
+def test_graph_error_probe_refuses_an_unknown_mode():
+    done = run("--modes", "graph,sink", script=GRAPH_ERROR_WAIT)
+    assert done.returncode == 2 and "--modes takes graph and pynative, but got ['sink']" in done.stderr, done.stderr
