@@ -8,7 +8,7 @@ In each mode one small graph (a Cell whose ``construct`` raises ``ValueError`` w
 once with a positive input, which raises. MindSpore's runtime then waits for its threads before it reports the
 error (``GraphScheduler::Run``: a fixed wait, no setting changes it), so the raising call takes about 3 s of wall
 time and almost no CPU. ms_accum raises in its graphs on purpose (a window with no items, ``nonfinite="raise"``, the
-compile cache's ``Assert``): each such error costs that wait once, which is why the test suite keeps a worker more
+compile cache's ``Assert``): each such error costs that wait once, part of why the test suite keeps a worker more
 than the machine's cores (docs/tests.md).
 """
 import argparse
