@@ -77,6 +77,7 @@ def test_schedule_gives_each_update_its_n():
     assert [schedule.steps_at(u) for u in range(7)] == [1, 1, 2, 2, 3, 3, 3]
     assert schedule == AccumulationSchedule("0:1, 2:2, 4:3") == schedule_argument("0:1,2:2,4:3")
     assert AccumulationSchedule(4).constant == 4 and schedule.constant is None
+    assert AccumulationSchedule({0: 4, 3: 4}).as_given == 4 and schedule.as_given is schedule  # as a cell shows N
     assert schedule_argument("3") == AccumulationSchedule(3)
 
 
