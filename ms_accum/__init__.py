@@ -8,6 +8,13 @@ once per window; :class:`Model_ACCU` trains them, alternating two graphs in data
 Functional (value_and_grad loops): :class:`Accumulator`.
 The micro-batch for a memory budget and a global batch: :func:`plan_micro_batch`.
 """
+from .compat import UNTESTED_RELEASE as _UNTESTED_RELEASE
+from .core.user_warning import warn as _warn
+
+if _UNTESTED_RELEASE is not None:  # a MindSpore newer than the tested ones: said at the user's import line
+    _warn(_UNTESTED_RELEASE, RuntimeWarning)
+
+# The names, after the warning: one failing on that release follows the warning that names what to install.
 from .core.adaptive import AdaptiveAccumulation
 from .core.goodput import GoodputAccumulation
 from .cells.parallel_loss_scale import TrainAccuStepsWithLossScaleCell

@@ -30,6 +30,7 @@ def test_supported_releases_import_quietly(version, release):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert _compat.check_release(version) == release
+        assert _compat.untested_release(version) is None
 
 
 @pytest.mark.parametrize("version", ["2.6.0", "2.5.0", "1.10.1", "2.6.0rc1"])
@@ -40,10 +41,27 @@ def test_an_older_release_is_refused_with_the_supported_range(version):
 
 
 @pytest.mark.parametrize("version", ["2.11.0", "3.0.0"])
-def test_a_newer_release_warns_with_the_supported_range(version):
-    with pytest.warns(RuntimeWarning, match=rf"ms_accum supports {RELEASE_TEXT} and was not tested on MindSpore "
-                                            rf"{version}"):
-        _compat.check_release(version)
+def test_a_newer_release_is_named_with_the_supported_range(version):
+    assert _compat.check_release(version) >= (2, 11, 0)
+    assert _compat.untested_release(version) == f"ms_accum supports {RELEASE_TEXT} and was not tested on MindSpore " \
+                                                f"{version}; if it fails, install a supported release: pip install " \
+                                                f"'mindspore>=2.7.0,<2.11'"
+
+
+@pytest.mark.parametrize("statement", ["import ms_accum", "from ms_accum.core.schedule import AccumulationSchedule"])
+def test_import_on_a_newer_release_warns_once_at_the_users_import_line(statement, tmp_path):
+    """The whole import path, in a fresh process whose MindSpore reports 2.11.0: one RuntimeWarning, shown at the
+    line of the user's script that imported ms_accum (not inside ms_accum), and the import completes."""
+    script = tmp_path / "user_script.py"
+    script.write_text(f"import mindspore\nmindspore.__version__ = '2.11.0'\n{statement}\nprint('IMPORTED')\n",
+                      encoding="utf-8")
+    done = subprocess.run([sys.executable, "-W", "always::RuntimeWarning", str(script)], capture_output=True,
+                          text=True, timeout=120, check=False, cwd=ROOT)
+    assert done.returncode == 0 and "IMPORTED" in done.stdout, done.stderr[-3000:]
+    shown = [line for line in done.stderr.splitlines() if "RuntimeWarning: ms_accum supports" in line]
+    assert len(shown) == 1, done.stderr[-3000:]
+    assert shown[0].startswith(f"{script}:3: RuntimeWarning: ms_accum supports {RELEASE_TEXT} and was not tested on "
+                               f"MindSpore 2.11.0"), shown
 
 
 def test_an_unreadable_version_is_refused():

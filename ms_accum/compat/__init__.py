@@ -11,7 +11,6 @@ for Python 3.11).
 import importlib
 import inspect
 import re
-import warnings
 
 import mindspore
 
@@ -31,18 +30,25 @@ def release_of(version):
 
 
 def check_release(version):
-    """Raise ImportError below the supported range; warn above it (the private names may still be in place)."""
+    """The release numbers of `version`; ImportError below the supported range."""
     release = release_of(version)
     if release < LOWEST:
         raise ImportError(f"ms_accum supports {SUPPORTED}, but MindSpore {version} is installed. Install a "
                           f"supported release: {INSTALL_HINT}")
-    if release >= BEYOND:
-        warnings.warn(f"ms_accum supports {SUPPORTED} and was not tested on MindSpore {version}; if it fails, "
-                      f"install a supported release: {INSTALL_HINT}", RuntimeWarning, stacklevel=3)
     return release
 
 
+def untested_release(version):
+    """The warning's text for a `version` above the supported range (the private names may still be in place), else
+    None. ``import ms_accum`` issues it before it loads the names it exports, at the user's line that imported it."""
+    if release_of(version) < BEYOND:
+        return None
+    return (f"ms_accum supports {SUPPORTED} and was not tested on MindSpore {version}; if it fails, install a "
+            f"supported release: {INSTALL_HINT}")
+
+
 RELEASE = check_release(mindspore.__version__)
+UNTESTED_RELEASE = untested_release(mindspore.__version__)
 
 
 def _first(what, *candidates):
