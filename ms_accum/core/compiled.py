@@ -75,10 +75,11 @@ def branch_parameters(optimizer):
 # is always true, so it stops nothing and reads no element of its inputs.
 _READ = ops.Assert(summarize=1)
 _TRUE = Tensor(True)
+_SHAPE = ops.TensorShape()  # what reads a Parameter of a dtype the Assert refuses, one a Parameter
 
 
 def _shape_of(param):
-    return ops.TensorShape()(param)
+    return _SHAPE(param)
 
 
 def read_before_branch(hyper_map, taken, others):
