@@ -255,6 +255,9 @@ class TestBadInput:
                                                 r"int >= 1, or a schedule such as '0:1,2:2' as text, but got '4' of "
                                                 r"type str\. Convert a number read from a command line: int\('4'\)"):
                 ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=value)
+            with pytest.raises(TypeError, match=r"but got 'four' of type str\. Pass the number of micro-batches per "
+                                                r"update, such as 4\.$"):  # no int('four'), which cannot convert it
+                ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps="four")
             cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt)
             with pytest.raises(TypeError, match=rf"For 'Model_ACCU', {shown} must be an int >= 1, or a schedule"):
                 ms_accum.Model_ACCU(cell, **{name: value})

@@ -203,12 +203,14 @@ def test_gradients_that_are_not_tensors_are_named():
     assert not any(b.asnumpy().any() for b in accumulator.inner_grads), "a refused call added gradients"
 
 
-@pytest.mark.parametrize("num_items, got", [("8", "str"), (Tensor(np.ones(2, np.float32)), r"shape \(2,\)")])
-def test_num_items_that_is_no_scalar_is_named_as_the_calls_argument(num_items, got):
-    """It was refused as 'the second output of the loss network', which the Accumulator has none of."""
+@pytest.mark.parametrize("num_items, got, error", [("8", "str", TypeError),
+                                                   (Tensor(np.ones(2, np.float32)), r"shape \(2,\)", ValueError)])
+def test_num_items_that_is_no_scalar_is_named_as_the_calls_argument(num_items, got, error):
+    """It was refused as 'the second output of the loss network', which the Accumulator has none of. A value that is
+    no number is a TypeError, as every other wrong type; a Tensor of another shape a ValueError."""
     _, _, opt = build("sgd")
     accumulator = ms_accum.Accumulator(opt, 2)
-    with pytest.raises(ValueError, match=rf"For 'Accumulator', 'num_items', the call's second argument, must be a "
+    with pytest.raises(error, match=rf"For 'Accumulator', 'num_items', the call's second argument, must be a "
                                          rf"scalar Tensor or a number \(the micro-batch's item count\), but got "
                                          rf"{got}\.$"):
         accumulator(tuple(ms.ops.zeros_like(p) for p in opt.parameters), num_items)
@@ -244,8 +246,8 @@ def test_no_items_names_the_accumulator(nonfinite):
     grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
     x, y = micro_batches((4,))[0]
     with pytest.raises(ValueError, match=r"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a "
-                                         r"window, .* but this window's smallest num_items was 0.* and 0 of its 1 "
-                                         r"micro-batches had none.*build a new Accumulator"):
+                                         r"window, .* but 0 of this window's 1 micro-batches had none .* and its "
+                                         r"smallest num_items, those counted as 1, was 0.*build a new Accumulator"):
         ms_accum.Accumulator(opt, 1, nonfinite=nonfinite)(grad_fn(Tensor(x), Tensor(y))[1], 0)
 
 
@@ -329,8 +331,8 @@ def test_a_window_mixing_given_and_omitted_items_is_refused(style, ends_with):
     weighed(Tensor(x), Tensor(y))
     unweighed(Tensor(x2), Tensor(y2))
     message = (r"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a window, and given for every "
-               r"micro-batch or for none, but this window's smallest num_items was 1.* and 1 of its 2 micro-batches "
-               r"had none.*The window was not applied")
+               r"micro-batch or for none, but 1 of this window's 2 micro-batches had none .* and its smallest "
+               r"num_items, those counted as 1, was 1.*The window was not applied")
     with pytest.raises(ValueError, match=message.replace(" 2 ", " 3 ") if ends_with == "update" else message):
         if ends_with == "update":
             weighed(Tensor(x3), Tensor(y3))

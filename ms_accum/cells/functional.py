@@ -84,11 +84,12 @@ class Accumulator(WindowEngine, nn.Cell):
     Raises:
         TypeError: If `optimizer` is not an optimizer, N is missing, given twice or not an integer, `clip_norm` is
             not a number, `loss_scaler` is none of the loss-scale forms, or `noise_scale` is neither a bool nor a
-            str.
+            str; when called, if `num_items` is neither a number nor a Tensor.
         ValueError: If N is < 1 (or a malformed schedule, or a policy without `noise_scale`), `clip_norm` is not a
             finite number > 0, one of the optimizer's parameters has ``requires_grad=False``, or, with MindSpore's
             compile cache on, if its stored graphs were compiled with other settings; when called, if `grads` does
-            not hold one gradient per optimizer parameter, each of its shape; when a window ends, if a micro-batch of
+            not hold one gradient per optimizer parameter, each of its shape, or `num_items` is a Tensor of more
+            than one element; when a window ends, if a micro-batch of
             it had `num_items` <= 0, or some of its micro-batches had `num_items` and others not (the optimizer is
             not stepped); `nonfinite` is not ``"skip"`` with a `loss_scaler`; `lr_scaling` or `reference_batch` is
             refused as listed for :class:`TrainOptim`.
@@ -242,9 +243,10 @@ class Accumulator(WindowEngine, nn.Cell):
         smallest, unweighted, micro_steps = shown
         if refused:
             raise ValueError(f"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a window, and "
-                             f"given for every micro-batch or for none, but this window's smallest num_items was "
-                             f"{smallest} and {unweighted} of its {micro_steps} micro-batches had none (an omitted "
-                             f"num_items weighs 1 beside the others' item counts). Leave out micro-batches with no "
+                             f"given for every micro-batch or for none, but {unweighted} of this window's "
+                             f"{micro_steps} micro-batches had none (an omitted num_items weighs 1 beside the others' "
+                             f"item counts) and its smallest num_items, those counted as 1, was {smallest}. Leave "
+                             f"out micro-batches with no "
                              f"items, and pass num_items on every call (for example the micro-batch's sample count, "
                              f"x.shape[0]). The window was not applied; to go on, save the network and build a new "
                              f"Accumulator.")

@@ -215,9 +215,10 @@ def check_steps(owner, arg_name, value):
     if is_schedule(value):
         return
     if isinstance(value, str):
+        fix = f"Convert a number read from a command line: int({value!r})." if value.strip().isdigit() else \
+            "Pass the number of micro-batches per update, such as 4."
         raise TypeError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, or a schedule such as "
-                        f"'0:1,2:2' as text, but got {value!r} of type str. Convert a number read from a command "
-                        f"line: int({value!r}).")
+                        f"'0:1,2:2' as text, but got {value!r} of type str. {fix}")
     if not is_int(value):
         raise TypeError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, a schedule {{first_update: "
                         f"N}} (or its text, '0:1,2:2') or an AdaptiveAccumulation or GoodputAccumulation policy, but "

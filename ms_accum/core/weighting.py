@@ -59,8 +59,9 @@ def check_items_value(owner, num_items, source="the second output of the loss ne
         return True
     if not isinstance(num_items, Tensor) or num_items.shape not in ((), (1,)):
         shape = f"shape {num_items.shape}" if isinstance(num_items, Tensor) else type(num_items).__name__
-        raise ValueError(f"For '{owner}', 'num_items', {source}, must be a scalar Tensor or a number (the "
-                         f"micro-batch's item count), but got {shape}.")
+        error = ValueError if isinstance(num_items, Tensor) else TypeError  # a Tensor of the wrong shape; or no number
+        raise error(f"For '{owner}', 'num_items', {source}, must be a scalar Tensor or a number (the micro-batch's "
+                    f"item count), but got {shape}.")
     return False
 
 
