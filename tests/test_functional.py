@@ -211,8 +211,7 @@ def test_num_items_that_is_no_scalar_is_named_as_the_calls_argument(num_items, g
     _, _, opt = build("sgd")
     accumulator = ms_accum.Accumulator(opt, 2)
     with pytest.raises(error, match=rf"For 'Accumulator', 'num_items', the call's second argument, must be a "
-                                         rf"scalar Tensor or a number \(the micro-batch's item count\), but got "
-                                         rf"{got}\.$"):
+                                    rf"scalar Tensor or a number \(the micro-batch's item count\), but got {got}\.$"):
         accumulator(tuple(ms.ops.zeros_like(p) for p in opt.parameters), num_items)
     assert not any(b.asnumpy().any() for b in accumulator.inner_grads), "a refused call added gradients"
 

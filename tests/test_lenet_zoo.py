@@ -75,7 +75,8 @@ class TestDataset:
 
     def test_empty_data_set(self, tmp_path):
         write_idx(tmp_path / "train", "train", 0)
-        with pytest.raises(DataError, match="must hold at least one batch of 32 samples, but it holds 0"):
+        with pytest.raises(DataError, match=r"must hold at least one batch of 32 samples \(--batch_size\), but it "
+                                            r"holds 0\. Pass a smaller --batch_size, or more samples\.$"):
             create_dataset(str(tmp_path))
 
     def test_label_count_mismatch(self, tmp_path):
@@ -379,7 +380,8 @@ class TestCommandLineErrors:
 
     def test_missing_data_path(self, tmp_path):
         assert_one_line_error(run_script("train.py", "--data_path", tmp_path / "none", check=False),
-                              "'data_path' must be a directory", "does not exist")
+                              "'data_path' must be a directory", "does not exist. Lay out Fashion-MNIST there with "
+                              "'bash scripts/fashion_mnist.sh .venv/bin/python'")
 
     def test_data_path_without_idx_files(self, tmp_path):
         os.makedirs(tmp_path / "train")

@@ -42,7 +42,10 @@ def create_dataset(data_path, batch_size=32, split="train", shuffle=None, num_pa
         raise ValueError(f"For 'create_dataset', 'split' must be 'train' or 'test', but got {split!r}.")
     if not os.path.isdir(data_path):
         raise DataError(f"'data_path' must be a directory holding train/ and test/, but {data_path!r} "
-                        f"does not exist.")
+                        f"does not exist. Lay out Fashion-MNIST there with 'bash scripts/fashion_mnist.sh "
+                        f".venv/bin/python' (data/fashion-mnist) or 'model_zoo_lenet/prepare_data.py --source DIR "
+                        f"--dest {data_path}', or use the bundled sample: --data_path model_zoo_lenet/data/"
+                        f"fashion_mnist_sample.")
     directory = os.path.join(data_path, split)
     count = check_split_dir(directory, split)
     train = split == "train"
@@ -52,8 +55,9 @@ def create_dataset(data_path, batch_size=32, split="train", shuffle=None, num_pa
     if num_samples is not None:
         usable = min(usable, num_samples)
     if usable == 0 or (drop_remainder and usable < batch_size):
-        raise DataError(f"'{directory}' must hold at least one batch of {batch_size} samples"
-                        f"{' per shard' if num_shards else ''}, but it holds {usable}.")
+        raise DataError(f"'{directory}' must hold at least one batch of {batch_size} samples (--batch_size)"
+                        f"{' per shard' if num_shards else ''}, but it holds {usable}. Pass a smaller --batch_size, "
+                        f"or more samples.")
     if seed is not None:
         ds.config.set_seed(seed)
     mnist = ds.MnistDataset(directory, usage="all", shuffle=shuffle, num_samples=num_samples,

@@ -89,10 +89,10 @@ class Accumulator(WindowEngine, nn.Cell):
             finite number > 0, one of the optimizer's parameters has ``requires_grad=False``, or, with MindSpore's
             compile cache on, if its stored graphs were compiled with other settings; when called, if `grads` does
             not hold one gradient per optimizer parameter, each of its shape, or `num_items` is a Tensor of more
-            than one element; when a window ends, if a micro-batch of
-            it had `num_items` <= 0, or some of its micro-batches had `num_items` and others not (the optimizer is
-            not stepped); `nonfinite` is not ``"skip"`` with a `loss_scaler`; `lr_scaling` or `reference_batch` is
-            refused as listed for :class:`TrainOptim`.
+            than one element; when a window ends, if a micro-batch of it had `num_items` <= 0, or some of its
+            micro-batches had `num_items` and others not (the optimizer is not stepped); `nonfinite` is not
+            ``"skip"`` with a `loss_scaler`; `lr_scaling` or `reference_batch` is refused as listed for
+            :class:`TrainOptim`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -246,10 +246,9 @@ class Accumulator(WindowEngine, nn.Cell):
                              f"given for every micro-batch or for none, but {unweighted} of this window's "
                              f"{micro_steps} micro-batches had none (an omitted num_items weighs 1 beside the others' "
                              f"item counts) and its smallest num_items, those counted as 1, was {smallest}. Leave "
-                             f"out micro-batches with no "
-                             f"items, and pass num_items on every call (for example the micro-batch's sample count, "
-                             f"x.shape[0]). The window was not applied; to go on, save the network and build a new "
-                             f"Accumulator.")
+                             f"out micro-batches with no items, and pass num_items on every call (for example the "
+                             f"micro-batch's sample count, x.shape[0]). The window was not applied; to go on, save "
+                             f"the network and build a new Accumulator.")
 
 
 _shape_of = ops.MultitypeFuncGraph("shape_of")
