@@ -267,6 +267,11 @@ def test_command_passes_and_fails_with_exit_codes():
     assert wide.returncode == 2 and ("'--num-classes' must be at most the network's 4 outputs (the labels are drawn "
                                      "from 0..num_classes-1 for its cross-entropy), but got 50. Pass --num-classes 4 "
                                      "or fewer.") in wide.stderr, wide.stdout + wide.stderr
+    # a new user's shape without the channel: MindSpore's Conv2D message and C++ stack, naming no flag
+    flat = run_check("--network", "helpers:SmallConvNet", "--input-shape", "6,6", "--num-classes", "4")
+    assert flat.returncode == 2 and "Call Stack" not in flat.stderr, flat.stderr
+    assert ("'--input-shape' must be one sample's shape as the network takes it, but the network could not run on a "
+            "batch of one sample of shape 6,6: ") in flat.stderr and "Conv2D" in flat.stderr, flat.stderr
 
 
 @pytest.mark.parametrize("args, message", [

@@ -104,7 +104,10 @@ def test_bad_input_is_refused_before_anything_is_measured_or_trained():
         ms_accum.plan_micro_batch(measure, 0, "1GiB", verbose=False)
     with pytest.raises(ValueError, match=r"'prefer' must be one of \['largest', 'fastest'\], but got 'small'"):
         ms_accum.plan_micro_batch(measure, 32, "1GiB", prefer="small", verbose=False)
-    with pytest.raises(TypeError, match=r"'measure' must return a Measurement, but returned int for micro-batch 1"):
+    with pytest.raises(TypeError, match=r"'global_batch_size' must be an int >= 1, but got '256' of type str"):
+        ms_accum.plan_micro_batch(measure, "256", "1GiB", verbose=False)
+    with pytest.raises(TypeError, match=r"'measure' must return a Measurement, but returned int for micro-batch 1\. "
+                                        r"Pass InProcessMeasure\(run_at\) or FreshProcessMeasure\(command\)"):
         ms_accum.plan_micro_batch(lambda b: 5, 32, "1GiB", verbose=False)
     assert not asked
 

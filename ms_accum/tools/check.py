@@ -70,7 +70,7 @@ def main(argv=None):
         rng = np.random.default_rng(args.seed)
         images = rng.normal(size=(args.batch_size,) + shape).astype(np.float32)
         labels = rng.integers(0, args.num_classes, size=args.batch_size).astype(np.int32)
-        logits = factory()(ms.Tensor(images[:1]))
+        logits = _probe(factory(), images[:1], shape)
         outputs = logits.shape[-1] if isinstance(logits, ms.Tensor) and logits.ndim else args.num_classes
         if args.num_classes > outputs:
             raise ValueError(f"'--num-classes' must be at most the network's {outputs} outputs (the labels are "
@@ -89,6 +89,19 @@ def main(argv=None):
           f"{args.mode}, {args.cell})")
     print(report)
     return 0 if report.passed else 1
+
+
+def _probe(network, sample, shape):
+    """The network's output on one sample, or a ValueError naming '--input-shape' if the network cannot take it
+    (MindSpore's own message, a kernel's, comes with a C++ call stack and names no flag)."""
+    try:
+        return network(ms.Tensor(sample))
+    except (ValueError, TypeError, RuntimeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ValueError(f"'--input-shape' must be one sample's shape as the network takes it, but the network "
+                         f"could not run on a batch of one sample of shape {','.join(map(str, shape))}: {first} "
+                         f"Pass the shape its first layer expects, without the batch dimension (for example "
+                         f"3,32,32 for a Conv2d over RGB images).") from err
 
 
 if __name__ == "__main__":

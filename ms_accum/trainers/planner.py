@@ -13,6 +13,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from ..core.checks import check_positive_int
+
 from .memory_probe import (FreshProcessMeasure, InProcessMeasure, Measurement, peak_memory, report_measurement,
                            resident_peak)
 
@@ -165,11 +167,12 @@ def micro_batch_candidates(global_batch_size, devices=1, owner="plan_micro_batch
     Every micro-batch size b for which ``b * N * devices == global_batch_size`` with an integer N >= 1.
 
     Raises:
-        ValueError: If `global_batch_size` is not a multiple of `devices`, naming the nearest ones that are.
+        TypeError: If `global_batch_size` or `devices` is not an integer.
+        ValueError: If either is < 1, or `global_batch_size` is not a multiple of `devices`, naming the nearest ones
+            that are.
     """
-    for name, value in (("global_batch_size", global_batch_size), ("devices", devices)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"For '{owner}', '{name}' must be an int >= 1, but got {value!r}.")
+    global_batch_size = check_positive_int(owner, "global_batch_size", global_batch_size)
+    devices = check_positive_int(owner, "devices", devices)
     if global_batch_size % devices:
         lower = global_batch_size - global_batch_size % devices
         upper = lower + devices
@@ -219,8 +222,9 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
         MicroBatchPlan, the plan; ``str(plan)`` is its line, ``plan.table()`` its table.
 
     Raises:
-        TypeError: If `max_memory` is neither an int nor a str, or `measure` returns no Measurement.
-        ValueError: If `global_batch_size` or `devices` is not an int >= 1, G is not a multiple of `devices`
+        TypeError: If `max_memory` is neither an int nor a str, `global_batch_size` or `devices` is not an
+            integer, or `measure` returns no Measurement.
+        ValueError: If `global_batch_size` or `devices` is < 1, G is not a multiple of `devices`
             (naming the nearest values that are), `max_memory` is not a size > 0, `prefer` is not one of
             "largest" and "fastest", `max_measurements` < 2, or the smallest micro-batch needs more than
             `max_memory` (naming its measured peak).
@@ -249,7 +253,9 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
         found = measure(b)
         if not isinstance(found, Measurement):
             raise TypeError(f"For '{owner}', 'measure' must return a Measurement, but returned "
-                            f"{type(found).__name__} for micro-batch {b}.")
+                            f"{type(found).__name__} for micro-batch {b}. Pass InProcessMeasure(run_at) or "
+                            f"FreshProcessMeasure(command), which measure a function or a command at b, or a function "
+                            f"of your own that returns Measurement(b, peak_bytes).")
         found = Measurement(b, _gather_peaks(found.peak, world), found.samples_per_second)
         measurements.append(found)
         if verbose:
