@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass, field
 
 from ..core.checks import check_positive_int
-
 from .memory_probe import (FreshProcessMeasure, InProcessMeasure, Measurement, peak_memory, report_measurement,
                            resident_peak)
 
