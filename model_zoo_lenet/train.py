@@ -234,7 +234,7 @@ def parse_args(argv):
 class EpochSummary(Callback):
     """Prints one line per epoch: the updates this process ran in it and the samples they trained on every device
     (read from `telemetry`'s records: a resumed epoch counts what ran after the resume, and a dropped micro-batch
-    nothing), the time and throughput."""
+    nothing), the time and throughput, and the run's time left as `telemetry`'s update lines estimate it."""
 
     def __init__(self, telemetry):
         super().__init__()
@@ -249,9 +249,10 @@ class EpochSummary(Callback):
         elapsed = max(time.time() - self.start, 1e-9)
         records = self.telemetry.records[self.first:]
         samples = sum(record.items for record in records)
-        left = elapsed * (cb.epoch_num - cb.cur_epoch_num)
+        left = self.telemetry.seconds_left()  # the update lines' estimate, so that the two agree
+        left = "" if left is None else f", about {left:.0f} s left"
         print(f"epoch {cb.cur_epoch_num}/{cb.epoch_num}: {len(records)} updates, {samples:.0f} samples in "
-              f"{elapsed:.1f} s ({samples / elapsed:.0f} samples/s), about {left:.0f} s left", flush=True)
+              f"{elapsed:.1f} s ({samples / elapsed:.0f} samples/s){left}", flush=True)
 
 
 def checkpoint_prefix(directory, resume, exact, stem="checkpoint_lenet"):

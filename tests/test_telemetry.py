@@ -1,13 +1,16 @@
 """WindowTelemetry: per-update figures from the driver and Model_ACCU, the CSV, progress lines and the plot."""
 import csv
 import re
+import types
 
 import numpy as np
 import pytest
 
 from mindspore import Tensor, nn, ops
+from mindspore.train import Callback
 
 import ms_accum
+from ms_accum.trainers import telemetry as telemetry_module
 from helpers import build, concat, micro_batches, numpy_dataset, run_script
 from test_model_accu import fake_device  # noqa: F401  (the sink tests' device seams)
 
@@ -54,6 +57,29 @@ def test_the_pace_leaves_out_the_first_update(capsys):
     assert [line.split(" loss")[0] for line in printed] == [f"update {u}/3 (epoch 1/1)" for u in (1, 2, 3)]
     assert re.search(r"\| first update after [0-9.]+ s \(compiling included\)$", printed[0]), printed[0]
     assert all(re.search(r"\| [0-9]+ items/s, [0-9]+ s left$", line) for line in printed[1:]), printed
+
+
+def test_the_time_left_is_one_estimate_read_by_the_lines_and_by_seconds_left(monkeypatch, capsys):
+    """The progress lines and seconds_left() give one estimate (train.py's epoch line reads it, so that the two
+    agree; they differed by several seconds for a new user): the time since the end of the first update over the
+    micro-batches run since, times those still to run; None at the first update, whose graphs compile. A clock
+    of the test's own: updates end at 10, 12 and 14 s, of 2 micro-batches each out of 6."""
+    clock = iter([0.0, 10.0, 12.0, 14.0])
+    monkeypatch.setattr(telemetry_module, "time", types.SimpleNamespace(time=lambda: next(clock)))
+    net, loss, optimizer = build("sgd")
+    telemetry = ms_accum.WindowTelemetry(print_every=1)
+    seen = []
+
+    class ReadTheTimeLeft(Callback):
+        def on_train_step_end(self, run_context):
+            seen.append(telemetry.seconds_left())
+
+    ms_accum.GradientAccumulation(net, loss, optimizer).train_process(
+        1, numpy_dataset(micro_batches([4] * 6)), 2, callbacks=[telemetry, ReadTheTimeLeft()], ckpt_path=None,
+        log_every=0)
+    assert seen == [None, pytest.approx(2.0), pytest.approx(0.0)]
+    printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update ")]
+    assert [line.rsplit(", ", 1)[-1] for line in printed[1:]] == ["2 s left", "0 s left"], printed
 
 
 def test_a_window_of_one_micro_batch_reads_as_one(capsys):

@@ -210,11 +210,12 @@ class WindowTelemetry(Callback):
         self.skipped = 0
         self._file = self._writer = None
         self._start = self._items = 0.0
-        self._warm = None  # (time, items, update) at the end of this run's first update
+        self._warm = None  # (time, items, update, done) at the end of this run's first update
+        self._last = None  # (time, done, in all) at the newest update
 
     def on_train_begin(self, run_context):
         self._start, self._items = time.time(), 0.0
-        self._warm = None
+        self._warm = self._last = None
         if self.csv_path:
             self._file = _open_csv(self.csv_path, "w")
             self._writer = csv.writer(self._file)
@@ -235,6 +236,7 @@ class WindowTelemetry(Callback):
         progress = _progress(cb_params, record.update)
         if self._warm is None:
             self._warm = (now, self._items, record.update, progress[0])
+        self._last = (now, *progress)
         if self._writer:
             self._writer.writerow(list(asdict(record).values()) + [self.skipped, round(elapsed, 3)])
             self._file.flush()
@@ -250,18 +252,34 @@ class WindowTelemetry(Callback):
                   f"loss {record.loss:.4f} | window: {count(record.micro_batches, 'micro-batch')}{partial}, "
                   f"{record.items:.0f} items | grad norm {record.grad_norm:.3g}{clipped} | lr "
                   f"{record.learning_rate:.3g} | loss scale {record.loss_scale:g}, {self.skipped} skipped{this_one}"
-                  f"{noise} | {self._pace(now, elapsed, record.update, progress)}", flush=True)
+                  f"{noise} | {self._pace(now, elapsed, record.update)}", flush=True)
 
-    def _pace(self, now, elapsed, update, progress):
-        """Throughput and time left, from the end of the run's first update (whose graphs compile) to `now`, the
-        time left from `progress` (done, in all); at the first update, its time instead."""
-        warm_time, warm_items, warm_update, warm_done = self._warm
+    def _pace(self, now, elapsed, update):
+        """Throughput from the end of the run's first update (whose graphs compile) to `now`, and the time left
+        (:meth:`seconds_left`); at the first update, its time instead."""
+        warm_time, warm_items, warm_update, _ = self._warm
         if update == warm_update:
             return f"first update after {elapsed:.1f} s (compiling included)"
-        since = now - warm_time
-        done, total = progress
-        left = since / max(done - warm_done, 1) * max(total - done, 0)
-        return f"{(self._items - warm_items) / max(since, 1e-9):.0f} items/s, {left:.0f} s left"
+        left = self.seconds_left()
+        left = "" if left is None else f", {left:.0f} s left"
+        return f"{(self._items - warm_items) / max(now - warm_time, 1e-9):.0f} items/s{left}"
+
+    def seconds_left(self):
+        """
+        The run's time left at its newest update, in seconds, as the progress lines give it: the time since the end
+        of the run's first update (whose graphs compile) over the work done since, times the work still to do
+        (micro-batches where the trainer gives them, else updates).
+
+        Returns:
+            float, or None before the run's second update, or where the run's total is not known.
+        """
+        if self._last is None or self._last[0] == self._warm[0]:
+            return None
+        now, done, total = self._last
+        if total is None:
+            return None
+        warm_time, _, _, warm_done = self._warm
+        return (now - warm_time) / max(done - warm_done, 1) * max(total - done, 0)
 
 
 def _updates_in_all(cb_params):
