@@ -57,11 +57,12 @@ def check_items_value(owner, num_items, source="the second output of the loss ne
     returns whether it is a number. Checked in Python, or while a graph is compiled."""
     if isinstance(num_items, (int, float)) and not isinstance(num_items, bool):
         return True
-    if not isinstance(num_items, Tensor) or num_items.shape not in ((), (1,)):
-        shape = f"shape {num_items.shape}" if isinstance(num_items, Tensor) else type(num_items).__name__
-        error = ValueError if isinstance(num_items, Tensor) else TypeError  # a Tensor of the wrong shape; or no number
-        raise error(f"For '{owner}', 'num_items', {source}, must be a scalar Tensor or a number (the micro-batch's "
-                    f"item count), but got {shape}.")
+    expected = f"For '{owner}', 'num_items', {source}, must be a scalar Tensor or a number (the micro-batch's item " \
+               f"count), but got"
+    if not isinstance(num_items, Tensor):
+        raise TypeError(f"{expected} {type(num_items).__name__}.")
+    if num_items.shape not in ((), (1,)):
+        raise ValueError(f"{expected} shape {num_items.shape}.")
     return False
 
 

@@ -97,7 +97,8 @@ def _probe(network, sample, shape):
     try:
         return network(ms.Tensor(sample))
     except (ValueError, TypeError, RuntimeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        text = str(err).strip()
+        first = text.splitlines()[0] if text else type(err).__name__
         raise ValueError(f"'--input-shape' must be one sample's shape as the network takes it, but the network "
                          f"could not run on a batch of one sample of shape {','.join(map(str, shape))}: {first} "
                          f"Pass the shape its first layer expects, without the batch dimension (for example "

@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ..core.checks import check_positive_int
+from ..core.checks import check_int_at_least, check_positive_int
 from .memory_probe import (FreshProcessMeasure, InProcessMeasure, Measurement, peak_memory, report_measurement,
                            resident_peak)
 
@@ -221,8 +221,8 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
         MicroBatchPlan, the plan; ``str(plan)`` is its line, ``plan.table()`` its table.
 
     Raises:
-        TypeError: If `max_memory` is neither an int nor a str, `global_batch_size` or `devices` is not an
-            integer, or `measure` returns no Measurement.
+        TypeError: If `max_memory` is neither an int nor a str, `global_batch_size`, `devices` or
+            `max_measurements` is not an integer, or `measure` returns no Measurement.
         ValueError: If `global_batch_size` or `devices` is < 1, G is not a multiple of `devices`
             (naming the nearest values that are), `max_memory` is not a size > 0, `prefer` is not one of
             "largest" and "fastest", `max_measurements` < 2, or the smallest micro-batch needs more than
@@ -244,8 +244,7 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
     candidates = micro_batch_candidates(global_batch_size, devices, owner)
     if prefer not in PREFERENCES:
         raise ValueError(f"For '{owner}', 'prefer' must be one of {list(PREFERENCES)}, but got {prefer!r}.")
-    if isinstance(max_measurements, bool) or not isinstance(max_measurements, int) or max_measurements < 2:
-        raise ValueError(f"For '{owner}', 'max_measurements' must be an int >= 2, but got {max_measurements!r}.")
+    max_measurements = check_int_at_least(owner, "max_measurements", max_measurements, 2)
     measurements = []
 
     def take(b):

@@ -273,13 +273,13 @@ class WindowTelemetry(Callback):
         Returns:
             float, or None before the run's second update, or where the run's total is not known.
         """
-        if self._last is None or self._last[0] == self._warm[0]:
+        if self._last is None:
             return None
         now, done, total = self._last
-        if total is None:
-            return None
         warm_time, _, _, warm_done = self._warm
-        return (now - warm_time) / max(done - warm_done, 1) * max(total - done, 0)
+        if total is None or done == warm_done:  # no total, or nothing run since the first update to time
+            return None
+        return (now - warm_time) / (done - warm_done) * max(total - done, 0)
 
 
 def _updates_in_all(cb_params):
