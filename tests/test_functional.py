@@ -236,6 +236,9 @@ def test_accumulate_step_is_checked():
                                         r"a mindspore.amp.LossScaler \(DynamicLossScaler, StaticLossScaler\), a "
                                         r"scale Tensor or None, but got int"):
         ms_accum.Accumulator(opt, 2, loss_scaler=1024)
+    with pytest.raises(ValueError, match=r"For 'Accumulator', the loss scale of 'loss_scaler' must be a finite number "
+                                         r"> 0, but it starts at nan"):
+        ms_accum.Accumulator(opt, 2, loss_scaler=ms.amp.DynamicLossScaler(float("nan"), 2, 100))
 
 
 @pytest.mark.parametrize("nonfinite", ["skip", "apply"])

@@ -101,11 +101,23 @@ def test_cells_on_one_grad_sum_must_share_the_scale():
         ms_accum.TrainOptim(opt, grad_sum, scale_sense=SCALES["dynamic"]())
 
 
+STARTS = "the loss scale of 'scale_sense' must be a finite number > 0, but it starts at "
+
+
 @pytest.mark.parametrize("bad, error, message", [
     ("1024", TypeError, "'scale_sense' must be a loss-scale update cell"),
     (Tensor(np.ones((2,), np.float32)), ValueError, r"'scale_sense' must be a Tensor of shape \(\) or \(1,\)"),
+    (Tensor(0.0, ms.float32), ValueError, r"the loss scale of 'scale_sense' must be a finite number > 0, but it "
+                                          r"starts at 0.0. Start from a power of 2 such as 2\*\*12"),
+    (Tensor([np.nan], ms.float32), ValueError, STARTS + "nan"),
+    (Tensor(-8, ms.int32), ValueError, STARTS + "-8.0"),
+    (nn.DynamicLossScaleUpdateCell(float("inf"), 2, 100), ValueError, STARTS + "inf"),
+    (nn.FixedLossScaleUpdateCell(0.0), ValueError, STARTS + "0.0"),
+    (ms.amp.DynamicLossScaler(float("nan"), 2, 100), ValueError, STARTS + "nan"),
 ])
 def test_scale_sense_is_checked(bad, error, message):
+    """A scale that is no loss-scale form, or whose form starts from 0, a negative number, inf or NaN (every window
+    would overflow, and a dynamic scale never leaves inf)."""
     net, loss, opt = build("momentum")
     grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
     with pytest.raises(error, match=f"For 'TrainForwardBackward', {message}"):
@@ -115,7 +127,18 @@ def test_scale_sense_is_checked(bad, error, message):
 def test_the_parallel_loss_scale_cell_names_a_wrong_scale_sense():
     net, loss, opt = build("momentum")
     with pytest.raises(TypeError, match=r"For 'TrainAccuStepsWithLossScaleCell', 'scale_sense' must be a loss-scale "
-                                        r"update cell .* but got Dense"):
+                                        r"update cell .*StaticLossScaler\) or a scale Tensor, but got Dense"):
         ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt, nn.Dense(2, 2))
+    # None is refused, so the message does not offer it
+    with pytest.raises(TypeError, match=r"For 'TrainAccuStepsWithLossScaleCell', 'scale_sense' must be a loss-scale "
+                                        r"update cell, a mindspore.amp.LossScaler or a scale Tensor, but got None"):
+        ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt, None)
     with pytest.raises(TypeError, match=r"For 'GradientAccumulation', 'scale_sense' must be a loss-scale update cell"):
         ms_accum.GradientAccumulation(net, loss, opt, scale_sense=1024)
+    with pytest.raises(ValueError, match=r"For 'GradientAccumulation', the loss scale of 'scale_sense' must be a "
+                                         r"finite number > 0, but it starts at inf"):
+        ms_accum.GradientAccumulation(net, loss, opt, scale_sense=Tensor(np.inf, ms.float32))
+    with pytest.raises(ValueError, match=r"For 'TrainAccuStepsWithLossScaleCell', the loss scale of 'scale_sense' "
+                                         r"must be a finite number > 0, but it starts at 0.0"):
+        ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt,
+                                                 nn.DynamicLossScaleUpdateCell(0.0, 2, 10))

@@ -86,8 +86,9 @@ class Accumulator(WindowEngine, nn.Cell):
             not a number, `loss_scaler` is none of the loss-scale forms, or `noise_scale` is neither a bool nor a
             str; when called, if `num_items` is neither a number nor a Tensor.
         ValueError: If N is < 1 (or a malformed schedule, or a policy without `noise_scale`), `clip_norm` is not a
-            finite number > 0, one of the optimizer's parameters has ``requires_grad=False``, or, with MindSpore's
-            compile cache on, if its stored graphs were compiled with other settings; when called, if `grads` does
+            finite number > 0, `loss_scaler` starts from a scale that is not a finite number > 0, one of the
+            optimizer's parameters has ``requires_grad=False``, or, with MindSpore's compile cache on, if its stored
+            graphs were compiled with other settings; when called, if `grads` does
             not hold one gradient per optimizer parameter, each of its shape, or `num_items` is a Tensor of more
             than one element; when a window ends, if a micro-batch of it had `num_items` <= 0, or some of its
             micro-batches had `num_items` and others not (the optimizer is not stepped); `nonfinite` is not
@@ -134,7 +135,7 @@ class Accumulator(WindowEngine, nn.Cell):
         self._init_engine(owner, float32_buffers(optimizer.parameters, "accu_grads"), window.WindowState(WINDOW_PREFIX),
                           check_clip_norm(owner, clip_norm), check_bool(owner, "average", average),
                           noise=noise_state(owner, WINDOW_PREFIX, noise_scale, average),
-                          loss_scale=(kind, *scale_parameter(owner, loss_scaler, "loss_scaler")) if kind else None,
+                          loss_scale=(kind, *scale_parameter(kind, loss_scaler)) if kind else None,
                           nonfinite=nonfinite)
         self.set_gradient_accumulation_steps(*steps)
         self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)  # last: it may rewire the optimizer

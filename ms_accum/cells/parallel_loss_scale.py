@@ -6,7 +6,7 @@ from ..compat import overflow_saturates
 from ..core import window
 from ..core.checks import check_bool, check_clip_norm
 from ..core.engine import CellNaming, WindowEngine
-from ..core.loss_scale import SCALER, check_scale_sense, scale_kind
+from ..core.loss_scale import SCALER, check_scale_sense
 from ..core.noise_scale import noise_state
 from ..core.schedule import steps_argument
 from ..core.weighting import LossAndItems, loss_sens, micro_batch_forward
@@ -70,11 +70,12 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
 
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, N is given twice or is not an
-            integer, or `scale_sense` is neither a Cell nor a Tensor.
+            integer, or `scale_sense` is none of the loss-scale forms (an update cell, an amp LossScaler, a
+            Tensor).
         ValueError: If none of the optimizer's parameters is a parameter of `network` (some not: a warning), one has
             ``requires_grad=False``, N is < 1, `clip_norm` is not a finite number > 0, or `scale_sense` is a Tensor
-            of shape other than () or (1,), or `nonfinite` is not ``"skip"``; when called, as listed for
-            :class:`TrainAccuStepsCell`.
+            of shape other than () or (1,) or starts from a scale that is not a finite number > 0, or `nonfinite` is
+            not ``"skip"``; when called, as listed for :class:`TrainAccuStepsCell`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -98,7 +99,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         steps = steps_argument(owner, gradient_accumulation_steps, dict(
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step), 1)
         check_cell_arguments(owner, network, optimizer)
-        kind = scale_kind(owner, check_scale_sense(owner, scale_sense))
+        kind = check_scale_sense(owner, scale_sense)
         # MindSpore's cell takes an update cell or a Tensor; an amp LossScaler's own Parameter then replaces the scale
         super().__init__(LossAndItems(owner, network), optimizer,
                          Tensor(scale_sense.scale_value.asnumpy()) if kind == SCALER else scale_sense)

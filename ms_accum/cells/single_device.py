@@ -71,12 +71,13 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `grad_sum` is not a
             ParameterTuple, `average` is not a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is
-            neither a Tensor nor a loss-scale cell.
+            none of the loss-scale forms.
         ValueError: If none of the optimizer's parameters is a parameter of `network` (some not: a warning), one has
             ``requires_grad=False``, `grad_sum` does not match the optimizer's parameters or holds the network's or
             optimizer's own Parameters, `sens` is zero or not finite, `average`, `scale_sense` or `noise_scale`
             differs from another cell built on the same `grad_sum`, `noise_scale` is a str other than ``"first"`` or
-            is set with ``average=False``, or `scale_sense` is a Tensor of shape other than () or (1,); at the first
+            is set with ``average=False``, or `scale_sense` is a Tensor of shape other than () or (1,) or starts
+            from a scale that is not a finite number > 0; at the first
             call, if the loss is not a scalar or (without `num_items`) the inputs' leading dimensions disagree, or
             with MindSpore's compile cache on, if its stored graphs were compiled with other settings; when called,
             if :class:`TrainOptim` applied the buffers and :class:`TrainClear` has not cleared them since.
@@ -104,7 +105,7 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
         self.average = check_bool(owner, "average", average)
         state = _bind_window(owner, grad_sum, average)
         kind = scale_kind(owner, scale_sense)
-        _, scale = shared_scale(owner, state, scale_sense)
+        _, scale = shared_scale(owner, state, scale_sense, kind)
         self._init_engine(owner, self.grad_sum, state, average=self.average,
                           noise=_noise_state(owner, state, noise_scale, average),
                           loss_scale=(kind, None, scale) if kind else None, count_windows=False)
@@ -219,7 +220,7 @@ class TrainOptim(WindowEngine, nn.Cell):
         self.clip_norm = check_clip_norm(owner, clip_norm)
         state = _bind_window(owner, grad_sum, average)
         kind = scale_kind(owner, scale_sense)
-        updater, scale = shared_scale(owner, state, scale_sense)
+        updater, scale = shared_scale(owner, state, scale_sense, kind)
         self._init_engine(owner, self.grad_sum, state, clip_norm=self.clip_norm, average=self.average,
                           noise=_noise_state(owner, state, noise_scale, average),
                           loss_scale=(kind, updater, scale) if kind else None, count_windows=False,

@@ -12,6 +12,8 @@ and the trainers, ``loss_scaler`` for :class:`Accumulator`):
 The current scale lives in a Parameter (named ``scale_sense`` as in MindSpore's cell, or the scaler's own
 ``scale_value``), so checkpoints carry it.
 """
+import math
+
 from mindspore import Parameter, Tensor, ops
 from mindspore import dtype as mstype
 from mindspore.amp import LossScaler
@@ -22,38 +24,45 @@ SCALER = "scaler"  # a mindspore.amp.LossScaler
 FIXED = "fixed"  # a scale Tensor
 
 
-def scale_kind(owner, scale, arg_name="scale_sense"):
-    """Which form `scale` is (:data:`CELL`, :data:`SCALER`, :data:`FIXED`), or None for no loss scaling; raise if
-    it is none of them."""
-    if scale is None:
+def scale_kind(owner, scale, arg_name="scale_sense", optional=True):
+    """Which form `scale` is (:data:`CELL`, :data:`SCALER`, :data:`FIXED`), or None for no loss scaling (`optional`:
+    whether None is taken); raise if it is none of them, or if the scale it starts from is not a finite number > 0
+    (a scale of 0, inf or NaN makes every window overflow, and an update cell never leaves inf)."""
+    if scale is None and optional:
         return None
     if isinstance(scale, Cell) and hasattr(scale, "get_loss_scale"):
-        return CELL
-    if isinstance(scale, LossScaler):
-        return SCALER
-    if isinstance(scale, Tensor):
+        kind, start = CELL, scale.get_loss_scale()
+    elif isinstance(scale, LossScaler):
+        kind, start = SCALER, scale.scale_value
+    elif isinstance(scale, Tensor):
         if scale.shape not in ((), (1,)):
             raise ValueError(f"For '{owner}', '{arg_name}' must be a Tensor of shape () or (1,), but got shape "
                              f"{scale.shape}.")
-        return FIXED
-    raise TypeError(f"For '{owner}', '{arg_name}' must be a loss-scale update cell (nn.DynamicLossScaleUpdateCell, "
-                    f"nn.FixedLossScaleUpdateCell), a mindspore.amp.LossScaler (DynamicLossScaler, "
-                    f"StaticLossScaler), a scale Tensor or None, but got {type(scale).__name__}.")
+        kind, start = FIXED, scale
+    else:
+        raise TypeError(f"For '{owner}', '{arg_name}' must be a loss-scale update cell (nn.DynamicLossScaleUpdateCell, "
+                        f"nn.FixedLossScaleUpdateCell), a mindspore.amp.LossScaler (DynamicLossScaler, "
+                        f"StaticLossScaler){', a scale Tensor or None' if optional else ' or a scale Tensor'}, but got "
+                        f"{type(scale).__name__}.")
+    start = float(start.asnumpy().reshape(())) if isinstance(start, Tensor) else float(start)
+    if not math.isfinite(start) or start <= 0.0:
+        raise ValueError(f"For '{owner}', the loss scale of '{arg_name}' must be a finite number > 0, but it starts "
+                         f"at {start}. Start from a power of 2 such as 2**12 (a scale of 0, inf or NaN makes every "
+                         f"window overflow).")
+    return kind
 
 
 def check_scale_sense(owner, scale_sense, arg_name="scale_sense"):
-    """Return `scale_sense` if it is one of the loss-scale forms (not None), else raise."""
+    """The form of `scale_sense` (:func:`scale_kind`), which must be one of the loss-scale forms (not None)."""
     if scale_sense is None:
         raise TypeError(f"For '{owner}', '{arg_name}' must be a loss-scale update cell, a mindspore.amp.LossScaler "
                         f"or a scale Tensor, but got None.")
-    scale_kind(owner, scale_sense, arg_name)
-    return scale_sense
+    return scale_kind(owner, scale_sense, arg_name, optional=False)
 
 
-def scale_parameter(owner, scale, arg_name="scale_sense"):
+def scale_parameter(kind, scale):
     """(its updater: the update cell, the amp scaler or None; the Parameter holding the current scale) for the
-    loss-scale form `scale` (not None)."""
-    kind = scale_kind(owner, check_scale_sense(owner, scale, arg_name), arg_name)
+    loss-scale form `scale` (not None), of the form `kind` (:func:`scale_kind`)."""
     if kind == SCALER:
         return scale, scale.scale_value
     if kind == CELL:
@@ -63,15 +72,16 @@ def scale_parameter(owner, scale, arg_name="scale_sense"):
                            requires_grad=False)
 
 
-def shared_scale(owner, state, scale_sense):
-    """The (updater, scale Parameter) of a window, created by the first cell built with `scale_sense` on these
-    buffers; every cell on the same buffers must pass the same `scale_sense`."""
+def shared_scale(owner, state, scale_sense, kind):
+    """The (updater, scale Parameter) of a window, created by the first cell built with `scale_sense` (of the form
+    `kind`, :func:`scale_kind`) on these buffers; every cell on the same buffers must pass the same
+    `scale_sense`."""
     state.bind(owner, "scale_sense", scale_sense, "Pass the same 'scale_sense' object to TrainForwardBackward and "
                                                   "TrainOptim.")
     if scale_sense is None:
         return None, None
     if state.loss_scale is None:
-        state.loss_scale = scale_parameter(owner, scale_sense)
+        state.loss_scale = scale_parameter(kind, scale_sense)
     return state.loss_scale
 
 

@@ -89,10 +89,11 @@ class GradientAccumulation:
         sens (numbers.Number): Gradient seed, as in :class:`mindspore.nn.TrainOneStepCell`. Default: ``1.0``.
         clip_norm (float, optional): Clip each window's gradient to this global norm, once per update (see
             :class:`TrainOptim`). Default: ``None`` (no clipping).
-        scale_sense (Union[Tensor, Cell], optional): Loss scaling, as in
-            :class:`mindspore.nn.TrainOneStepWithLossScaleCell`: a window in which any micro-batch overflowed is
-            skipped whole and the scale is updated once per window (see :class:`TrainOptim`); telemetry counts
-            the skipped windows. Default: ``None``.
+        scale_sense (Union[Tensor, Cell, mindspore.amp.LossScaler], optional): Loss scaling: a scale Tensor, a
+            loss-scale update cell (as in :class:`mindspore.nn.TrainOneStepWithLossScaleCell`) or an amp
+            LossScaler, starting from a finite scale > 0. A window in which any micro-batch overflowed is skipped
+            whole and the scale is updated once per window (see :class:`TrainOptim`); telemetry counts the skipped
+            windows. Default: ``None``.
         noise_scale (Union[bool, str]): Measure the gradient noise scale of every window (see
             :class:`TrainForwardBackward`): :class:`WindowTelemetry` then records each window's unbiased estimates
             of |G|^2 and tr(Sigma) and the smoothed noise scale B_simple in samples or items (see
@@ -115,13 +116,13 @@ class GradientAccumulation:
 
     Raises:
         TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
-            a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is neither a Tensor nor a
-            loss-scale cell.
+            a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is none of the loss-scale
+            forms.
         ValueError: If none of the optimizer's parameters is a parameter of the loss network (some not: a warning),
             one has ``requires_grad=False``, `sens` is zero or not finite, `clip_norm` is not a finite number > 0,
             `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or `nonfinite` is not
-            ``"skip"`` (or `sens` not 1.0) with `scale_sense`, or `lr_scaling` or `reference_batch` is refused as
-            listed for :class:`TrainOptim`.
+            ``"skip"`` (or `sens` not 1.0) with `scale_sense`, or its scale is not a finite number > 0, or
+            `lr_scaling` or `reference_batch` is refused as listed for :class:`TrainOptim`.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
