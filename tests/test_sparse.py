@@ -2,7 +2,9 @@
 
 MindSpore 2.10 hands a sparse gradient over as rows plus indices (RowTensor) in a compiled graph only: GRAPH_MODE,
 and PYNATIVE_MODE where ms_accum compiles each step. Run eagerly (MS_JIT=0, or a network that cannot be compiled)
-the same gradient arrives as the rows' values without their indices, so ms_accum refuses it with a clear error.
+the same gradient arrives as the rows' values without their indices, so a cell whose network looks rows up
+sparsely refuses to run its step eagerly, and Accumulator, handed such rows from Python, refuses them where their
+shape is not the table's.
 """
 import numpy as np
 import pytest
@@ -158,17 +160,48 @@ def test_the_driver_trains_a_sparse_embedding_as_the_dense_large_batch():
     assert_equals_large_batch(params_of(net), dense_reference, [batches(), batches()], context="sparse, driver")
 
 
-def test_eager_pynative_refuses_sparse_values_without_indices(monkeypatch):
-    monkeypatch.setenv("MS_JIT", "0")  # every step eager, as for a network that cannot be compiled
+EAGER_SPARSE = (r"For '{owner}', the network's sparse lookup 'embedding' \(EmbeddingLookup\) must run in a compiled "
+                r"step, but the step would run eagerly: {why}\. Run eagerly, MindSpore hands back the looked-up rows' "
+                r"gradient without their indices")
+
+
+@pytest.mark.parametrize("cell", ["three-cells", "parallel", "driver"])
+@pytest.mark.parametrize("ids_shape", [(2, 3), (2, 5)], ids=["6-rows", "10-rows-as-the-table"])
+def test_eager_pynative_refuses_a_sparse_lookup_before_its_step(monkeypatch, cell, ids_shape):
+    """Every step eager (MS_JIT=0, as for a network that cannot be compiled): refused before the step runs, also
+    when as many ids are looked up as the table has rows (10), whose rows without their indices have the buffer's
+    shape and were added to the wrong rows, with no error."""
+    monkeypatch.setenv("MS_JIT", "0")
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    _, loss_net, opt = build(sparse=True)
-    grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-    forward_backward = ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)
+    net, loss_net, opt = build(sparse=True)
+    before = params_of(net)
+    ids, labels = np.arange(np.prod(ids_shape), dtype=np.int32).reshape(ids_shape) % 10, np.zeros(2, np.int32)
+    owner = {"three-cells": "TrainForwardBackward", "parallel": "TrainAccuStepsCell",
+             "driver": "GradientAccumulation"}[cell]
+    with pytest.raises(ValueError, match=EAGER_SPARSE.format(owner=owner, why="MS_JIT=0 is set")):
+        if cell == "three-cells":
+            grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+            ms_accum.TrainForwardBackward(loss_net, opt, grad_sum)(Tensor(ids), Tensor(labels))
+        elif cell == "parallel":
+            ms_accum.TrainAccuStepsCell(loss_net, opt, gradient_accumulation_steps=1)(Tensor(ids), Tensor(labels))
+        else:
+            trainer = ms_accum.GradientAccumulation(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True,
+                                                                                          reduction="mean"), opt)
+            trainer.train_process(1, numpy_dataset([(ids, labels)]), 1, ckpt_path=None, log_every=0)
+    assert_params_equal(params_of(net), before, context="nothing applied")
+    if cell == "three-cells":
+        assert not grad_sum[0].asnumpy().any()
+
+
+def test_a_sparse_lookup_with_hooks_is_refused_before_its_step():
+    """A hook makes the step run eagerly (a compiled graph would not call it): refused, naming the hook's cell."""
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net, loss_net, opt = build(sparse=True)
+    net.head.register_forward_hook(lambda cell, inputs, output: None)
     ids, labels = batches()[0]
-    with pytest.raises(ValueError, match=r"gradient of shape \(6, 4\) cannot be added to its buffer of shape "
-                                         r"\(10, 4\).*sparse gradient.*Run sparse models compiled.*GRAPH_MODE"):
-        forward_backward(Tensor(ids), Tensor(labels))
-    assert not grad_sum[0].asnumpy().any()
+    why = r"its network has hooks \(on 'network.network._backbone.head'\), which a compiled graph would not call"
+    with pytest.raises(ValueError, match=EAGER_SPARSE.format(owner="TrainAccuStepsCell", why=why)):
+        ms_accum.TrainAccuStepsCell(loss_net, opt, gradient_accumulation_steps=2)(Tensor(ids), Tensor(labels))
 
 
 def test_noise_scale_refuses_sparse_gradients():

@@ -18,6 +18,8 @@ first call of each graph phase only, so an error of a later call is raised as it
 alone (the window's end) are always compiled. A network with hooks (``register_forward_hook`` and the like) on
 any of its cells at that first call runs eagerly too, after a notice: a compiled graph would not call them.
 ``MS_JIT=0``, MindSpore's switch for running ``ms.jit`` functions as plain Python, makes every cell run eagerly.
+A network with a sparse lookup (``nn.EmbeddingLookup(sparse=True)``) is refused a step run eagerly, by any of these
+causes: MindSpore then hands back its gradient as the rows without their indices.
 
 An ms_accum check that raises while MindSpore compiles a graph (a loss network that returns no scalar, say)
 reaches the user as MindSpore passes it on: quoted, with MindSpore's C++ call stack and the graph's traceback,
@@ -44,6 +46,16 @@ def hooked_cell(cell):
     for name, sub in cell.cells_and_names():
         if any(getattr(sub, hook, None) for hook in HOOKS):
             return name or type(sub).__name__
+    return None
+
+
+def sparse_lookup(cell):
+    """The name (its attribute's, with its class) of a cell in `cell` (itself included) that looks rows up sparsely
+    (a ``SparseGatherV2``, as ``nn.EmbeddingLookup(sparse=True)`` holds), or None. Its gradient is the rows with
+    their indices (a RowTensor) only in a compiled graph: run eagerly, MindSpore hands back the rows alone."""
+    for name, sub in cell.cells_and_names():
+        if any(isinstance(prim, ops.SparseGatherV2) for prim in getattr(sub, "_primitives", {}).values()):
+            return f"'{name.rsplit('.', 1)[-1] or type(sub).__name__}' ({type(sub).__name__})"
     return None
 
 
@@ -143,6 +155,7 @@ class CompiledCall:
     _branched = False
     _called = False  # whether the first call's checks (_on_first_call) passed
     _on_cpu = None  # whether the device is the CPU, read once: MindSpore fixes the device at the first graph
+    _sparse_lookup = False  # the name of the network's sparse lookup, or None; False: not looked for yet
 
     def _holds_network(self):
         """Whether the graph of the current phase holds the user's network (and may run eagerly if it cannot be
@@ -175,6 +188,8 @@ class CompiledCall:
             if not pynative and self._on_cpu is None:  # get_context is slow (compat.get_mode): read once
                 self._on_cpu = context.get_context("device_target") == "CPU"
             self._eager, self._branched = pynative, not pynative and self._on_cpu
+            if pynative and phase not in self._eager_phases and self._holds_network():
+                self._refuse_eager_sparse("MS_JIT=0 is set")  # an eager phase was refused when it became one
             try:
                 return super().__call__(*args, **kwargs)
             except (TypeError, ValueError) as error:
@@ -189,21 +204,42 @@ class CompiledCall:
             return self._jit_construct(*args, **kwargs)
         hooked = hooked_cell(self)
         if hooked is not None:
+            why = f"its network has hooks (on '{hooked}'), which a compiled graph would not call"
+            self._refuse_eager_sparse(why)
             self._eager, self._branched = True, False
-            self._eager_phase(phase, f"its network has hooks (on '{hooked}'), which a compiled graph would not call")
+            self._eager_phase(phase, why)
             return super().__call__(*args, **kwargs)
         try:
             out = self._jit_construct(*args, **kwargs)
         except Exception as error:  # pylint: disable=broad-except
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            why = f"it could not be compiled with mindspore.jit ({type(error).__name__}: {first_line[:200]})"
+            try:
+                self._refuse_eager_sparse(why)
+            except ValueError as refusal:
+                raise refusal from error
             # Run the step eagerly: an error of the network itself is raised from there, with this one chained.
             self._eager, self._branched = True, False
             out = super().__call__(*args, **kwargs)
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            self._eager_phase(phase, f"it could not be compiled with mindspore.jit ({type(error).__name__}: "
-                                     f"{first_line[:200]})")
+            self._eager_phase(phase, why)
             return out
         self._compiled_phases = self._compiled_phases | {phase}
         return out
+
+    def _refuse_eager_sparse(self, why):
+        """Raise before a step holding the network runs eagerly (`why`) if the network looks rows up sparsely: its
+        gradient would arrive as the rows without their indices, which no check can tell from a dense gradient
+        when as many ids are looked up as the table has rows (the buffer's shape), and would be added to the wrong
+        rows. Read from the network once."""
+        if self._sparse_lookup is False:
+            self._sparse_lookup = sparse_lookup(getattr(self, "network", self))
+        if self._sparse_lookup is not None:
+            owner = getattr(self, "owner_name", type(self).__name__)
+            raise ValueError(f"For '{owner}', the network's sparse lookup {self._sparse_lookup} must run in a "
+                             f"compiled step, but the step would run eagerly: {why}. Run eagerly, MindSpore hands "
+                             f"back the looked-up rows' gradient without their indices, to be added to the wrong "
+                             f"rows. Let the step compile (unset MS_JIT=0, remove the hooks, or "
+                             f"make the network compile), use GRAPH_MODE, or use a dense table.")
 
     def _eager_phase(self, phase, why):
         """Run `phase` eagerly from now on; the notice, `why`, is printed for the cell's first such phase only (a
