@@ -1,5 +1,6 @@
 """WindowTelemetry: per-update figures from the driver and Model_ACCU, the CSV, progress lines and the plot."""
 import csv
+import os
 import re
 import types
 
@@ -23,6 +24,13 @@ def window_grad_norm(window, seed=0):
     return float(np.sqrt(sum(float((g.asnumpy().astype(np.float64) ** 2).sum()) for g in grads)))
 
 
+def open_files():
+    """The paths of the files this process holds open."""
+    fds = "/proc/self/fd"
+    return {os.path.realpath(os.path.join(fds, fd)) for fd in os.listdir(fds)
+            if os.path.exists(os.path.join(fds, fd))}
+
+
 def test_driver_records_every_window(tmp_path, exec_mode, capsys):
     batches = micro_batches([4, 4, 4, 3])
     net, loss, _ = build("sgd")
@@ -40,6 +48,7 @@ def test_driver_records_every_window(tmp_path, exec_mode, capsys):
         rows = list(csv.reader(f))
     assert rows[0] == ms_accum.WindowTelemetry.COLUMNS and len(rows) == 5
     assert [float(rows[i][rows[0].index("items")]) for i in range(1, 5)] == [8, 7, 8, 7]
+    assert str(tmp_path / "t" / "telemetry.csv") not in open_files(), "the CSV is still open after training"
     printed = [line for line in capsys.readouterr().out.splitlines() if line.startswith("update ")]
     assert [line.split(" loss")[0] for line in printed] == ["update 2/4 (epoch 1/2)", "update 4/4 (epoch 2/2)"]
     assert "window: 2 micro-batches, 7 items" in printed[1] and "0 s left" in printed[1]

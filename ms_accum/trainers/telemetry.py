@@ -281,6 +281,12 @@ class WindowTelemetry(Callback):
             return None
         return (now - warm_time) / (done - warm_done) * max(total - done, 0)
 
+    def on_train_end(self, run_context):
+        """Close the CSV file (its rows are flushed as they are written)."""
+        if self._file:
+            self._file.close()
+            self._file = self._writer = None
+
 
 def _updates_in_all(cb_params):
     """The run's updates: the trainer's total; None when an adaptive N decides them as it goes (the trainer's loop
@@ -299,8 +305,3 @@ def _progress(cb_params, update):
     if total is not None:
         return cb_params.get("micro_batches_done"), total
     return update, _updates_in_all(cb_params)
-
-    def on_train_end(self, run_context):
-        if self._file:
-            self._file.close()
-            self._file = self._writer = None
