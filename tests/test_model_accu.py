@@ -59,6 +59,47 @@ def test_train_without_sink_equals_large_batch_training(kind, exec_mode):
     assert not any(p.asnumpy().any() for p in cell.accu_grads), "buffers not cleared at the last window's end"
 
 
+class EvalLog(Callback):
+    """Records the metrics of every evaluation run during training (Model's fit)."""
+
+    def __init__(self):
+        super().__init__()
+        self.results = []
+
+    def on_eval_end(self, run_context):
+        self.results.append(dict(run_context.original_args().metrics))
+
+
+@pytest.mark.parametrize("frequency, evaluations", [(1, 2), (2, 1)])
+def test_fit_trains_as_train_and_evaluates_every_valid_frequency_epochs(frequency, evaluations, exec_mode):
+    """Model_ACCU.fit: each update equals the large batch (the windows train() lays out), and the model is evaluated
+    on the validation data at the end of every `frequency`-th epoch, with the metrics model.eval gives."""
+    batches, valid = micro_batches((4,) * 10), micro_batches((6,), seed=7)
+    cell, net, opt = make_cell("plain", steps=4)
+    _, loss, _ = build()
+    model = ms_accum.Model_ACCU(cell, metrics={"loss": nn.Loss()}, eval_network=nn.WithEvalCell(net, loss),
+                                eval_indexes=[0, 1, 2])
+    log, evals = StepLog(), EvalLog()
+    model.fit(2, numpy_dataset(batches), numpy_dataset(valid), valid_frequency=frequency, callbacks=[log, evals])
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"), windows_of(batches, 4, epochs=2),
+                              context=f"fit, {exec_mode}")
+    assert log.steps == [(1, 1, 3), (1, 2, 3), (1, 3, 3), (2, 4, 3), (2, 5, 3), (2, 6, 3)]
+    assert len(evals.results) == evaluations
+    after = model.eval(numpy_dataset(valid), dataset_sink_mode=False)
+    assert evals.results[-1]["loss"] == pytest.approx(after["loss"], rel=1e-6), (evals.results, after)
+
+
+def test_fit_takes_trains_options_and_names_others():
+    cell, _, opt = make_cell("plain", steps=4)
+    ms_accum.Model_ACCU(cell).fit(1, numpy_dataset(micro_batches((4,) * 6)), partial_window="drop")
+    assert opt.global_step.asnumpy()[0] == 1, "the last two micro-batches, an open window, were not dropped"
+    with pytest.raises(TypeError, match=r"For 'Model_ACCU.fit', the keyword arguments beyond Model.fit's must be "
+                                        r"those of Model_ACCU.train \(resume_from, .*\), but got 'partial'"):
+        ms_accum.Model_ACCU(cell).fit(1, numpy_dataset(micro_batches((4,) * 6)), partial="drop")
+    with pytest.raises(ValueError, match=r"For 'Model_ACCU.fit', 'epoch' must be an int >= 1, but got 0"):
+        ms_accum.Model_ACCU(cell).fit(0, numpy_dataset(micro_batches((4,) * 6)))
+
+
 def test_accumulation_steps_argument_replaces_the_cells():
     batches = micro_batches((4,) * 6)
     cell, net, _ = make_cell("plain", steps=4)
@@ -212,6 +253,23 @@ class TestBadInput:
                                              r"micro-batch is stretched 3 times .* this run ends at update 2 of "
                                              r"its 6\)"):
             ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 6)), dataset_sink_mode=False)
+
+    def test_models_training_settings_belong_to_the_cell(self):
+        """Model's loss scale and mixed precision act on the optimizer it would wrap, which the cell holds: refused
+        with what to do instead (MindSpore's own refusal asked for the optimizer)."""
+        cell, _, _ = make_cell("plain")
+        with pytest.raises(TypeError, match=r"For 'Model_ACCU', 'loss_scale_manager' must be None because the "
+                                            r"accumulation cell scales the loss itself, but got "
+                                            r"DynamicLossScaleManager. Build the cell as "
+                                            r"TrainAccuStepsWithLossScaleCell"):
+            ms_accum.Model_ACCU(cell, loss_scale_manager=ms.amp.DynamicLossScaleManager())
+        with pytest.raises(ValueError, match=r"For 'Model_ACCU', 'amp_level' must be 'O0' because the accumulation "
+                                             r"cell, built before Model sees it, is the training network, but got "
+                                             r"'O2'. Convert the network first, net = "
+                                             r"mindspore.amp.auto_mixed_precision\(net, 'O2'\)"):
+            ms_accum.Model_ACCU(cell, amp_level="O2")
+        with pytest.raises(ValueError, match=r"'boost_level' must be 'O0' .* but got 'O1'"):
+            ms_accum.Model_ACCU(cell, boost_level="O1")
 
     def test_build_is_refused(self):
         cell, _, _ = make_cell("plain")

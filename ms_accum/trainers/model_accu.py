@@ -32,6 +32,10 @@ from .state import dataset_starting_at, gather_ints
 
 check_model_internals(Model)
 
+# Model_ACCU.train's keyword arguments beyond Model.train's, which Model_ACCU.fit takes too
+_TRAIN_OPTIONS = ("resume_from", "partial_window", "max_nonfinite_windows", "global_batch_size", "plan",
+                  "gradient_accumulation_steps", "accumulation_steps", "mini_steps", "accumulate_step")
+
 
 def _check_fixed_steps(owner, cell):
     """Dataset sink mode compiles its two graphs for one loop size each: it runs one N, not a schedule or a
@@ -60,12 +64,32 @@ class _Carrier(Callback):
         self.run = run
 
 
+def _check_model_training_settings(amp_level, boost_level, loss_scale_manager):
+    """Model's own training settings, which it applies to the optimizer it builds a training network with: refused,
+    as the accumulation cell is that network (MindSpore's own refusal names the optimizer, which Model_ACCU must
+    not be given)."""
+    if loss_scale_manager is not None:
+        raise TypeError(f"For 'Model_ACCU', 'loss_scale_manager' must be None because the accumulation cell scales "
+                        f"the loss itself, but got {type(loss_scale_manager).__name__}. Build the cell as "
+                        f"TrainAccuStepsWithLossScaleCell(loss_net, optimizer, scale_sense=...), with "
+                        f"nn.DynamicLossScaleUpdateCell(2**12, 2, 1000) for a DynamicLossScaleManager or "
+                        f"nn.FixedLossScaleUpdateCell(2**12) for a FixedLossScaleManager.")
+    for name, level in (("amp_level", amp_level), ("boost_level", boost_level)):
+        if level not in (None, "O0"):
+            hint = ("Convert the network first, net = mindspore.amp.auto_mixed_precision(net, " + repr(level) +
+                    "), then build the accumulation cell on it" if name == "amp_level" else
+                    "MindSpore's boost wraps its own training network, which accumulation replaces: leave it 'O0'")
+            raise ValueError(f"For 'Model_ACCU', '{name}' must be 'O0' because the accumulation cell, built before "
+                             f"Model sees it, is the training network, but got {level!r}. {hint}.")
+
+
 def _carried_run(cb_params):
     """The RunPlan a :class:`_Carrier` brought into Model's training process."""
     carriers = [callback for callback in callbacks_of(cb_params) if isinstance(callback, _Carrier)]
     if len(carriers) != 1:
-        raise RuntimeError(f"For 'Model_ACCU', training must go through Model_ACCU.train, which plans the run, but "
-                           f"{len(carriers)} run plans reached the training process. Call Model_ACCU.train.")
+        raise RuntimeError(f"For 'Model_ACCU', training must go through Model_ACCU.train or Model_ACCU.fit, which "
+                           f"lay the run's windows out before Model trains, but {len(carriers)} such layouts reached "
+                           f"the training process. Call Model_ACCU.train or Model_ACCU.fit.")
     return carriers[0].run
 
 
@@ -89,8 +113,8 @@ class _ModelFront(CellFront):
     """Model_ACCU's side of the shared window loop: the cell's window loop (:class:`CellFront`), and what
     :class:`mindspore.train.Model` does around epochs (evaluation during training, the dataset's reset)."""
 
-    def __init__(self, model, train_dataset, valid_infos, max_nonfinite_windows):
-        super().__init__("Model_ACCU.train", train_network(model), max_nonfinite_windows)
+    def __init__(self, owner, model, train_dataset, valid_infos, max_nonfinite_windows):
+        super().__init__(owner, train_network(model), max_nonfinite_windows)
         self.model, self.train_dataset, self.valid_infos = model, train_dataset, valid_infos
 
     def run_cell(self, data, accumulate):
@@ -152,15 +176,19 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             at the first update boundary after every this many micro-batches, so that the ranks' files never
             differ by more than one generation. Resume with ``train(..., resume_from=state_path)``.
             Default: ``0``.
-        metrics, eval_network, eval_indexes, amp_level, boost_level, kwargs: As in
-            :class:`mindspore.train.Model`. `loss_fn` and `optimizer` must be left ``None``: the cell holds them.
+        metrics, eval_network, eval_indexes, kwargs: As in :class:`mindspore.train.Model`. `loss_fn` and
+            `optimizer` must be left ``None``: the cell holds them. So do Model's training settings: `amp_level` and
+            `boost_level` must stay ``"O0"`` (convert the network with ``mindspore.amp.auto_mixed_precision``
+            before building the cell on it) and `kwargs` must not hold a ``loss_scale_manager`` (build the cell
+            as :class:`TrainAccuStepsWithLossScaleCell` with a `scale_sense`).
 
     Raises:
-        TypeError: If `network` is not an accumulation cell, `loss_fn` or `optimizer` is given, or
-            N is given twice or is not an int, a schedule or a policy.
-        ValueError: If N is < 1; at train time, if a schedule or policy meets dataset sink mode,
-            if N exceeds the micro-batches of an epoch, in sink mode does not divide `sink_size`, or,
-            with MindSpore's compile cache on, if its stored graphs were compiled with other settings.
+        TypeError: If `network` is not an accumulation cell, `loss_fn`, `optimizer` or a ``loss_scale_manager`` is
+            given, or N is given twice or is not an int, a schedule or a policy.
+        ValueError: If N is < 1, or `amp_level` or `boost_level` is not ``"O0"``; at train time, if a schedule or
+            policy meets dataset sink mode, if N exceeds the micro-batches of an epoch, in sink mode does not
+            divide `sink_size`, or, with MindSpore's compile cache on, if its stored graphs were compiled with
+            other settings.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -188,6 +216,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             raise TypeError("For 'Model_ACCU', 'loss_fn' and 'optimizer' must be None because the accumulation "
                             "cell already holds them, but got "
                             f"{type(loss_fn).__name__ if loss_fn is not None else type(optimizer).__name__}.")
+        _check_model_training_settings(amp_level, boost_level, kwargs.get("loss_scale_manager"))
         aliases = dict(accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step)
         if gradient_accumulation_steps is not None or any(value is not None for value in aliases.values()):
             network.set_gradient_accumulation_steps(*steps_argument("Model_ACCU", gradient_accumulation_steps, aliases),
@@ -256,46 +285,84 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 `lr_scaling`, than the reference steps the run reaches), or in data parallel the devices' datasets
                 hold different numbers of micro-batches.
         """
-        owner, cell = "Model_ACCU.train", train_network(self)
-        rank, world = _rank_and_world(cell)
         settings = RunSettings(epoch, train_dataset, gradient_accumulation_steps, dict(
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
             global_batch_size, plan, partial_window, initial_epoch, resume_from, self._state_path,
             self._save_state_every, max_nonfinite_windows, callbacks)
+        return self._plan_and_run("Model_ACCU.train", settings, dataset_sink_mode, sink_size, lambda epochs, carried:
+                                  super(Model_ACCU, self).train(epochs, train_dataset, carried, dataset_sink_mode,
+                                                                sink_size, initial_epoch))
+
+    def fit(self, epoch, train_dataset, valid_dataset=None, valid_frequency=1, callbacks=None,
+            dataset_sink_mode=False, valid_dataset_sink_mode=False, sink_size=-1, initial_epoch=0, **options):
+        """
+        :meth:`mindspore.train.Model.fit`: :meth:`train`, with the model evaluated on `valid_dataset` at the end of
+        every `valid_frequency`-th epoch (its ``metrics``, as Model's fit; the results reach the callbacks'
+        ``on_eval_end``).
+
+        Args:
+            valid_dataset, valid_frequency, valid_dataset_sink_mode: As in :meth:`mindspore.train.Model.fit`.
+            options: The keyword arguments of :meth:`train` beyond Model's (`resume_from`, `partial_window`,
+                `max_nonfinite_windows`, `global_batch_size`, `plan`, N under its names).
+            Others: As in :meth:`train`.
+
+        Raises:
+            TypeError: If `options` holds an argument :meth:`train` does not take.
+            ValueError: As listed for :meth:`train`, and as Model's fit checks its validation arguments.
+        """
+        unknown = sorted(set(options) - set(_TRAIN_OPTIONS))
+        if unknown:
+            raise TypeError(f"For 'Model_ACCU.fit', the keyword arguments beyond Model.fit's must be those of "
+                            f"Model_ACCU.train ({', '.join(_TRAIN_OPTIONS)}), but got {', '.join(map(repr, unknown))}.")
+        aliases = {name: options.get(name) for name in ("accumulation_steps", "mini_steps", "accumulate_step")}
+        settings = RunSettings(epoch, train_dataset, options.get("gradient_accumulation_steps"), aliases,
+                               options.get("global_batch_size"), options.get("plan"),
+                               options.get("partial_window", "flush"), initial_epoch, options.get("resume_from"),
+                               self._state_path, self._save_state_every,
+                               options.get("max_nonfinite_windows", DEFAULT_MAX_NONFINITE_WINDOWS), callbacks)
+        return self._plan_and_run("Model_ACCU.fit", settings, dataset_sink_mode, sink_size, lambda epochs, carried:
+                                  super(Model_ACCU, self).fit(epochs, train_dataset, valid_dataset, valid_frequency,
+                                                              carried, dataset_sink_mode, valid_dataset_sink_mode,
+                                                              sink_size, initial_epoch))
+
+    def _plan_and_run(self, owner, settings, dataset_sink_mode, sink_size, launch):
+        """Plan the run (`settings`, checked once), then `launch(epochs, callbacks)` Model's training with the plan
+        carried in the callbacks; the cell's mode is restored afterwards."""
+        cell = train_network(self)
+        rank, world = _rank_and_world(cell)
         run = plan_run(owner, cell, settings, required_steps=False, world=world, rank=rank,
-                       sharded=self._check_sharding, trained=self._trained,
+                       sharded=lambda dataset: self._check_sharding(owner, dataset), trained=self._trained,
                        carry_hint=" (without sink mode)", check_learning_rate=not dataset_sink_mode)
         if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead
             self._check_sink_mode(run, sink_size)
-        self._check_same_epoch_length(train_dataset)
+        self._check_same_epoch_length(owner, settings.dataset)
         mode = cell.accumulation
         try:
-            return super().train(run.epochs, train_dataset, [_Carrier(run), *callback_list(callbacks)],
-                                 dataset_sink_mode, sink_size, initial_epoch)
+            return launch(run.epochs, [_Carrier(run), *callback_list(settings.callbacks)])
         finally:
             self._trained = True
             cell.accumulation = mode
 
-    def _check_sharding(self, train_dataset):
+    def _check_sharding(self, owner, train_dataset):
         """Whether MindSpore's distributed sampler shares the data out over this run's devices; in data parallel,
         a warning when it does not (every device would read every sample, unless each reads files of its own)."""
         world = _rank_and_world(train_network(self))[1]
         shards = dataset_shards(train_dataset)
         if world > 1 and shards != world:
-            warn(f"For 'Model_ACCU.train', the dataset is not sharded over the {world} devices "
+            warn(f"For '{owner}', the dataset is not sharded over the {world} devices "
                  f"(num_shards {shards}): unless each device reads data of its own, every device trains on "
                  f"every sample and a window holds the same samples {world} times. To share them out, "
                  f"{SHARDING_HINT}.", UserWarning)
         return shards == world
 
-    def _check_same_epoch_length(self, train_dataset):
+    def _check_same_epoch_length(self, owner, train_dataset):
         """In data parallel every device must run as many micro-batches an epoch: one with more would wait alone at
         a window's gradient reduction until MindSpore's collective timeout. The devices compare their dataset sizes
         first (one AllGather)."""
         world = _rank_and_world(train_network(self))[1]
         sizes = [row[0] for row in gather_ints([train_dataset.get_dataset_size()], world)]
         if len(set(sizes)) > 1:
-            raise ValueError(f"For 'Model_ACCU.train', every device's dataset must hold as many micro-batches, but "
+            raise ValueError(f"For '{owner}', every device's dataset must hold as many micro-batches, but "
                              f"they hold {sizes} (by rank): a device with more would wait alone at a window's "
                              f"gradient reduction until MindSpore's collective timeout. To share the data out evenly, "
                              f"{SHARDING_HINT}; or cut every device's data to {min(sizes)} batches.")
@@ -303,28 +370,28 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     def _check_sink_mode(self, run, sink_size):
         """What dataset sink mode cannot carry, refused before training on every device (a script tried on CPU,
         where MindSpore trains without sink, must not fail for the first time on a GPU or Ascend)."""
-        cell, settings = train_network(self), run.settings
-        _check_fixed_steps("Model_ACCU.train", cell)
+        cell, settings, owner = train_network(self), run.settings, run.owner
+        _check_fixed_steps(owner, cell)
         cell._on_first_call()  # sink mode compiles the cell without calling it  # pylint: disable=protected-access
         n = self.gradient_accumulation_steps
         dataset_size = run.micro_batches_per_epoch
         sink = dataset_size if sink_size == -1 else sink_size
         if sink % n:
             given = f"-1, the dataset size {dataset_size}" if sink_size == -1 else sink
-            raise ValueError(f"For 'Model_ACCU.train', 'sink_size' must be a multiple of gradient_accumulation_steps "
+            raise ValueError(f"For '{owner}', 'sink_size' must be a multiple of gradient_accumulation_steps "
                              f"{n} in dataset sink mode, but got {given}. Pass sink_size=k*{n}, or drop or pad "
                              f"batches.")
         if settings.partial_window != "flush":
-            raise ValueError(f"For 'Model_ACCU.train', 'partial_window' must be 'flush' in dataset sink mode, which "
+            raise ValueError(f"For '{owner}', 'partial_window' must be 'flush' in dataset sink mode, which "
                              f"sinks whole windows only (sink_size a multiple of N), but got "
                              f"{settings.partial_window!r}. Pass dataset_sink_mode=False to drop or carry a window.")
         if settings.resume_from is not None or settings.save_state_every:
-            raise ValueError("For 'Model_ACCU.train', exact state saving and 'resume_from' work without dataset "
+            raise ValueError(f"For '{owner}', exact state saving and 'resume_from' work without dataset "
                              "sink mode; pass dataset_sink_mode=False, or resume at an epoch with 'initial_epoch'.")
         if _ms_model.context.get_context("device_target") == "CPU":  # where MindSpore's Model decides it
             cut = "" if sink == dataset_size else (f"; 'sink_size' {sink} is not applied: each epoch runs all "
                                                    f"{dataset_size} micro-batches, where a device sinks {sink}")
-            warn(f"For 'Model_ACCU.train', dataset sink mode needs a GPU or Ascend device: on CPU MindSpore "
+            warn(f"For '{owner}', dataset sink mode needs a GPU or Ascend device: on CPU MindSpore "
                  f"trains without sink (its notice is logged at INFO level only){cut}. The checks a device "
                  f"makes passed. Pass dataset_sink_mode=False on CPU.", UserWarning)
 
@@ -353,7 +420,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
 
         def epoch_data(_):
             return (transfer_tensor_to_tuple(element) for element in dataset_helper)
-        front = _ModelFront(self, train_dataset, valid_infos, run.settings.max_nonfinite_windows)
+        front = _ModelFront(run.owner, self, train_dataset, valid_infos, run.settings.max_nonfinite_windows)
         WindowLoop(front, epoch, run.micro_batches_per_epoch, run.settings.partial_window, cb_params, list_callback,
                    run.start_micro, run.open_micro_batches, writer, run.updates_before).run(epoch_data)
 
@@ -366,7 +433,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         dataset_size = train_dataset.get_dataset_size()
         sink_size = dataset_size if sink_size == -1 else sink_size
         cycles = sink_size // n
-        check_lr_schedule("Model_ACCU.train", train_network(self).optimizer, epoch * sink_size, epoch * cycles,
+        run = _carried_run(cb_params)
+        check_lr_schedule(run.owner, train_network(self).optimizer, epoch * sink_size, epoch * cycles,
                           from_start=initial_epoch == 0)  # sink mode resumes at an epoch only
         dataset_sink_num = math.ceil(epoch * sink_size / dataset_size)
         set_sink_total(train_dataset, epoch * sink_size)
@@ -376,8 +444,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         cb_params.batch_num = cycles
         cb_params.total_updates = epoch * cycles
         self.batch_num = cycles
-        front = CellFront("Model_ACCU.train", train_network(self),
-                          _carried_run(cb_params).settings.max_nonfinite_windows)
+        front = CellFront(run.owner, train_network(self), run.settings.max_nonfinite_windows)
         guard = front.nonfinite_guard(None)
         helper = self._make_sink_helper(train_dataset, sink_size, dataset_sink_num)
         sink_net = self._connect(helper)
