@@ -71,9 +71,10 @@ class EvalLog(Callback):
 
 
 @pytest.mark.parametrize("frequency, evaluations", [(1, 2), (2, 1)])
-def test_fit_trains_as_train_and_evaluates_every_valid_frequency_epochs(frequency, evaluations, exec_mode):
+def test_fit_trains_as_train_and_evaluates_every_valid_frequency_epochs(frequency, evaluations):
     """Model_ACCU.fit: each update equals the large batch (the windows train() lays out), and the model is evaluated
-    on the validation data at the end of every `frequency`-th epoch, with the metrics model.eval gives."""
+    on the validation data at the end of every `frequency`-th epoch, with the metrics model.eval gives. (fit differs
+    from train only on the host: the graphs, in either mode, are train's, tested in both.)"""
     batches, valid = micro_batches((4,) * 10), micro_batches((6,), seed=7)
     cell, net, opt = make_cell("plain", steps=4)
     _, loss, _ = build()
@@ -82,7 +83,7 @@ def test_fit_trains_as_train_and_evaluates_every_valid_frequency_epochs(frequenc
     log, evals = StepLog(), EvalLog()
     model.fit(2, numpy_dataset(batches), numpy_dataset(valid), valid_frequency=frequency, callbacks=[log, evals])
     assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"), windows_of(batches, 4, epochs=2),
-                              context=f"fit, {exec_mode}")
+                              context=f"fit, valid_frequency {frequency}")
     assert log.steps == [(1, 1, 3), (1, 2, 3), (1, 3, 3), (2, 4, 3), (2, 5, 3), (2, 6, 3)]
     assert len(evals.results) == evaluations
     after = model.eval(numpy_dataset(valid), dataset_sink_mode=False)
