@@ -150,6 +150,16 @@ class TestRecordedSettings:
         with pytest.raises(ValueError, match="clip_norm=None, but this run asks for clip_norm=0.5"):
             self.check("TrainOptim", "0.5")
 
+    def test_the_execution_mode_is_named(self, monkeypatch, tmp_path):
+        """The mode is recorded as MindSpore's number and named in the refusal (it read 'mode=0')."""
+        self.fresh(monkeypatch, tmp_path)
+        compile_cache.check_cached_settings("TrainOptim", None, {"cell": "TrainOptim", "mode": "0"})
+        self.store_graphs(tmp_path)
+        self.fresh(monkeypatch, tmp_path)
+        with pytest.raises(ValueError, match=r"holds graphs compiled with mode=GRAPH_MODE, but this run asks for "
+                                             r"mode=PYNATIVE_MODE"):
+            compile_cache.check_cached_settings("TrainOptim", None, {"cell": "TrainOptim", "mode": "1"})
+
     def test_records_are_read_only_where_mindspore_will_load_the_graphs(self, monkeypatch, tmp_path):
         self.fresh(monkeypatch, tmp_path)
         self.check("TrainOptim", "None")

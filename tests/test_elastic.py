@@ -20,7 +20,8 @@ import mindspore.dataset as ds
 from mindspore import Tensor, nn
 
 import ms_accum
-from ms_accum.trainers.elastic import RunLayout, check_same_global_batch, dataset_shards, elastic_position
+from ms_accum.trainers.elastic import (RunLayout, check_same_global_batch, dataset_shards, elastic_position,
+                                      resume_notice)
 from conftest import ZOO
 from helpers import (KILL_NODE_TIMEOUT, SAMPLE, assert_equals_large_batch, launch_local, micro_batches, msrun_env,
                      own_loop, params_of, run_local, train_py_worker)
@@ -87,6 +88,16 @@ def test_mindspore_shares_one_order_of_the_epoch_out_by_rank(make):
 # ---------------------------------------------------------------------------------------------- positions
 TWO = RunLayout(world=2, micro_batch_size=4, steps_per_epoch=31, steps=2, partial_window="drop")
 ONE = RunLayout(world=1, micro_batch_size=4, steps_per_epoch=62, steps=4, partial_window="drop")
+
+
+def test_the_resume_line_speaks_of_devices_only_for_several():
+    """A state of two devices resumed on one: 'done', not 'done on each device' (a new user's trial read the
+    latter on one device); on two, each device's count."""
+    assert resume_notice(TWO, ONE, 12, 0).endswith("at epoch 1 with 12 of its 62 micro-batches done.")
+    assert resume_notice(ONE, TWO, 12, 3).startswith(
+        "ms_accum: resuming a state of 1 device on 2, the global batch kept")
+    assert "with 12 of its 31 micro-batches done on each device; it was written 3 micro-batches into a window" in \
+        resume_notice(ONE, TWO, 12, 3)
 
 
 def test_a_position_moves_to_the_same_sample_of_its_epoch():

@@ -99,6 +99,16 @@ def test_fit_takes_trains_options_and_names_others():
         ms_accum.Model_ACCU(cell).fit(1, numpy_dataset(micro_batches((4,) * 6)), partial="drop")
     with pytest.raises(ValueError, match=r"For 'Model_ACCU.fit', 'epoch' must be an int >= 1, but got 0"):
         ms_accum.Model_ACCU(cell).fit(0, numpy_dataset(micro_batches((4,) * 6)))
+    # refused before training (Model's fit trained an epoch, then failed on 0 with a ZeroDivisionError)
+    for frequency in (0, [1, -1]):
+        with pytest.raises(ValueError, match=r"For 'Model_ACCU.fit', 'valid_frequency' must be an int >= 1, but got "
+                                             r"(0|-1)"):
+            ms_accum.Model_ACCU(cell).fit(2, numpy_dataset(micro_batches((4,) * 6)),
+                                          numpy_dataset(micro_batches((4,))), valid_frequency=frequency)
+    with pytest.raises(TypeError, match=r"For 'Model_ACCU.fit', 'valid_dataset' must be a mindspore.dataset.Dataset "
+                                        r"or None, but got ndarray"):
+        ms_accum.Model_ACCU(cell).fit(1, numpy_dataset(micro_batches((4,) * 6)), np.zeros((4, 2)))
+    assert opt.global_step.asnumpy()[0] == 1, "a refused fit trained"
 
 
 def test_accumulation_steps_argument_replaces_the_cells():

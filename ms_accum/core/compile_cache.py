@@ -103,6 +103,15 @@ class _Record:
 _RECORDS = {}
 
 
+_MODES = {"0": "GRAPH_MODE", "1": "PYNATIVE_MODE"}  # mindspore.GRAPH_MODE and PYNATIVE_MODE, as recorded
+
+
+def _shown(key, settings):
+    """``key=value`` of `settings` for a message; the execution mode by its name."""
+    value = settings.get(key, "(none)")
+    return f"{key}={_MODES.get(value, value) if key == 'mode' else value}"
+
+
 def check_cached_settings(owner, slot, settings):
     """With the compile cache on, compare `settings` (a dict of str to str: what a cell's graphs freeze when
     compiled, its class as ``cell``) with those the stored graphs of the same slot (the cell's class and its rank
@@ -124,7 +133,7 @@ def check_cached_settings(owner, slot, settings):
             key = differ[0]
             raise ValueError(
                 f"For '{owner}', MindSpore's compile cache in {directory!r} holds graphs compiled with "
-                f"{key}={stored.get(key, '(none)')}, but this run asks for {key}={entry.get(key, '(none)')}: the "
+                f"{_shown(key, stored)}, but this run asks for {_shown(key, entry)}: the "
                 f"script and its local modules are unchanged, so MindSpore would load those graphs and train with the "
                 f"old setting. Point {named_by} to another directory for these settings, or delete "
                 f"{os.path.join(directory, 'graph_cache')!r} to compile anew."

@@ -206,7 +206,7 @@ def resume_notice(saved, mine, position, rerun):
     epoch, offset = divmod(position, mine.steps_per_epoch)
     line = (f"ms_accum: resuming a state of {count(saved.world, 'device')} on {mine.world}, the global batch kept "
             f"({saved.describe()} -> {mine.describe()}), at epoch {epoch + 1} with {offset} of its "
-            f"{mine.steps_per_epoch} micro-batches done on each device")
+            f"{mine.steps_per_epoch} micro-batches done" + (" on each device" if mine.world > 1 else ""))
     if rerun:
         line += (f"; it was written {count(rerun, 'micro-batch')} into a window, which runs again from its start "
                  f"(after a change of device count a state resumes from the last complete window)")

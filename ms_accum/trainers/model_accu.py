@@ -10,6 +10,7 @@ private names and the methods it overrides are checked in ``_compat.py`` when ms
 """
 import math
 
+from mindspore.dataset import Dataset
 from mindspore.train.callback import Callback, RunContext
 from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
 from mindspore.train import model as _ms_model
@@ -19,6 +20,7 @@ from ..compat import (callbacks_of, check_model_internals, check_network_mode, e
                       exec_train_preprocess, flush_from_cache, mark_backbone_training, needs_dataset_reset,
                       register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
                       set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
+from ..core.checks import check_positive_int
 from ..core.schedule import steps_argument
 from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
@@ -81,6 +83,20 @@ def _check_model_training_settings(amp_level, boost_level, loss_scale_manager):
                     "MindSpore's boost wraps its own training network, which accumulation replaces: leave it 'O0'")
             raise ValueError(f"For 'Model_ACCU', '{name}' must be 'O0' because the accumulation cell, built before "
                              f"Model sees it, is the training network, but got {level!r}. {hint}.")
+
+
+def _check_validation(valid_dataset, valid_frequency):
+    """Model.fit's validation arguments, checked before training (Model's fit took a valid_frequency of 0 and
+    failed with a ZeroDivisionError once the first epoch had trained)."""
+    if valid_dataset is not None and not isinstance(valid_dataset, Dataset):
+        raise TypeError(f"For 'Model_ACCU.fit', 'valid_dataset' must be a mindspore.dataset.Dataset or None, but got "
+                        f"{type(valid_dataset).__name__}. Wrap the validation data as the training data are, for "
+                        f"example mindspore.dataset.NumpySlicesDataset(...).batch(b).")
+    if isinstance(valid_frequency, list):
+        for epoch in valid_frequency:
+            check_positive_int("Model_ACCU.fit", "valid_frequency", epoch)
+    else:
+        check_positive_int("Model_ACCU.fit", "valid_frequency", valid_frequency)
 
 
 def _carried_run(cb_params):
@@ -307,13 +323,16 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             Others: As in :meth:`train`.
 
         Raises:
-            TypeError: If `options` holds an argument :meth:`train` does not take.
-            ValueError: As listed for :meth:`train`, and as Model's fit checks its validation arguments.
+            TypeError: If `options` holds an argument :meth:`train` does not take, or `valid_dataset` is neither a
+                Dataset nor None.
+            ValueError: As listed for :meth:`train`, or if `valid_frequency` is not an int >= 1 or a list of them
+                (the epochs to evaluate after).
         """
         unknown = sorted(set(options) - set(_TRAIN_OPTIONS))
         if unknown:
             raise TypeError(f"For 'Model_ACCU.fit', the keyword arguments beyond Model.fit's must be those of "
                             f"Model_ACCU.train ({', '.join(_TRAIN_OPTIONS)}), but got {', '.join(map(repr, unknown))}.")
+        _check_validation(valid_dataset, valid_frequency)
         aliases = {name: options.get(name) for name in ("accumulation_steps", "mini_steps", "accumulate_step")}
         settings = RunSettings(epoch, train_dataset, options.get("gradient_accumulation_steps"), aliases,
                                options.get("global_batch_size"), options.get("plan"),
