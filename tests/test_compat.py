@@ -133,6 +133,22 @@ class _ModelChanged(Model):
         raise AssertionError("never called")
 
 
+class _ModelFitReordered(Model):
+    """A Model whose release reordered fit's parameters, which Model_ACCU.fit passes by position."""
+
+    def fit(self, epoch, train_dataset, valid_dataset=None, callbacks=None, valid_frequency=1,
+            dataset_sink_mode=False, valid_dataset_sink_mode=False, sink_size=-1,
+            initial_epoch=0):  # pylint: disable=arguments-differ,arguments-renamed
+        raise AssertionError("never called")
+
+
+def test_a_reordered_fit_is_refused_at_import():
+    with pytest.raises(ImportError, match=r"Model\.fit\(epoch, train_dataset, valid_dataset, valid_frequency, "
+                                          r"callbacks, .*but MindSpore .* has \['epoch', 'train_dataset', "
+                                          r"'valid_dataset', 'callbacks', 'valid_frequency'"):
+        _compat.check_model_internals(_ModelFitReordered)
+
+
 def test_model_internals_of_this_release_are_the_ones_model_accu_was_written_for():
     _compat.check_model_internals(Model)
 

@@ -234,6 +234,10 @@ def keep_cell_config_visible(wrapper, network):
 # Model_ACCU overrides these methods of mindspore.train.Model and calls the others; Model calls the overrides
 # positionally, so their parameters must stay as written here (the same in 2.7.0, 2.8.0, 2.9.0 and 2.10.0).
 MODEL_METHODS = {
+    # called with positional arguments by Model_ACCU.train and Model_ACCU.fit
+    "train": ["self", "epoch", "train_dataset", "callbacks", "dataset_sink_mode", "sink_size", "initial_epoch"],
+    "fit": ["self", "epoch", "train_dataset", "valid_dataset", "valid_frequency", "callbacks", "dataset_sink_mode",
+            "valid_dataset_sink_mode", "sink_size", "initial_epoch"],
     "_train_process": ["self", "epoch", "train_dataset", "list_callback", "cb_params", "initial_epoch",
                        "valid_infos"],
     "_train_dataset_sink_process": ["self", "epoch", "train_dataset", "list_callback", "cb_params", "sink_size",
