@@ -103,7 +103,7 @@ class _Record:
 _RECORDS = {}
 
 
-_MODES = {"0": "GRAPH_MODE", "1": "PYNATIVE_MODE"}  # mindspore.GRAPH_MODE and PYNATIVE_MODE, as recorded
+_MODES = {str(context.GRAPH_MODE): "GRAPH_MODE", str(context.PYNATIVE_MODE): "PYNATIVE_MODE"}  # as recorded
 
 
 def _shown(key, settings):

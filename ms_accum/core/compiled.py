@@ -120,6 +120,13 @@ def read_before_branch(hyper_map, taken, others):
 _FRAME = re.compile(r"^# \d+ In file (.+?):\d+", re.M)
 
 
+def first_line(error):
+    """The first line of `error`'s message (MindSpore's run to many lines, with its C++ call stack), or its type's
+    name when it has none."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
 def own_graph_error(error):
     """
     ms_accum's message, if `error` is one of its checks raised (a ``raise`` statement) while MindSpore compiled a
@@ -212,8 +219,7 @@ class CompiledCall:
         try:
             out = self._jit_construct(*args, **kwargs)
         except Exception as error:  # pylint: disable=broad-except
-            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            why = f"it could not be compiled with mindspore.jit ({type(error).__name__}: {first_line[:200]})"
+            why = f"it could not be compiled with mindspore.jit ({type(error).__name__}: {first_line(error)[:200]})"
             try:
                 self._refuse_eager_sparse(why)
             except ValueError as refusal:

@@ -18,6 +18,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import nn
 
+from ..core.compiled import first_line
 from .argtypes import positive_float, positive_int
 from .equivalence import CELLS, check_equivalence
 
@@ -97,12 +98,10 @@ def _probe(network, sample, shape):
     try:
         return network(ms.Tensor(sample))
     except (ValueError, TypeError, RuntimeError) as err:
-        text = str(err).strip()
-        first = text.splitlines()[0] if text else type(err).__name__
         raise ValueError(f"'--input-shape' must be one sample's shape as the network takes it, but the network "
-                         f"could not run on a batch of one sample of shape {','.join(map(str, shape))}: {first} "
-                         f"Pass the shape its first layer expects, without the batch dimension (for example "
-                         f"3,32,32 for a Conv2d over RGB images).") from err
+                         f"could not run on a batch of one sample of shape {','.join(map(str, shape))}: "
+                         f"{first_line(err)} Pass the shape its first layer expects, without the batch dimension "
+                         f"(for example 3,32,32 for a Conv2d over RGB images).") from err
 
 
 if __name__ == "__main__":
