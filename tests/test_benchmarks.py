@@ -357,26 +357,32 @@ def test_every_path_holds_the_tutorials_memory_at_size(mode, optimizer):
         assert peaks["tutorial"] - peaks["plain-b"] >= 0.75 * copy, peaks
 
 
-TABLE_PATHS = ("plain-b", "three-cells", "driver", "model-accu")
+TABLE_PATHS = ("plain-b", "tutorial", "three-cells", "driver", "model-accu")
+TABLE_REFERENCES = ("plain-b", "tutorial")
 
 
 @pytest.mark.slow
 @pytest.mark.ecosystem
 def test_no_path_copies_the_text_models_embedding_table():
     """The text model (benchmarks/harness/models.py: its first and largest parameter an embedding table of 48.8 MiB),
-    GRAPH_MODE, MindCV's optimizer (as docs/performance.md's table): the three cells, the driver and Model_ACCU peak no
-    higher than plain training at the micro-batch (measured 2026-12-02, copies above plain-b: -0.6, -0.5, -0.5). A copy
-    of the table anywhere in a window's end adds one: the driver's and Model_ACCU's window end ordered the in-place
-    division through its records from da25a27 to 969e8b3, and their optimizer's read of the buffers after the write held
-    +0.5 (docs/performance_history.md, Memory: the division's order)."""
+    GRAPH_MODE, MindCV's optimizer (as docs/performance.md's table): the three cells, the driver and Model_ACCU peak
+    within 0.75 copies above the leaner of two references without ms_accum, plain training at the micro-batch and the
+    tutorial's jit step. Measured 2026-12-02 and 2026-12-06 here: plain-b 304 MiB, the tutorial 259, the paths 274,
+    280, 281 (+0.30, +0.43, +0.45 copies above the tutorial). Plain training's own peak holds a temporary of the table's
+    size on one machine and not on another (+0.33, +0.57, +0.57 above plain-b on the CI's, -0.6, -0.5, -0.5 here),
+    so the bound is not set against it alone. A copy of the table anywhere in a window's end adds one: the driver's and
+    Model_ACCU's window end ordered the in-place division through its records from da25a27 to 969e8b3, and their
+    optimizer's read of the buffers after the write held one copy more (docs/performance_history.md, Memory: the
+    division's order: the driver 332 MiB), +1.5 above the tutorial."""
     pytest.importorskip("mindcv", reason="MindCV's optimizer: pip install mindcv==0.3.0")
     done = run("--model", "text", "--configs", ",".join(TABLE_PATHS), script=MEMORY)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     peaks, copy = _memory_table(done.stdout)
     assert list(peaks) == list(TABLE_PATHS), done.stdout[-3000:]
-    above = {name: round((peak - peaks["plain-b"]) / copy, 3) for name, peak in peaks.items()}
-    assert all(copies <= 0.0 for copies in above.values()), \
-        f"copies above plain training at the micro-batch: {above}"
+    leaner = min(peaks[name] for name in TABLE_REFERENCES)
+    above = {name: round((peak - leaner) / copy, 3) for name, peak in peaks.items() if name not in TABLE_REFERENCES}
+    assert all(copies <= 0.75 for copies in above.values()), \
+        f"copies above the leaner reference ({leaner} MiB; peaks {peaks}): {above}"
 
 
 COMPILE_MEMORY = os.path.join(BENCHMARKS, "compile_memory.py")
