@@ -305,7 +305,9 @@ class EpochCheckpoint(Callback):
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        epoch, update = int(cb.cur_epoch_num), int(cb.cur_step_num) + (self.offset or 0)
+        # a window carried on into the next epoch (--partial_window carry) is counted by cur_step_num, not done
+        carried = 1 if cb.get("open_micro_batches") else 0
+        epoch, update = int(cb.cur_epoch_num), int(cb.cur_step_num) + (self.offset or 0) - carried
         number = update if self.before is None else update - self.before[epoch - 1]
         self.files.write(self.cell, epoch, number, update)
 

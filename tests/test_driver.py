@@ -105,6 +105,7 @@ class _Recorder(Callback):
         super().__init__()
         self.trainer = trainer
         self.events = []
+        self.open_at_epoch_end = []
 
     def on_train_begin(self, run_context):
         self.events.append("begin")
@@ -116,6 +117,7 @@ class _Recorder(Callback):
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
         self.events.append(("epoch_end", cb.cur_epoch_num, cb.cur_step_num))
+        self.open_at_epoch_end.append(cb.open_micro_batches)
 
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
@@ -144,14 +146,16 @@ def test_callbacks_fire_once_per_update_with_update_counts(capsys):
     assert "epoch: 2 step: 3, loss is" in printed and printed.count("loss is") == 6
 
 
-@pytest.mark.parametrize("policy, steps, expected_ends, epoch_ends", [
-    ("drop", [(1, 1), (1, 2), (2, 3), (2, 4), (3, 5), (3, 6)], 6, [(1, 2), (2, 4), (3, 6)]),
-    ("carry", [(1, 1), (1, 2), (2, 3), (2, 4), (2, 5), (3, 6), (3, 7), (3, 8)], 8, [(1, 3), (2, 5), (3, 8)]),
+@pytest.mark.parametrize("policy, steps, expected_ends, epoch_ends, open_at_ends", [
+    ("drop", [(1, 1), (1, 2), (2, 3), (2, 4), (3, 5), (3, 6)], 6, [(1, 2), (2, 4), (3, 6)], [0, 0, 0]),
+    ("carry", [(1, 1), (1, 2), (2, 3), (2, 4), (2, 5), (3, 6), (3, 7), (3, 8)], 8, [(1, 3), (2, 5), (3, 8)],
+     [2, 0, 0]),
 ])
-def test_update_numbers_follow_the_optimizer_steps(policy, steps, expected_ends, epoch_ends, capsys):
+def test_update_numbers_follow_the_optimizer_steps(policy, steps, expected_ends, epoch_ends, open_at_ends, capsys):
     """10 micro-batches per epoch, windows of 4, 3 epochs: "drop" makes 2 updates an epoch and its dropped windows
     take no number; "carry" makes 30 // 4 + 1 = 8 updates (2, 3, 3 by epoch; an epoch that ends inside a window
-    reports that window's number), and the progress lines count out of 8."""
+    reports that window's number, and open_micro_batches its 2 micro-batches so far), and the progress lines count
+    out of 8."""
     trainer, _, opt = _trainer("sgd")
     recorder = _Recorder()
     telemetry = ms_accum.WindowTelemetry(print_every=1)
@@ -160,6 +164,7 @@ def test_update_numbers_follow_the_optimizer_steps(policy, steps, expected_ends,
     ends = [(e[1], e[2]) for e in recorder.events if isinstance(e, tuple) and e[0] == "step"]
     assert ends == steps and opt.global_step.asnumpy()[0] == expected_ends
     assert [e[1:] for e in recorder.events if isinstance(e, tuple) and e[0] == "epoch_end"] == epoch_ends
+    assert recorder.open_at_epoch_end == open_at_ends
     printed = re.findall(r"^update (\d+)/(\d+) ", capsys.readouterr().out, re.M)
     assert printed == [(str(k), str(expected_ends)) for k in range(1, expected_ends + 1)]
 

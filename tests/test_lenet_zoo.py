@@ -200,6 +200,25 @@ def test_epoch_files_keep_the_newest_of_their_prefix_in_epoch_order(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_window_carried_over_an_epochs_end_is_counted_in_the_epoch_it_ends_in(tmp_path):
+    """--partial_window carry, 10 micro-batches of 32 an epoch, N 4, 2 epochs: epoch 1 ends 2 windows and carries
+    2 micro-batches on, epoch 2 ends 3 (the carried one first, the last flushed). Every trainer prints and names
+    its checkpoints by the updates that ended in the epoch (the driver and Model_ACCU named epoch 1's 3, counting
+    the window still open, and the functional loop counted the samples it read, 320 in each), with step_num the
+    run's updates."""
+    common = ("--data_path", SAMPLE, "--num_samples", 320, "--batch_size", 32, "--gradient_accumulation_steps", 4,
+              "--partial_window", "carry", "--epoch_size", 2, "--log_every", 0)
+    for trainer in ("driver", "model_accu", "functional"):
+        _, out, _ = run_script("train.py", "--trainer", trainer, "--ckpt_path", tmp_path / trainer, *common)
+        lines = re.findall(r"^epoch (\d)/2: (\d+) updates, (\d+) samples in ", out, re.M)
+        assert lines == [("1", "2", "256"), ("2", "3", "384")], (trainer, out)
+        names = sorted(f for f in os.listdir(tmp_path / trainer) if f.startswith("checkpoint_lenet-"))
+        assert names == ["checkpoint_lenet-1_2.ckpt", "checkpoint_lenet-2_3.ckpt"], (trainer, names)
+        assert [int(ms.load_checkpoint(str(tmp_path / trainer / name))["step_num"].asnumpy()) for name in names] == \
+            [2, 5], trainer
+
+
+@pytest.mark.slow
 def test_every_trainer_takes_a_schedule_the_noise_scale_and_partial_windows(tmp_path):
     """The driver, Model_ACCU and the functional loop with the same schedule, noise scale and dropped partial
     window (20 micro-batches: windows of 1, 1, 2, 2, 3, 3, 3, 3, then 2 dropped) each end the epoch with the
@@ -221,8 +240,11 @@ def test_every_trainer_takes_a_schedule_the_noise_scale_and_partial_windows(tmp_
     noise = noise_reference("momentum", windows, make=make)
     rtol = rounding_rtol(windows)
     for trainer in ("driver", "model_accu", "functional"):
-        run_script("train.py", "--trainer", trainer, "--ckpt_path", tmp_path / trainer, *common,
-                   "--telemetry_csv", tmp_path / f"{trainer}.csv")
+        _, out, _ = run_script("train.py", "--trainer", trainer, "--ckpt_path", tmp_path / trainer, *common,
+                               "--telemetry_csv", tmp_path / f"{trainer}.csv")
+        # the samples of the epoch's updates: the 2 dropped micro-batches count nothing (the functional loop
+        # counted them, 640)
+        assert re.search(r"^epoch 1/1: 8 updates, 576 samples in ", out, re.M), (trainer, out)
         [name] = [f for f in os.listdir(tmp_path / trainer) if f.startswith("checkpoint_lenet-1_")]
         assert int(ms.load_checkpoint(str(tmp_path / trainer / name))["global_step"].asnumpy()[0]) == 8, name
         assert_equals_large_batch(checkpoint_params(tmp_path / trainer / name), large_batch("momentum", make=make),

@@ -48,7 +48,9 @@ def train_functional(net, loss_fn, optimizer, dataset, epochs, steps, files, cli
     rows = None if telemetry is None else _WindowRows(telemetry, accumulator, optimizer, epochs, micro_per_epoch,
                                                      initial_epoch, done)
     for epoch in range(initial_epoch + 1, epochs + 1):
-        start, micro, samples = time.time(), 0, 0
+        # samples of the epoch's updates, as the other trainers count them: a window carried in from the epoch
+        # before counts here, one carried on or dropped at its end does not
+        start, micro, samples = time.time(), 0, _open_samples(accumulator)
         for images, labels in iterator:
             if rows is not None:
                 rows.opens(epoch)
@@ -61,6 +63,8 @@ def train_functional(net, loss_fn, optimizer, dataset, epochs, steps, files, cli
                       f"{int(accumulator.accu_windows.asnumpy())} updates so far, micro-batch loss "
                       f"{float(loss.asnumpy()):.4f}", flush=True)
             samples += images.shape[0]
+        if partial_window != "flush" and not (partial_window == "carry" and epoch == epochs):
+            samples -= _open_samples(accumulator)
         if partial_window == "flush" or (partial_window == "carry" and epoch == epochs):
             accumulator.flush()
             if rows is not None:
@@ -79,6 +83,11 @@ def train_functional(net, loss_fn, optimizer, dataset, epochs, steps, files, cli
     if rows is not None:
         rows.end()
     return last
+
+
+def _open_samples(accumulator):
+    """The samples of the accumulator's open window (the train step hands it each micro-batch's samples)."""
+    return int(round(float(accumulator.accu_items.asnumpy())))
 
 
 class _WindowRows:

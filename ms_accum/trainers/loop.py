@@ -130,7 +130,8 @@ class WindowLoop:
         partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``.
         cb_params: The callbacks' parameters (``cur_step_num`` counts updates begun since the start; ``batch_num``
             is set to each epoch's updates when `updates_before` is given; at each update ``micro_batches_done``
-            and ``total_micro_batches`` give the run's progress in micro-batches).
+            and ``total_micro_batches`` give the run's progress in micro-batches; at an epoch's begin and end
+            ``open_micro_batches`` gives the micro-batches of a window open across its boundary, 0 if none).
         callbacks: A callback list with the ``on_train_*`` methods.
         start_micro (int): Micro-batches of the run already done (a resume, or initial epochs).
         open_micro_batches (int): Micro-batches of the open window already added (a resumed window), read from the
@@ -165,6 +166,7 @@ class WindowLoop:
         callbacks.on_train_begin(run_context)
         for epoch in range(self.micro_done // self.per_epoch_micro + 1, self.epochs + 1):
             cb_params.cur_epoch_num = epoch
+            cb_params.open_micro_batches = self.window.micro_batches
             self._epoch_updates(epoch)
             self.front.epoch_begins(cb_params)
             callbacks.on_train_epoch_begin(run_context)
@@ -185,6 +187,7 @@ class WindowLoop:
                 self.guard.check()  # every window of the epoch reported before it ends
             self.writer.after(self.micro_done, cb_params.cur_step_num, at_update_boundary=not self.window.is_open,
                               open_window=self.window.micro_batches)
+            cb_params.open_micro_batches = self.window.micro_batches
             self.front.epoch_ends(cb_params, callbacks)
             callbacks.on_train_epoch_end(run_context)
             self.front.epoch_ended(cb_params)

@@ -161,10 +161,12 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     A :class:`mindspore.train.Model` that trains a :class:`TrainAccuStepsCell` (or its loss-scale variant) with
     one optimizer step per N micro-batches.
 
-    Callbacks see one step per update: ``cur_step_num`` counts updates, ``batch_num`` is the epoch's updates (per
-    sink in sink mode), ``net_outputs`` is the update call's output (the window's mean loss; a tuple with the
-    overflow flag and loss scale for the loss-scale cell), ``window_record()`` gives the update's
-    :class:`WindowRecord` (for :class:`WindowTelemetry`), and step callbacks fire only at update boundaries, so
+    Callbacks see one step per update: ``cur_step_num`` counts updates (an epoch that ends inside a window
+    carried on, ``partial_window="carry"``, counts that window, and ``open_micro_batches`` gives its micro-batches
+    so far at an epoch's begin and end), ``batch_num`` is the epoch's updates (per sink in sink mode),
+    ``net_outputs`` is the update call's output (the window's mean loss; a tuple with the overflow flag and loss
+    scale for the loss-scale cell), ``window_record()`` gives the update's :class:`WindowRecord` (for
+    :class:`WindowTelemetry`), and step callbacks fire only at update boundaries, so
     checkpoints never see a half-filled window (``accu_grads`` are zero there).
 
     Without sink mode a window still open at the end of an epoch (dataset size not a multiple of N) is applied
