@@ -18,25 +18,31 @@ import mindspore as ms
 from mindspore import nn
 from mindspore.train import Accuracy, Model
 
-from ms_accum import load_network_checkpoint
+from ms_accum import read_checkpoint
+from ms_accum.trainers.checkpoint import load_into
+from ms_accum.tools.argtypes import OneLineParser, positive_int
 from src.cli import run_cli, set_device
 from src.dataset import create_dataset
 from src.network import NETWORKS, create_network
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device_target", default="CPU", choices=["Ascend", "GPU", "CPU"])
     parser.add_argument("--network", choices=list(NETWORKS), default="lenet5",
                         help="the network the checkpoint was trained with (train.py --network)")
     parser.add_argument("--data_path", default="data/fashion-mnist", help="directory with test/")
     parser.add_argument("--ckpt_path", required=True, help="checkpoint file to evaluate")
-    parser.add_argument("--batch_size", type=int, default=256)
+    parser.add_argument("--batch_size", type=positive_int, default=256,
+                        help="samples per evaluation batch (default: %(default)s)")
     args = parser.parse_args(argv)
     set_device(args.device_target)
     ms.set_context(mode=ms.GRAPH_MODE)
     net = create_network(args.network)
-    load_network_checkpoint(net, args.ckpt_path)
+    others = " or ".join(f"--network {name}" for name in NETWORKS if name != args.network)
+    load_into(net, read_checkpoint(args.ckpt_path, arg_name="--ckpt_path"), args.ckpt_path, arg_name="--ckpt_path",
+              what=f"a checkpoint of {NETWORKS[args.network]} (--network {args.network}; pass {others} for a "
+                   f"checkpoint of that network)")
     dataset = create_dataset(args.data_path, args.batch_size, "test")
     model = Model(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
                   metrics={"Accuracy": Accuracy()})

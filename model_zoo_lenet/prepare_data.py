@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 
+from ms_accum.tools.argtypes import OneLineParser, positive_int
 from src.cli import run_cli
 from src.idx import DataError, copy_split
 
@@ -17,12 +18,12 @@ DEBIAN_FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--source", default=DEBIAN_FASHION_MNIST,
                         help="directory with the IDX files, plain or .gz (default: %(default)s)")
     parser.add_argument("--dest", required=True, help="output directory; train/ and test/ are created in it")
-    parser.add_argument("--train_limit", type=int, default=None, help="keep only the first N training samples")
-    parser.add_argument("--test_limit", type=int, default=None, help="keep only the first N test samples")
+    parser.add_argument("--train_limit", type=positive_int, default=None, help="keep only the first N training samples")
+    parser.add_argument("--test_limit", type=positive_int, default=None, help="keep only the first N test samples")
     args = parser.parse_args(argv)
     if not os.path.isdir(args.source):
         hint = " Install it with 'apt-get install dataset-fashion-mnist'." \

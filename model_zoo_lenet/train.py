@@ -56,14 +56,15 @@ from src.lr_schedule import warmup_cosine
 from src.parallel import PARALLEL_MODES, init_parallel, release_parallel
 from src.plan import SpeedAfterFirstWindow, batch_size_argument, check_planning_flags, measuring_run
 from src.plan import plan as plan_micro_batch
-from ms_accum.tools.argtypes import positive_float, positive_int
-from ms_accum.trainers.checkpoint import load_into
+from ms_accum.tools.argtypes import OneLineParser, non_negative_int, positive_float, positive_int
+from ms_accum.trainers.checkpoint import buffer_prefix, load_into
 from ms_accum.core.progress_lr import ProgressLearningRate
 from ms_accum.core.schedule import AccumulationSchedule, schedule_argument
 from ms_accum.trainers.elastic import saved_layout
 from ms_accum.trainers.state import WORLD, is_state_file
 
 STATE_FILE = "train_state.ckpt"
+STATE_TRAINERS = {"grad_sum.": "driver", "accu_grads.": "model_accu"}  # the trainer whose exact state holds them
 
 
 def steps_range(text):
@@ -92,7 +93,7 @@ def window_times(text):
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device_target", default="CPU", choices=["Ascend", "GPU", "CPU"])
     parser.add_argument("--mode", default="graph", choices=["graph", "pynative"],
                         help="MindSpore execution mode (default: %(default)s)")
@@ -194,7 +195,7 @@ def parse_args(argv):
                         help="seed of MindSpore and of the data's shuffle (default: %(default)s)")
     parser.add_argument("--cpu_threads", type=positive_int, default=None,
                         help="MindSpore CPU kernel threads (default: MindSpore's own choice)")
-    parser.add_argument("--log_every", type=int, default=100,
+    parser.add_argument("--log_every", type=non_negative_int, default=100,
                         help="the driver and model_accu print a progress line every N updates (update/total, "
                              "loss, the window, grad norm, lr, loss scale, skipped windows, rate, time left; no total "
                              "under --adaptive_steps), the functional loop every N micro-batches (the updates so "
@@ -224,7 +225,7 @@ def parse_args(argv):
                              "own rank_<r>/train_state.ckpt. On another device count the global batch must be kept "
                              "(--global_batch_size): the run continues at the same sample, from the last complete "
                              "window")
-    parser.add_argument("--save_state_every", type=int, default=None, metavar="N",
+    parser.add_argument("--save_state_every", type=non_negative_int, default=None, metavar="N",
                         help="write the exact training state to CKPT_PATH[/rank_R]/train_state.ckpt every N "
                              "micro-batches (in parallel modes at the first update boundary after them), atomically "
                              "(0: never; not with --dataset_sink_mode nor --trainer functional; default: 100)")
@@ -454,10 +455,15 @@ def describe(policy, plan, args, world):
     return f"{n} per update (effective batch {args.batch_size * n * world})"
 
 
-def check_same_run(optimizer, state_path, run_global_batch):
-    """An exact resume continues the same run: its global batch, its learning-rate schedule and its learning-rate
-    rule's G0 (or no rule) must be this run's."""
+def check_same_run(optimizer, state_path, run_global_batch, trainer_kind):
+    """An exact resume continues the same run: its trainer (whose state holds its own buffers), its global batch,
+    its learning-rate schedule and its learning-rate rule's G0 (or no rule) must be this run's."""
     params = ms_accum.read_checkpoint(state_path)
+    written = STATE_TRAINERS.get(buffer_prefix(params))
+    if written is not None and written != trainer_kind:
+        raise ValueError(f"'--resume' {state_path!r} is the exact state of a '--trainer {written}' run, whose "
+                         f"buffers this run's '--trainer {trainer_kind}' does not hold: pass --trainer {written}, or "
+                         f"resume from an epoch checkpoint (network and optimizer), which every trainer loads.")
     layout, _ = saved_layout(params, int(params[WORLD].asnumpy()) if WORLD in params else 1)
     if layout is not None and layout.steps and run_global_batch and layout.global_batch_size != run_global_batch:
         raise ValueError(f"'--resume' {state_path!r} continues a run whose 'global_batch_size' was "
@@ -569,8 +575,6 @@ def check_flags(args, trainer_kind):
     if not 0.0 <= args.momentum < 1.0:
         raise ValueError(f"'--momentum' must be in [0, 1), the weight of the previous velocity, but got "
                          f"{args.momentum}.")
-    if args.log_every < 0:
-        raise ValueError(f"'--log_every' must be an int >= 0, but got {args.log_every}.")
     if trainer_kind == "functional" and args.save_state_every:
         raise ValueError("'--save_state_every' is an option of '--trainer driver' and '--trainer model_accu'; the "
                          "functional loop writes epoch checkpoints only.")
@@ -639,11 +643,11 @@ def main(argv=None):
                                                  reference_batch=reference_batch)
     resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
     run_global_batch = world * n * args.batch_size if policy is None and plan.constant is not None else None
-    if exact:
-        check_same_run(optimizer, resume, run_global_batch)
     if exact and trainer_kind == "functional":
         raise ValueError("'--trainer functional' resumes at an epoch: pass an epoch checkpoint to '--resume', not "
                          "the exact training state.")
+    if exact:
+        check_same_run(optimizer, resume, run_global_batch, trainer_kind)
     initial_epoch = resume_from(state_cell, resume, args, run_global_batch) if resume and not exact else 0
     if initial_epoch >= args.epoch_size:
         raise ValueError(f"'--epoch_size' must exceed the {initial_epoch} epochs done in {resume!r}, but got "

@@ -33,8 +33,8 @@ from .core.global_batch import steps_for_global_batch
 from .core.schedule import AccumulationSchedule
 from .trainers.elastic import RunLayout
 from .trainers.out_of_memory import is_device_out_of_memory
-from .trainers.planner import (FreshProcessMeasure, InProcessMeasure, Measurement, MemoryModel, MicroBatchPlan,
-                               parse_memory, plan_micro_batch, report_measurement)
+from .trainers.planner import (FreshProcessMeasure, InProcessMeasure, Measurement, MemoryBudgetError, MemoryModel,
+                               MicroBatchPlan, parse_memory, plan_micro_batch, report_measurement)
 from .trainers.state import load_training_state, save_training_state
 from .trainers.telemetry import WindowRecord, WindowTelemetry
 
@@ -75,6 +75,7 @@ __all__ = [
     "RunLayout",
     "plan_micro_batch",
     "MicroBatchPlan",
+    "MemoryBudgetError",
     "Measurement",
     "MemoryModel",
     "FreshProcessMeasure",

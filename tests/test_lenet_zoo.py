@@ -20,11 +20,14 @@ from src.lenet import LeNet5
 from src.lr_schedule import warmup_cosine
 
 def assert_one_line_error(result, *needles):
-    """Exit code 2, no traceback, and a last stderr line that names what went wrong."""
+    """Exit code 2, no traceback, and one stderr line (MindSpore's own log lines aside) that names what went wrong:
+    argparse's errors printed the whole usage above it (25 lines for train.py)."""
     code, _, err = result
-    last = err.strip().splitlines()[-1]
+    lines = [line for line in err.strip().splitlines() if not re.match(r"\[(WARNING|ERROR)\] ME\(", line)]
+    last = lines[-1]
     assert code == 2, err
     assert "Traceback" not in err, err
+    assert len(lines) == 1, err
     assert re.match(r"^(train|eval|prepare_data)\.py: error: ", last), last
     for needle in needles:
         assert needle in last, f"{needle!r} not in {last!r}"
@@ -372,7 +375,10 @@ class TestCommandLineErrors:
         (("--global_batch_size", "64", "--accumulation_steps", "2"), "'--global_batch_size' sets N (G / (devices x "
                                                                      "--batch_size)), but "
                                                                      "'--gradient_accumulation_steps' was given too"),
-        (("--log_every", "-1"), "'--log_every' must be an int >= 0, but got -1"),
+        (("--log_every", "-1"), "argument --log_every: must be an int >= 0, but got '-1' (see --help)"),
+        (("--save_state_every", "-1"), "argument --save_state_every: must be an int >= 0, but got '-1' (see --help)"),
+        (("--batch_size", "auto"), "but '--global_batch_size' and '--max_memory' were not given"),
+        (("--batch_size", "auto", "--max_memory", "1GiB"), "but '--global_batch_size' was not given"),
         (("--trainer", "functional", "--save_state_every", "5"), "'--save_state_every' is an option of '--trainer "
                                                                  "driver' and '--trainer model_accu'"),
         (("--trainer", "model_accu", "--on_out_of_memory", "halve"), "'--on_out_of_memory halve' reruns a window "
@@ -402,7 +408,7 @@ class TestCommandLineErrors:
 
     def test_missing_data_path(self, tmp_path):
         assert_one_line_error(run_script("train.py", "--data_path", tmp_path / "none", check=False),
-                              "'data_path' must be a directory", "does not exist. Lay out Fashion-MNIST there with "
+                              "'--data_path' must be a directory", "does not exist. Lay out Fashion-MNIST there with "
                               "'bash scripts/fashion_mnist.sh .venv/bin/python'")
 
     def test_data_path_without_idx_files(self, tmp_path):
@@ -457,9 +463,9 @@ class TestCommandLineErrors:
                               "count: keep --lr_scaling as it was")
 
     @pytest.mark.parametrize("flags, message", [
-        (("--accumulation_schedule", "2:2"), "argument --accumulation_schedule: For 'train.py', "
-                                             "'--accumulation_schedule' must say how many micro-batches the first "
-                                             "windows hold (an entry for update 0)"),
+        (("--accumulation_schedule", "2:2"), "argument --accumulation_schedule: must say how many micro-batches the "
+                                             "first windows hold (an entry for update 0), but got {2: 2}. Add 0: N "
+                                             "(see --help)"),
         (("--adaptive_steps", "0:8"), "argument --adaptive_steps: must be MIN:MAX with 1 <= MIN <= MAX"),
         (("--goodput_steps", "1:8"), "'--goodput_steps' must have MIN >= 2 on one device, but got MIN = 1"),
         (("--adaptive_steps", "2:8", "--accumulation_schedule", "0:2"), "'--accumulation_schedule' and "
@@ -481,7 +487,8 @@ class TestCommandLineErrors:
 
     def test_missing_checkpoint(self, tmp_path):
         assert_one_line_error(run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "no.ckpt",
-                                         check=False), "does not exist")
+                                         check=False),
+                              "'--ckpt_path' must be an existing checkpoint file", "does not exist")
         assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, "--resume", tmp_path / "no.ckpt",
                                          check=False), "'--resume' must be an existing checkpoint file")
 
@@ -498,6 +505,29 @@ class TestCommandLineErrors:
         ms.save_checkpoint(nn.Dense(3, 2), other)
         assert_one_line_error(run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", other, check=False),
                               "must be a checkpoint of LeNet5", "belongs to another network", "conv1.weight")
+
+    def test_checkpoint_of_the_other_network_names_its_flag(self, tmp_path):
+        other = str(tmp_path / "lenet.ckpt")
+        ms.save_checkpoint(LeNet5(), other)
+        assert_one_line_error(run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", other, "--network",
+                                         "resnet18", check=False),
+                              "'--ckpt_path' must be a checkpoint of MindCV's ResNet18 (--network resnet18; pass "
+                              "--network lenet5 for a checkpoint of that network)")
+
+    def test_eval_and_prepare_data_flags(self, tmp_path):
+        assert_one_line_error(run_script("eval.py", "--ckpt_path", tmp_path / "x.ckpt", "--batch_size", "0",
+                                         check=False), "argument --batch_size: must be an int >= 1, but got '0'")
+        assert_one_line_error(run_script("prepare_data.py", "--dest", tmp_path / "d", "--train_limit", "-5",
+                                         check=False), "argument --train_limit: must be an int >= 1, but got '-5'")
+
+    def test_an_exact_state_of_another_trainer_names_the_trainer(self, tmp_path):
+        common = ("--data_path", SAMPLE, "--num_samples", 256, "--batch_size", 32, "--accumulation_steps", 2,
+                  "--log_every", 0, "--save_state_every", 1, "--ckpt_path", tmp_path, "--epoch_size", 1)
+        run_script("train.py", *common)
+        assert_one_line_error(run_script("train.py", "--resume", tmp_path, "--trainer", "model_accu", *common,
+                                         check=False),
+                              "is the exact state of a '--trainer driver' run, whose buffers this run's '--trainer "
+                              "model_accu' does not hold: pass --trainer driver")
 
     def test_checkpoint_with_other_shapes(self, tmp_path):
         other = str(tmp_path / "lenet3.ckpt")
@@ -595,8 +625,9 @@ def test_train_py_plans_the_micro_batch_for_a_memory_budget(tmp_path):
     code, out, err = run_script("train.py", *common, "--max_memory", "64MiB", "--ckpt_path", tmp_path / "small",
                                 check=False, env={"TMPDIR": str(scratch)})
     assert code == 2, (out, err)
-    assert re.search(r"'max_memory' must hold the smallest micro-batch \(1\), which peaked at \d+ MiB, but got 64 "
-                     r"MiB", err), err
+    peak = re.search(r"^train.py: error: '--max_memory' must hold the smallest micro-batch \(1\), which peaked at "
+                     r"(\d+) MiB, but got 64MiB: pass --max_memory (\d+)MiB or more", err, re.M)
+    assert peak and peak.group(1) == peak.group(2), err
     assert not glob.glob(str(tmp_path / "small" / "*.ckpt")), "a refused plan trained"
     _, out, _ = run_script("train.py", *common, "--max_memory", "8GiB", "--ckpt_path", tmp_path / "large",
                            env={"TMPDIR": str(scratch)})

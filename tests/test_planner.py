@@ -91,10 +91,11 @@ def test_the_plan_is_printed_as_a_table_and_one_line(capsys):
 def test_bad_input_is_refused_before_anything_is_measured_or_trained():
     asked = []
     measure = linear_measure(200, 10, log=asked)
-    with pytest.raises(ValueError, match=r"For 'plan_micro_batch', 'max_memory' must hold the smallest micro-batch "
-                                         r"\(1\), which peaked at 210 MiB, but got 100 MiB. Raise 'max_memory' to at "
-                                         r"least 210 MiB"):
+    refusal = (r"For 'plan_micro_batch', 'max_memory' must hold the smallest micro-batch \(1\), which peaked at 210 "
+               r"MiB, but got 100 MiB. Raise 'max_memory' to at least 210 MiB")
+    with pytest.raises(ms_accum.MemoryBudgetError, match=refusal) as refused:
         ms_accum.plan_micro_batch(measure, 64, "100MiB", verbose=False)
+    assert (refused.value.micro_batch, refused.value.peak, refused.value.budget) == (1, 210 * MIB, 100 * MIB)
     assert asked == [1], "after the smallest size does not fit, nothing more is measured"
     asked.clear()
     with pytest.raises(ValueError, match=r"'global_batch_size' must be a multiple of the 4 devices, .* but got 30. "

@@ -41,7 +41,7 @@ def create_dataset(data_path, batch_size=32, split="train", shuffle=None, num_pa
     if split not in ("train", "test"):
         raise ValueError(f"For 'create_dataset', 'split' must be 'train' or 'test', but got {split!r}.")
     if not os.path.isdir(data_path):
-        raise DataError(f"'data_path' must be a directory holding train/ and test/, but {data_path!r} "
+        raise DataError(f"'--data_path' must be a directory holding train/ and test/, but {data_path!r} "
                         f"does not exist. Lay out Fashion-MNIST there with 'bash scripts/fashion_mnist.sh "
                         f".venv/bin/python' (data/fashion-mnist) or 'model_zoo_lenet/prepare_data.py --source DIR "
                         f"--dest {data_path}', or use the bundled sample: --data_path model_zoo_lenet/data/"

@@ -61,7 +61,7 @@ def check_split_dir(directory, split):
     """
     images, labels = SPLITS[split]
     if not os.path.isdir(directory):
-        raise DataError(f"'data_path' must contain a directory '{directory}' with the MNIST-format files "
+        raise DataError(f"'--data_path' must contain a directory '{directory}' with the MNIST-format files "
                         f"{images} and {labels}, but it does not exist.")
     paths = find_split(directory, split)
     if paths is None:

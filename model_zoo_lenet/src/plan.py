@@ -2,6 +2,7 @@
 very script, run at a few micro-batch sizes in fresh processes (--measure_micro_batch B: a short run of the same
 job whose peak memory and speed it prints, then exits)."""
 import argparse
+import math
 import shutil
 import sys
 import tempfile
@@ -37,7 +38,8 @@ def check_planning_flags(args):
                                             ("--max_memory", args.max_memory)) if value is None]
         if missing:
             raise ValueError(f"'--batch_size auto' plans the micro-batch for a global batch and a memory budget, but "
-                             f"{' and '.join(repr(flag) for flag in missing)} was not given: pass --global_batch_size "
+                             f"{' and '.join(repr(flag) for flag in missing)} "
+                             f"{'was' if len(missing) == 1 else 'were'} not given: pass --global_batch_size "
                              f"G --max_memory SIZE (such as 3GiB), or a --batch_size number.")
         ms_accum.parse_memory(args.max_memory, "train.py", "--max_memory")
         if args.trainer not in (None, "driver") or args.parallel_mode != "stand_alone":
@@ -62,6 +64,11 @@ def plan(script, argv, args, world):
     try:
         with ms_accum.FreshProcessMeasure(command, preload=("mindspore", "ms_accum")) as measure:
             result = ms_accum.plan_micro_batch(measure, args.global_batch_size, args.max_memory, devices=world)
+    except ms_accum.MemoryBudgetError as error:
+        least = math.ceil(error.peak / 2 ** 20)
+        raise ValueError(f"'--max_memory' must hold the smallest micro-batch ({error.micro_batch}), which peaked at "
+                         f"{least} MiB, but got {args.max_memory}: pass --max_memory {least}MiB or more, or train a "
+                         f"smaller model.") from error
     except RuntimeError as error:  # a measuring process failed: its own error ends the message
         raise ValueError(f"'--batch_size auto' could not plan: {error}") from error
     finally:  # the measuring runs' checkpoints

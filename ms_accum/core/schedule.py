@@ -261,8 +261,10 @@ def max_updates(smallest, micro_batches_per_epoch, epochs, partial_window):
 def schedule_argument(text):
     """argparse type: a schedule 'first_update:N,...' (or a plain N)."""
     import argparse  # pylint: disable=import-outside-toplevel
+    owner, arg_name = "train.py", "--accumulation_schedule"
     try:
-        return AccumulationSchedule(int(text) if text.strip().isdigit() else text, "train.py",
-                                    "--accumulation_schedule")
-    except (TypeError, ValueError) as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        return AccumulationSchedule(int(text) if text.strip().isdigit() else text, owner, arg_name)
+    except (TypeError, ValueError) as error:  # argparse names the flag: "argument --accumulation_schedule: must ..."
+        message = str(error)
+        named = f"For '{owner}', '{arg_name}' "
+        raise argparse.ArgumentTypeError(message[len(named):] if message.startswith(named) else message) from None

@@ -19,7 +19,7 @@ import mindspore as ms
 from mindspore import nn
 
 from ..core.compiled import first_line
-from .argtypes import positive_float, positive_int
+from .argtypes import OneLineParser, positive_float, positive_int
 from .equivalence import CELLS, check_equivalence
 
 
@@ -48,7 +48,7 @@ def _shape(text):
 
 def main(argv=None):
     """Command-line entry point; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="python -m ms_accum.check", description=__doc__,
+    parser = OneLineParser(prog="python -m ms_accum.check", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--network", required=True, help="factory of the network, 'package.module:callable'")
     parser.add_argument("--input-shape", type=_shape, required=True, help="one sample's shape, for example 1,32,32")

@@ -17,13 +17,16 @@ BUFFER_WRITERS = {"grad_sum.": "GradientAccumulation (the driver) or the three s
                   "accu_grads.": "TrainAccuStepsCell (Model_ACCU) or Accumulator"}
 
 
+def buffer_prefix(names):
+    """The prefix of :data:`BUFFER_WRITERS` that the parameter `names` hold buffers under, or None."""
+    names = list(names)
+    return next((prefix for prefix in BUFFER_WRITERS if any(name.startswith(prefix) for name in names)), None)
+
+
 def buffer_writer(names):
     """Which ms_accum paths keep their buffers under the parameter `names` (a description), or None."""
-    names = list(names)
-    for prefix, paths in BUFFER_WRITERS.items():
-        if any(name.startswith(prefix) for name in names):
-            return paths
-    return None
+    prefix = buffer_prefix(names)
+    return None if prefix is None else BUFFER_WRITERS[prefix]
 
 
 def is_accumulation_buffer(name):

@@ -183,6 +183,35 @@ def micro_batch_candidates(global_batch_size, devices=1, owner="plan_micro_batch
     return [b for b in range(1, per_device + 1) if per_device % b == 0]
 
 
+class MemoryBudgetError(ValueError):
+    """
+    :func:`plan_micro_batch`'s budget cannot hold the smallest micro-batch. A ValueError; a command line that
+    planned for a flag of its own can say what to pass from its attributes.
+
+    Args:
+        message (str): The error's text.
+        micro_batch (int): The smallest micro-batch the plan could take.
+        peak (int): Its measured peak, bytes (the largest over the devices).
+        budget (int): The budget, bytes.
+
+    Supported Platforms:
+        ``Ascend`` ``GPU`` ``CPU``
+
+    Examples:
+        >>> import ms_accum
+        >>> measure = lambda b: ms_accum.Measurement(b, (90 + 10 * b) * 2 ** 20)
+        >>> try:
+        ...     ms_accum.plan_micro_batch(measure, 16, "64MiB", verbose=False)
+        ... except ms_accum.MemoryBudgetError as err:
+        ...     print(err.micro_batch, err.peak // 2 ** 20, err.budget // 2 ** 20)
+        1 100 64
+    """
+
+    def __init__(self, message, micro_batch, peak, budget):
+        super().__init__(message)
+        self.micro_batch, self.peak, self.budget = micro_batch, peak, budget
+
+
 def _gather_peaks(peak, world):
     """The largest of every rank's `peak` (MiB precision), so that every rank plans from the same figures."""
     if world == 1:
@@ -225,8 +254,9 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
             `max_measurements` is not an integer, or `measure` returns no Measurement.
         ValueError: If `global_batch_size` or `devices` is < 1, G is not a multiple of `devices`
             (naming the nearest values that are), `max_memory` is not a size > 0, `prefer` is not one of
-            "largest" and "fastest", `max_measurements` < 2, or the smallest micro-batch needs more than
-            `max_memory` (naming its measured peak).
+            "largest" and "fastest", or `max_measurements` < 2.
+        MemoryBudgetError: If the smallest micro-batch needs more than `max_memory` (naming its measured peak).
+            A ValueError.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -263,9 +293,10 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
 
     smallest = take(candidates[0])
     if smallest.peak > budget:
-        raise ValueError(f"For '{owner}', 'max_memory' must hold the smallest micro-batch ({candidates[0]}), which "
-                         f"peaked at {format_bytes(smallest.peak)}, but got {format_bytes(budget)}. Raise "
-                         f"'max_memory' to at least {format_bytes(smallest.peak)}, or train a smaller model.")
+        raise MemoryBudgetError(f"For '{owner}', 'max_memory' must hold the smallest micro-batch ({candidates[0]}), "
+                                f"which peaked at {format_bytes(smallest.peak)}, but got {format_bytes(budget)}. "
+                                f"Raise 'max_memory' to at least {format_bytes(smallest.peak)}, or train a smaller "
+                                f"model.", candidates[0], smallest.peak, budget)
     if len(candidates) == 1:
         model = MemoryModel(float(smallest.peak), 0.0)
         return _plan(candidates[0], global_batch_size, devices, budget, model, measurements, candidates, verbose)
