@@ -734,3 +734,23 @@ def test_an_adaptive_cosine_run_with_a_rule_resumed_mid_window_equals_the_uninte
     for key, value in full.items():
         if key not in ("epoch_num", "step_num"):
             np.testing.assert_allclose(resumed[key].asnumpy(), value.asnumpy(), rtol=1e-6, atol=1e-7, err_msg=key)
+
+
+@pytest.mark.parametrize("grad_sq, trace, shown", [
+    (0.0, 0.0, "noise scale not estimated, N now 4"),  # no window measured yet
+    (-0.5, 2.0, "noise scale none now (smoothed |G|^2 <= 0), N now 4"),  # measured; the noise swamps the signal
+    (0.5, 2.0, "noise scale 4 samples, N now 4"),
+])
+def test_the_functional_epoch_line_tells_an_estimate_not_made_from_one_lost(grad_sq, trace, shown):
+    """The functional trainer's epoch line: 'not yet estimated' also stood after estimates had been made and N had
+    moved (N now 4 of MIN 2), once the smoothed |G|^2 fell to 0 or below."""
+    from src.functional_train import _noise_summary  # pylint: disable=import-outside-toplevel
+
+    class Records:  # an Accumulator's smoothed noise records and its next N
+        noise_records = tuple(ms.Tensor(value, ms.float32) for value in (0.0, 0.0, grad_sq, trace))
+
+        @staticmethod
+        def next_window_steps():
+            return 4
+
+    assert _noise_summary(Records()) == ", " + shown

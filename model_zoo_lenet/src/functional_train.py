@@ -152,5 +152,8 @@ def _noise_summary(accumulator):
         return ""
     _, _, grad_sq, trace = (float(value.asnumpy()) for value in accumulator.noise_records)
     noise = noise_scale_of(grad_sq, trace)
-    shown = "not yet estimated" if math.isnan(noise) else f"{noise:.0f} samples"
+    # NaN: no window measured yet, or the smoothed |G|^2 is not > 0 now (the noise swamps the signal); an adaptive
+    # N then stays where an earlier estimate put it
+    shown = ("not estimated" if grad_sq == 0.0 else "none now (smoothed |G|^2 <= 0)") if math.isnan(noise) else \
+        f"{noise:.0f} samples"
     return f", noise scale {shown}, N now {accumulator.next_window_steps()}"
