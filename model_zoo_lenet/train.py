@@ -233,9 +233,10 @@ def parse_args(argv):
 
 
 class EpochSummary(Callback):
-    """Prints one line per epoch: the updates this process ran in it and the samples they trained on every device
-    (read from `telemetry`'s records: a resumed epoch counts what ran after the resume, and a dropped micro-batch
-    nothing), the time and throughput, and the run's time left as `telemetry`'s update lines estimate it."""
+    """Prints one line per epoch: the updates that ended in it on this process and the samples they trained on
+    every device (read from `telemetry`'s records: a resumed epoch counts the updates that ended after the resume,
+    a window's micro-batches from before it included, a window carried on or dropped at the epoch's end nothing),
+    the time and throughput, and the run's time left as `telemetry`'s update lines estimate it."""
 
     def __init__(self, telemetry):
         super().__init__()
