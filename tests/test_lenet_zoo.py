@@ -11,6 +11,8 @@ import pytest
 import mindspore as ms
 from mindspore import nn, ops
 
+import ms_accum
+
 from helpers import (ACCURACY, SAMPLE, assert_equals_large_batch, assert_noise_records_match, functional_reference,
                      large_batch, noise_reference, reference_run, rounding_rtol, run_script)
 from src.dataset import create_dataset
@@ -60,7 +62,7 @@ class TestDataset:
         assert sum(int(label.shape[0]) for _, label in data.create_tuple_iterator(num_epochs=1)) == 1000
 
     def test_missing_directory(self, tmp_path):
-        with pytest.raises(DataError, match="'data_path' must be a directory holding train/ and test/"):
+        with pytest.raises(DataError, match="'--data_path' must be a directory holding train/ and test/"):
             create_dataset(str(tmp_path / "nope"))
 
     def test_directory_without_idx_files_names_them(self, tmp_path):
@@ -754,3 +756,27 @@ def test_the_functional_epoch_line_tells_an_estimate_not_made_from_one_lost(grad
             return 4
 
     assert _noise_summary(Records()) == ", " + shown
+
+
+def test_the_functional_loop_closes_the_telemetry_csv_when_training_raises(tmp_path):
+    """The functional trainer enters its WindowTelemetry as MindSpore's callback manager does for the others: a
+    failure (here writing the epoch checkpoint) leaves the CSV closed with the epoch's rows."""
+    from src.functional_train import train_functional  # pylint: disable=import-outside-toplevel
+
+    class FailingFiles:  # an EpochFiles whose disk is full
+        @staticmethod
+        def write(*_):
+            raise OSError("no space left on device")
+
+    net = LeNet5()
+    path = str(tmp_path / "telemetry.csv")
+    telemetry = ms_accum.WindowTelemetry(csv_path=path, print_every=0)
+    with pytest.raises(OSError, match="no space left"):
+        train_functional(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                         nn.Momentum(net.trainable_params(), 0.01, 0.9),
+                         create_dataset(SAMPLE, 32, "train", num_samples=128), 1, 2, FailingFiles(), log_every=0,
+                         telemetry=telemetry)
+    fds = "/proc/self/fd"
+    assert os.path.realpath(path) not in {os.path.realpath(os.path.join(fds, fd)) for fd in os.listdir(fds)}
+    with open(path, encoding="utf-8") as f:
+        assert len(f.read().strip().splitlines()) == 1 + 2  # the header and the epoch's 2 windows

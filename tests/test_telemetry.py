@@ -55,6 +55,39 @@ def test_driver_records_every_window(tmp_path, exec_mode, capsys):
     assert all(re.search(r"\| [0-9]+ items/s, [0-9]+ s left$", line) for line in printed), printed
 
 
+class _FailsAtUpdate(Callback):
+    """Raises at the end of update `update`: training that fails midway."""
+
+    def __init__(self, update):
+        super().__init__()
+        self.update = update
+
+    def on_train_step_end(self, run_context):
+        if run_context.original_args().cur_step_num == self.update:
+            raise RuntimeError("a failure at update 2")
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_the_csv_is_closed_with_its_rows_when_training_raises(trainer, tmp_path):
+    """A run that raises at update 2 leaves the CSV closed (the file held open until collected before) with the rows
+    of the updates done: on_train_end is not called then, but MindSpore's callback manager exits each callback."""
+    net, loss, opt = build("momentum")
+    path = str(tmp_path / "telemetry.csv")
+    telemetry = ms_accum.WindowTelemetry(csv_path=path, print_every=0)
+    callbacks = [telemetry, _FailsAtUpdate(2)]
+    data = numpy_dataset(micro_batches([4] * 8))
+    with pytest.raises(RuntimeError, match="a failure at update 2"):
+        if trainer == "driver":
+            ms_accum.GradientAccumulation(net, loss, opt).train_process(1, data, 2, callbacks=callbacks,
+                                                                       ckpt_path=None, log_every=0)
+        else:
+            cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, accumulation_steps=2)
+            ms_accum.Model_ACCU(cell).train(1, data, callbacks=callbacks, dataset_sink_mode=False)
+    assert os.path.realpath(path) not in open_files()
+    with open(path, encoding="utf-8") as f:
+        assert [int(row["update"]) for row in csv.DictReader(f)] == [1, 2]
+
+
 def test_the_pace_leaves_out_the_first_update(capsys):
     """The first update compiles: its line gives its time, and the throughput and time left start after it."""
     net, loss, optimizer = build("sgd")

@@ -6,6 +6,7 @@ every epoch (flush, drop, or carry the window on). Checkpoints have train.py's f
 epoch_num, step_num), so eval.py and --resume read them. With a WindowTelemetry (--telemetry_csv), each window
 is a row, as with the other trainers.
 """
+import contextlib
 import math
 import time
 from functools import partial
@@ -45,43 +46,45 @@ def train_functional(net, loss_fn, optimizer, dataset, epochs, steps, files, cli
         iterator = dataset.create_tuple_iterator(num_epochs=epochs)
     state = ms_accum.TrainState(loss_net, optimizer)
     last, done = None, int(accumulator.accu_windows.asnumpy())
-    rows = None if telemetry is None else _WindowRows(telemetry, accumulator, optimizer, epochs, micro_per_epoch,
-                                                     initial_epoch, done)
-    for epoch in range(initial_epoch + 1, epochs + 1):
-        # samples of the epoch's updates, as the other trainers count them: a window carried in from the epoch
-        # before counts here, one carried on or dropped at its end does not
-        start, micro, samples = time.time(), 0, _open_samples(accumulator)
-        for images, labels in iterator:
-            if rows is not None:
-                rows.opens(epoch)
-            loss, ended = train_step(images, labels)
-            if rows is not None:
-                rows.added(loss, images.shape[0], ended)
-            micro += 1
-            if log_every and micro % log_every == 0:  # reads the device only when printing
-                print(f"epoch {epoch} micro-batch {micro}/{micro_per_epoch}: "
-                      f"{int(accumulator.accu_windows.asnumpy())} updates so far, micro-batch loss "
-                      f"{float(loss.asnumpy()):.4f}", flush=True)
-            samples += images.shape[0]
-        if partial_window != "flush" and not (partial_window == "carry" and epoch == epochs):
-            samples -= _open_samples(accumulator)
-        if partial_window == "flush" or (partial_window == "carry" and epoch == epochs):
-            accumulator.flush()
-            if rows is not None:
-                rows.flushed()
-        elif partial_window == "drop":
-            accumulator.drop()
-            if rows is not None:
-                rows.dropped()
-        before, done = done, int(accumulator.accu_windows.asnumpy())
-        last = files.write(state, epoch, done - before, done)
-        elapsed = time.time() - start
-        skipped = int(float(accumulator.accu_skipped_windows.asnumpy()))
-        print(f"epoch {epoch}/{epochs}: {done - before} updates, {samples} samples in {elapsed:.1f} s "
-              f"({samples / elapsed:.0f} samples/s){_noise_summary(accumulator)}"
-              f"{f', {skipped} windows skipped (not finite) so far' if skipped else ''}", flush=True)
-    if rows is not None:
-        rows.end()
+    # the CSV is closed also when training raises (MindSpore's callback manager does so for the other trainers)
+    with contextlib.nullcontext() if telemetry is None else telemetry:
+        rows = None if telemetry is None else _WindowRows(telemetry, accumulator, optimizer, epochs, micro_per_epoch,
+                                                         initial_epoch, done)
+        for epoch in range(initial_epoch + 1, epochs + 1):
+            # samples of the epoch's updates, as the other trainers count them: a window carried in from the epoch
+            # before counts here, one carried on or dropped at its end does not
+            start, micro, samples = time.time(), 0, _open_samples(accumulator)
+            for images, labels in iterator:
+                if rows is not None:
+                    rows.opens(epoch)
+                loss, ended = train_step(images, labels)
+                if rows is not None:
+                    rows.added(loss, images.shape[0], ended)
+                micro += 1
+                if log_every and micro % log_every == 0:  # reads the device only when printing
+                    print(f"epoch {epoch} micro-batch {micro}/{micro_per_epoch}: "
+                          f"{int(accumulator.accu_windows.asnumpy())} updates so far, micro-batch loss "
+                          f"{float(loss.asnumpy()):.4f}", flush=True)
+                samples += images.shape[0]
+            if partial_window != "flush" and not (partial_window == "carry" and epoch == epochs):
+                samples -= _open_samples(accumulator)
+            if partial_window == "flush" or (partial_window == "carry" and epoch == epochs):
+                accumulator.flush()
+                if rows is not None:
+                    rows.flushed()
+            elif partial_window == "drop":
+                accumulator.drop()
+                if rows is not None:
+                    rows.dropped()
+            before, done = done, int(accumulator.accu_windows.asnumpy())
+            last = files.write(state, epoch, done - before, done)
+            elapsed = time.time() - start
+            skipped = int(float(accumulator.accu_skipped_windows.asnumpy()))
+            print(f"epoch {epoch}/{epochs}: {done - before} updates, {samples} samples in {elapsed:.1f} s "
+                  f"({samples / elapsed:.0f} samples/s){_noise_summary(accumulator)}"
+                  f"{f', {skipped} windows skipped (not finite) so far' if skipped else ''}", flush=True)
+        if rows is not None:
+            rows.end()
     return last
 
 

@@ -283,6 +283,14 @@ class WindowTelemetry(Callback):
 
     def on_train_end(self, run_context):
         """Close the CSV file (its rows are flushed as they are written)."""
+        self._close()
+
+    def __exit__(self, *err):
+        """Close the CSV file also when training raises: MindSpore's callback manager, which the driver and
+        Model.train run the callbacks in, exits each callback either way (on_train_end is not called then)."""
+        self._close()
+
+    def _close(self):
         if self._file:
             self._file.close()
             self._file = self._writer = None
