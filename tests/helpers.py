@@ -626,12 +626,15 @@ def own_loop(path, seed, steps=3, make=None):
 
 
 class StopAt(Callback):
-    """Request a stop once `update` updates are done (a stop at an update boundary, as a scheduler's would)."""
+    """Request a stop once `update` updates are done (a stop at an update boundary, as a scheduler's would), or
+    with `error` raise it there instead (training that fails midway)."""
 
-    def __init__(self, update):
+    def __init__(self, update, error=None):
         super().__init__()
-        self.update = update
+        self.update, self.error = update, error
 
     def on_train_step_end(self, run_context):
         if run_context.original_args().cur_step_num == self.update:
+            if self.error is not None:
+                raise self.error
             run_context.request_stop()

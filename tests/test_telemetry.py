@@ -12,7 +12,7 @@ from mindspore.train import Callback
 
 import ms_accum
 from ms_accum.trainers import telemetry as telemetry_module
-from helpers import build, concat, micro_batches, numpy_dataset, run_script
+from helpers import StopAt, build, concat, micro_batches, numpy_dataset, run_script
 from test_model_accu import fake_device  # noqa: F401  (the sink tests' device seams)
 
 
@@ -55,18 +55,6 @@ def test_driver_records_every_window(tmp_path, exec_mode, capsys):
     assert all(re.search(r"\| [0-9]+ items/s, [0-9]+ s left$", line) for line in printed), printed
 
 
-class _FailsAtUpdate(Callback):
-    """Raises at the end of update `update`: training that fails midway."""
-
-    def __init__(self, update):
-        super().__init__()
-        self.update = update
-
-    def on_train_step_end(self, run_context):
-        if run_context.original_args().cur_step_num == self.update:
-            raise RuntimeError("a failure at update 2")
-
-
 @pytest.mark.parametrize("trainer", ["driver", "model_accu"])
 def test_the_csv_is_closed_with_its_rows_when_training_raises(trainer, tmp_path):
     """A run that raises at update 2 leaves the CSV closed (the file held open until collected before) with the rows
@@ -74,7 +62,7 @@ def test_the_csv_is_closed_with_its_rows_when_training_raises(trainer, tmp_path)
     net, loss, opt = build("momentum")
     path = str(tmp_path / "telemetry.csv")
     telemetry = ms_accum.WindowTelemetry(csv_path=path, print_every=0)
-    callbacks = [telemetry, _FailsAtUpdate(2)]
+    callbacks = [telemetry, StopAt(2, RuntimeError("a failure at update 2"))]
     data = numpy_dataset(micro_batches([4] * 8))
     with pytest.raises(RuntimeError, match="a failure at update 2"):
         if trainer == "driver":
