@@ -303,10 +303,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 `lr_scaling`, than the reference steps the run reaches), or in data parallel the devices' datasets
                 hold different numbers of micro-batches.
         """
-        settings = RunSettings(epoch, train_dataset, gradient_accumulation_steps, dict(
-            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
-            global_batch_size, plan, partial_window, initial_epoch, resume_from, self._state_path,
-            self._save_state_every, max_nonfinite_windows, callbacks)
+        settings = self._settings(epoch, train_dataset, callbacks, initial_epoch, dict(
+            resume_from=resume_from, partial_window=partial_window, max_nonfinite_windows=max_nonfinite_windows,
+            global_batch_size=global_batch_size, plan=plan, gradient_accumulation_steps=gradient_accumulation_steps,
+            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step))
         return self._plan_and_run("Model_ACCU.train", settings, dataset_sink_mode, sink_size, lambda epochs, carried:
                                   super(Model_ACCU, self).train(epochs, train_dataset, carried, dataset_sink_mode,
                                                                 sink_size, initial_epoch))
@@ -335,16 +335,21 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             raise TypeError(f"For 'Model_ACCU.fit', the keyword arguments beyond Model.fit's must be those of "
                             f"Model_ACCU.train ({', '.join(_TRAIN_OPTIONS)}), but got {', '.join(map(repr, unknown))}.")
         _check_validation(valid_dataset, valid_frequency)
-        aliases = {name: options.get(name) for name in ("accumulation_steps", "mini_steps", "accumulate_step")}
-        settings = RunSettings(epoch, train_dataset, options.get("gradient_accumulation_steps"), aliases,
-                               options.get("global_batch_size"), options.get("plan"),
-                               options.get("partial_window", "flush"), initial_epoch, options.get("resume_from"),
-                               self._state_path, self._save_state_every,
-                               options.get("max_nonfinite_windows", DEFAULT_MAX_NONFINITE_WINDOWS), callbacks)
+        settings = self._settings(epoch, train_dataset, callbacks, initial_epoch, options)
         return self._plan_and_run("Model_ACCU.fit", settings, dataset_sink_mode, sink_size, lambda epochs, carried:
                                   super(Model_ACCU, self).fit(epochs, train_dataset, valid_dataset, valid_frequency,
                                                               carried, dataset_sink_mode, valid_dataset_sink_mode,
                                                               sink_size, initial_epoch))
+
+    def _settings(self, epoch, train_dataset, callbacks, initial_epoch, options):
+        """The RunSettings of a train or fit call: `options` are its keyword arguments beyond Model's
+        (:data:`_TRAIN_OPTIONS`); one it leaves out takes RunSettings' default, which is train's."""
+        aliases = {name: options.get(name) for name in ("accumulation_steps", "mini_steps", "accumulate_step")}
+        given = {name: options[name] for name in ("global_batch_size", "plan", "partial_window", "resume_from",
+                                                  "max_nonfinite_windows") if name in options}
+        return RunSettings(epoch, train_dataset, options.get("gradient_accumulation_steps"), aliases,
+                           initial_epoch=initial_epoch, state_path=self._state_path,
+                           save_state_every=self._save_state_every, callbacks=callbacks, **given)
 
     def _plan_and_run(self, owner, settings, dataset_sink_mode, sink_size, launch):
         """Plan the run (`settings`, checked once), then `launch(epochs, callbacks)` Model's training with the plan
