@@ -49,7 +49,7 @@ def _shape(text):
 def main(argv=None):
     """Command-line entry point; returns the exit code."""
     parser = OneLineParser(prog="python -m ms_accum.check", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--network", required=True, help="factory of the network, 'package.module:callable'")
     parser.add_argument("--input-shape", type=_shape, required=True, help="one sample's shape, for example 1,32,32")
     parser.add_argument("--num-classes", type=positive_int, required=True,
