@@ -126,15 +126,17 @@ NOISES = [math.nan] * 3 + [384.0] * 9 + [1000.0] * 10 + [50.0] * 10 + [math.nan]
 
 def test_calibration_then_decisions():
     """Three windows at N=2, three at N=4 (the policy's, whatever the noise), the constants frozen at the sixth;
-    then a decision every 5 windows from the frozen constants (Q = t_end B / (t_micro c)); NaN keeps N."""
+    the first decision at the end of the window after it, then one every 5 windows from the frozen constants
+    (Q = t_end B / (t_micro c)); NaN keeps N."""
     policy = GoodputAccumulation(2, 64, interval=5, calibration_windows=3)
     chosen = run_policy(policy, NOISES)
     assert policy.frozen and policy.device_constants == pytest.approx((0.5, 1.0))
     assert chosen[:6] == [2, 2, 2, 4, 4, 4]
-    # window 5 is the last of the calibration, decided before its time came in: N stays 4 until the decision after
-    # window 9 (B = 384: Q = 24, N = 5), after 14 and 19 (B = 1000: Q = 62.5, N = 8), after 24 and 29 (B = 50:
+    # window 5 is the last of the calibration, window 6's N decided before its time came in: 4; the first decision
+    # after window 6 (B = 384: Q = 24, N = 5; it stayed 4 until the decision after window 9, interval - 1 windows
+    # more), then after 9 (the same), after 14 and 19 (B = 1000: Q = 62.5, N = 8), after 24 and 29 (B = 50:
     # Q = 3.125, N = 2), after 34 (no estimate: N stays)
-    assert chosen[6:] == [4] * 4 + [5] * 5 + [8] * 10 + [2] * 12, chosen
+    assert chosen[6:] == [4] + [5] * 8 + [8] * 10 + [2] * 12, chosen
 
 
 def test_policy_with_given_constants_decides_from_the_first_interval():
@@ -195,7 +197,7 @@ def test_a_calibration_below_the_timing_noise_warns_and_keeps_the_smallest_n():
                                          r".* pass 'calibration_steps' further apart \(such as \(1, 8\)\)"):
         chosen = run_policy(policy, [1000.0] * 12, times=times)
     assert policy.frozen and policy.device_constants == pytest.approx(((1 * 0.0288 + 2 * 0.0280) / 5, 0.0))
-    assert chosen == [1, 1, 2, 2, 2, 2] + [1] * 6, chosen  # calibration; N = 2 until the first decision, then 1
+    assert chosen == [1, 1, 2, 2, 2] + [1] * 7, chosen  # calibration; N = 2 until the first decision, then 1
     resumed = GoodputAccumulation(1, 8, interval=2, calibration_windows=2)
     resumed.load_state_dict(policy.state_dict())
     assert resumed.next_steps(2, 13, 1000.0, 32.0) == 1
@@ -257,7 +259,7 @@ def test_observe_and_load_errors():
 DEVICE_POLICY = GoodputAccumulation(2, 32, interval=5, calibration_windows=3).device_policy
 DEVICE_GRID = list(itertools.product(
     (2, 3, 4, 9, 32),                                                       # current N
-    (0, 1, 2, 3, 4, 5, 9, 14),                                              # window index
+    (0, 1, 2, 3, 4, 5, 6, 7, 9, 14),                                        # window index (6: the first decision)
     ((1.0, 0.0), (1.0, 50.0), (0.5, 192.0), (0.25, 250.0), (1e-3, 30.0), (0.0, 5.0), (-1.0, 5.0), (1.0, math.nan),
      (1.0, -3.0)),                                                          # smoothed |G|^2, tr(Sigma)
     ((64.0, 2), (96.0, 3), (32.0, 1), (0.0, 1)),                            # items, micro-batches
@@ -309,4 +311,4 @@ def test_device_rule_on_scalars():
     """The engine's call: scalar Tensors, as a window's end holds them."""
     scalar = [Tensor(4, ms.int32), Tensor(9, ms.int32), Tensor(1.0, ms.float32), Tensor(384.0, ms.float32),
               Tensor(64.0, ms.float32), Tensor(2, ms.int32), Tensor(0.5, ms.float32), Tensor(1.0, ms.float32)]
-    assert int(goodput_steps_on_device((2, 64, 10, 3, 2, 4), *scalar).asnumpy()) == 5
+    assert int(goodput_steps_on_device((2, 64, 10, 3, 2, 4, 6), *scalar).asnumpy()) == 5

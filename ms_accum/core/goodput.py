@@ -292,7 +292,9 @@ class GoodputAccumulation:
     Calibration: windows 0 to `calibration_windows` - 1 run at ``calibration_steps[0]``, the next
     `calibration_windows` at ``calibration_steps[1]``; their times, reported through :meth:`observe` (in data
     parallel, the slowest device's), are fitted by :func:`fit_window_time` once the last of them is reported, and
-    frozen. Give `micro_time` and `end_time` instead to skip it.
+    frozen. The first decision is at the end of the window after the calibration (whose N was set before the
+    calibration's last time came in: it runs at ``calibration_steps[1]`` too), not at the next multiple of
+    `interval`. Give `micro_time` and `end_time` instead to skip it.
 
     Args:
         min_steps (int): The smallest N, >= 1; 1 only in data parallel over 2 devices or more (on one device a
@@ -389,9 +391,11 @@ class GoodputAccumulation:
 
     @property
     def device_policy(self):
-        """(min_steps, max_steps, interval, calibration_windows, first N, second N): what
-        :func:`goodput_steps_on_device` takes, graph constants."""
-        return (self.min_steps, self.max_steps, self.interval, self.calibration_windows) + self.calibration_steps
+        """(min_steps, max_steps, interval, calibration_windows, first N, second N, the window of the first decision
+        after the calibration or -1 with given constants): what :func:`goodput_steps_on_device` takes, graph
+        constants."""
+        return (self.min_steps, self.max_steps, self.interval, self.calibration_windows) + self.calibration_steps + \
+            (-1 if self.given else self.calibration_end,)
 
     def __repr__(self):
         constants = f", micro_time={self.micro_time}, end_time={self.end_time}" if self.frozen else ""
@@ -413,7 +417,8 @@ class GoodputAccumulation:
 
         Returns:
             int: the calibration's N during the calibration; at a decision (`update` + 1 a multiple of `interval`,
-            the constants frozen, an estimate there) the best N; else `current`.
+            or `update` the calibration's end: the first window after it; the constants frozen, an estimate there)
+            the best N; else `current`.
 
         Raises:
             ValueError: If the calibration is over but its window times were not reported (:meth:`observe`).
@@ -425,7 +430,8 @@ class GoodputAccumulation:
                                  f"window's N is decided, but the policy reached window {update + 1} without them. "
                                  f"Report them, or pass micro_time and end_time.")
             return self.calibration_steps[0 if update + 1 < self.calibration_windows else 1]
-        if (update + 1) % self.interval or not math.isfinite(noise_scale) or not micro_batch_items > 0:
+        decision = (update + 1) % self.interval == 0 or (not self.given and update == self.calibration_end)
+        if not decision or not math.isfinite(noise_scale) or not micro_batch_items > 0:
             return current
         return best_steps(noise_scale, micro_batch_items, self.micro_time, self.end_time, self.min_steps,
                           self.max_steps)
@@ -509,13 +515,13 @@ def goodput_steps_on_device(policy, current, update, smooth_grad_sq, smooth_trac
     host's in float32: the host and the device agree but where Q = t_end B / (t_micro c) lies within float32
     rounding of some n (n + 1) (the tests compare the two on a grid).
     """
-    min_steps, max_steps, interval, calibration_windows, first, second = policy
+    min_steps, max_steps, interval, calibration_windows, first, second, after_calibration = policy
     current = ops.cast(current, mstype.float32)
     per_micro_batch = items / ops.maximum(ops.cast(micro_batches, mstype.float32), 1.0)
     noise, valid = noise_scale_on_device(smooth_grad_sq, smooth_trace)
     ready = micro_time > 0.0
-    decide = ops.logical_and(ops.logical_and(ready, (update + 1) % interval == 0),
-                             ops.logical_and(valid, per_micro_batch > 0.0))
+    due = ops.logical_or((update + 1) % interval == 0, update == after_calibration)
+    decide = ops.logical_and(ops.logical_and(ready, due), ops.logical_and(valid, per_micro_batch > 0.0))
     denominator = ops.select(decide, micro_time * per_micro_batch, ops.ones_like(micro_time))
     quotient = end_time * noise / denominator
     steps = ops.maximum(ops.ceil((ops.sqrt(1.0 + 4.0 * quotient) - 1.0) / 2.0), 1.0)
