@@ -106,6 +106,7 @@ class _Recorder(Callback):
         self.trainer = trainer
         self.events = []
         self.open_at_epoch_end = []
+        self.open_at_step_end = set()
 
     def on_train_begin(self, run_context):
         self.events.append("begin")
@@ -123,6 +124,7 @@ class _Recorder(Callback):
         cb = run_context.original_args()
         self.events.append(("step", cb.cur_epoch_num, cb.cur_step_num, cb.batch_num, cb.window_micro_batches,
                             float(cb.net_outputs.asnumpy())))
+        self.open_at_step_end.add(cb.open_micro_batches)
 
     def on_train_end(self, run_context):
         self.events.append("end")
@@ -164,7 +166,7 @@ def test_update_numbers_follow_the_optimizer_steps(policy, steps, expected_ends,
     ends = [(e[1], e[2]) for e in recorder.events if isinstance(e, tuple) and e[0] == "step"]
     assert ends == steps and opt.global_step.asnumpy()[0] == expected_ends
     assert [e[1:] for e in recorder.events if isinstance(e, tuple) and e[0] == "epoch_end"] == epoch_ends
-    assert recorder.open_at_epoch_end == open_at_ends
+    assert recorder.open_at_epoch_end == open_at_ends and recorder.open_at_step_end == {0}
     printed = re.findall(r"^update (\d+)/(\d+) ", capsys.readouterr().out, re.M)
     assert printed == [(str(k), str(expected_ends)) for k in range(1, expected_ends + 1)]
 

@@ -462,7 +462,8 @@ def test_adaptive_policy_moves_towards_the_noise_scale_within_its_bounds():
 
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"min_steps": 0, "max_steps": 4}, ValueError, "'min_steps' must be an int >= 1, but got 0"),
-    ({"min_steps": 4, "max_steps": 2}, ValueError, r"'max_steps' must be >= 'min_steps' \(4\), but got 2"),
+    ({"min_steps": 4, "max_steps": 2}, ValueError, r"'max_steps' must be >= 'min_steps' \(4\), but got 2: pass the "
+                                                   r"largest N as max_steps and the smallest as min_steps"),
     ({"min_steps": 2, "max_steps": 4, "max_factor": 1.0}, ValueError, "'max_factor' must be a finite number > 1"),
     ({"min_steps": 2, "max_steps": 4, "initial_steps": 5}, ValueError, r"'initial_steps' must be in \[2, 4\]"),
     ({"min_steps": 1.0, "max_steps": 4}, TypeError, "'min_steps' must be an int >= 1, but got 1.0"),

@@ -68,8 +68,8 @@ class Accumulator(WindowEngine, nn.Cell):
         lr_scaling (str): The learning-rate rule, as in :class:`TrainAccuStepsCell`: ``"none"``, ``"linear"``,
             ``"sqrt"`` or ``"adascale"`` (needs `noise_scale`); G is the window's `num_items` over all devices
             (its micro-batches when `num_items` is omitted). Default: ``"none"``.
-        reference_batch (float, optional): G0 in the same units, > 0; read with a rule only. Default: ``None``:
-            the first window's.
+        reference_batch (float, optional): G0 in the same units, > 0; given with a rule only (refused without
+            one). Default: ``None``: the first window's.
 
     Inputs:
         - **grads** (tuple[Tensor]) - The micro-batch's gradient, one Tensor per optimizer parameter (the rows of a

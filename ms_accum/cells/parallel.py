@@ -282,7 +282,8 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             window, r for AdaScale) instead of its update count (``ms_accum.core.progress_lr``); progress, the
             factor and G0 are Parameters of the cell (``accu_lr_*``), in its state file. Default: ``"none"``.
         reference_batch (float, optional): G0, the reference global batch in items (samples, or the ``num_items``
-            the loss reports), > 0; read with a rule only. Default: ``None``: the first window's items.
+            the loss reports), > 0; given with a rule only (refused without one). Default: ``None``: the first
+            window's items.
 
     Inputs:
         - **\*inputs** (Tuple(Tensor)) - One micro-batch.

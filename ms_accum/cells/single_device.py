@@ -169,8 +169,8 @@ class TrainOptim(WindowEngine, nn.Cell):
         lr_scaling (str): The learning-rate rule, as in :class:`TrainAccuStepsCell`, for windows of the sizes the
             caller makes them: ``"none"`` (the optimizer left as it is), ``"linear"``, ``"sqrt"`` or
             ``"adascale"`` (needs `noise_scale`). Default: ``"none"``.
-        reference_batch (float, optional): G0 in samples or items, > 0; read with a rule only. Default: ``None``:
-            the first window's.
+        reference_batch (float, optional): G0 in samples or items, > 0; given with a rule only (refused without
+            one). Default: ``None``: the first window's.
 
     Inputs:
         None.

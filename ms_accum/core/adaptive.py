@@ -60,7 +60,8 @@ class AdaptiveAccumulation:
         for name, value in (("min_steps", min_steps), ("max_steps", max_steps), ("interval", interval)):
             check_positive_int(owner, name, value)
         if max_steps < min_steps:
-            raise ValueError(f"For '{owner}', 'max_steps' must be >= 'min_steps' ({min_steps}), but got {max_steps}.")
+            raise ValueError(f"For '{owner}', 'max_steps' must be >= 'min_steps' ({min_steps}), but got {max_steps}: "
+                             f"pass the largest N as max_steps and the smallest as min_steps.")
         if isinstance(max_factor, bool) or not isinstance(max_factor, (int, float)):
             raise TypeError(f"For '{owner}', 'max_factor' must be a number > 1, but got {type(max_factor).__name__}.")
         if not 1.0 < max_factor < math.inf:

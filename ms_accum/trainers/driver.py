@@ -111,8 +111,8 @@ class GradientAccumulation:
             cell (see :class:`TrainAccuStepsCell`): ``"none"``, ``"linear"`` (G / G0), ``"sqrt"`` (sqrt(G / G0))
             or ``"adascale"`` (AdaScale's gain; needs `noise_scale`); with a rule the optimizer's schedule reads
             the run's progress in reference steps, not its update count. Default: ``"none"``.
-        reference_batch (float, optional): G0 in samples or items, > 0; read with a rule only. Default: ``None``:
-            the first window's.
+        reference_batch (float, optional): G0 in samples or items, > 0; given with a rule only (refused without
+            one). Default: ``None``: the first window's.
 
     Raises:
         TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
@@ -212,8 +212,8 @@ class GradientAccumulation:
         Callbacks see one step per window (``on_train_step_begin`` before its first micro-batch,
         ``on_train_step_end`` after its update): ``cur_step_num`` counts updates since the start (a dropped
         partial window is not one; an epoch that ends inside a window carried on counts that window, and
-        ``open_micro_batches``, at an epoch's begin and end, gives its micro-batches so far, 0 when none is
-        open), ``batch_num`` the epoch's updates (the windows that end in it; under an
+        ``open_micro_batches``, at an epoch's begin and end, gives its micro-batches so far: 0 when none is
+        open, and at every update's end), ``batch_num`` the epoch's updates (the windows that end in it; under an
         adaptive N, an epoch's at its first N), ``total_updates`` the run's updates (None under an adaptive N),
         ``micro_batches_done`` and ``total_micro_batches`` the run's progress, ``net_outputs`` is the
         window's mean loss over its samples or items, and ``train_network`` holds the network and optimizer

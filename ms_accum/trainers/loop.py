@@ -130,8 +130,8 @@ class WindowLoop:
         partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``.
         cb_params: The callbacks' parameters (``cur_step_num`` counts updates begun since the start; ``batch_num``
             is set to each epoch's updates when `updates_before` is given; at each update ``micro_batches_done``
-            and ``total_micro_batches`` give the run's progress in micro-batches; at an epoch's begin and end
-            ``open_micro_batches`` gives the micro-batches of a window open across its boundary, 0 if none).
+            and ``total_micro_batches`` give the run's progress in micro-batches; ``open_micro_batches`` gives the
+            micro-batches of a window open across an epoch's begin or end, 0 if none and at every update).
         callbacks: A callback list with the ``on_train_*`` methods.
         start_micro (int): Micro-batches of the run already done (a resume, or initial epochs).
         open_micro_batches (int): Micro-batches of the open window already added (a resumed window), read from the
@@ -218,6 +218,7 @@ class WindowLoop:
         outputs = self.front.update(data)
         window_steps = self.window.steps
         micro_batches = self.window.close()
+        cb_params.open_micro_batches = 0
         cb_params.net_outputs = outputs
         cb_params.window_micro_batches = micro_batches
         cb_params.window_micro_steps = micro_batches  # its name before 0.4.0, kept until 0.5.0 (CHANGELOG.md)
