@@ -328,13 +328,14 @@ def _schedule_trainer(trainer, net, loss, optimizer):
 
 @pytest.mark.parametrize("trainer", ["driver", "model_accu"])
 def test_a_run_begun_at_an_initial_epoch_takes_the_schedule_where_the_uninterrupted_run_is(trainer, exec_mode,
-                                                                                           recwarn):
+                                                                                           recwarn, capsys):
     """Epochs of 5 micro-batches under {0: 1, 2: 2, 4: 3} lay windows 1, 1, 2, 1 (flushed), then 3, 2 and 3, 2. A
     run resumed at epoch 2 from the network and optimizer of epoch 1 (copied by name into a fresh model, without the
     cell's counters, as an epoch checkpoint holds them) starts at update 4: windows of 3 and 2, each update equal to
     the large batch's window written without ms_accum. Model_ACCU started the schedule over at update 0 (windows 1,
     1, 2, 1 in epoch 2) until 2026-12-05. A second call on the same trainer without initial_epoch starts the
-    schedule over while the optimizer goes on: warned of; with initial_epoch, or at a constant N, nothing is said."""
+    schedule over while the optimizer goes on: warned of; with initial_epoch, or at a constant N, nothing is said.
+    The progress lines count the run's epochs (Model_ACCU's read "epoch 3/2": Model's epoch_num is this call's)."""
     batches = micro_batches([4] * 5)
     sizes = [1, 1, 2, 1, 3, 2, 3, 2]
     net, loss, optimizer = build("momentum")
@@ -345,8 +346,11 @@ def test_a_run_begun_at_an_initial_epoch_takes_the_schedule_where_the_uninterrup
     ms.load_param_into_net(net, saved, strict_load=True)
     ms.load_param_into_net(optimizer, saved, strict_load=True)
     train = _schedule_trainer(trainer, net, loss, optimizer)
-    snapshots, telemetry = Snapshots(net), ms_accum.WindowTelemetry()
+    snapshots, telemetry = Snapshots(net), ms_accum.WindowTelemetry(print_every=1)
+    capsys.readouterr()
     train(3, numpy_dataset(batches), callbacks=[snapshots, telemetry], initial_epoch=1)
+    assert re.findall(r"^update \d+/\d+ \((epoch \d/\d)\)", capsys.readouterr().out, re.M) == \
+        ["epoch 2/3"] * 2 + ["epoch 3/3"] * 2
     assert [(r.epoch, r.update, r.micro_batches) for r in telemetry.records] == [
         (2, 5, 3), (2, 6, 2), (3, 7, 3), (3, 8, 2)], telemetry.records
     assert_windows_match(snapshots.taken, reference(batches * 3, sizes)[4:], f"{trainer} from epoch 2, {exec_mode}")

@@ -161,10 +161,11 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     A :class:`mindspore.train.Model` that trains a :class:`TrainAccuStepsCell` (or its loss-scale variant) with
     one optimizer step per N micro-batches.
 
-    Callbacks see one step per update: ``cur_step_num`` counts updates (an epoch that ends inside a window
-    carried on, ``partial_window="carry"``, counts that window, and ``open_micro_batches`` gives its micro-batches
-    so far at an epoch's begin and end; 0 at every update's end), ``batch_num`` is the epoch's updates (per sink in sink mode),
-    ``net_outputs`` is the update call's output (the window's mean loss; a tuple with the overflow flag and loss
+    Callbacks see one step per update: ``epoch_num`` is the run's epochs (a run begun at `initial_epoch`
+    included; Model's is the epochs of the call), ``cur_step_num`` counts updates (an epoch that ends inside a
+    window carried on, ``partial_window="carry"``, counts that window, and ``open_micro_batches`` gives its
+    micro-batches so far at an epoch's begin and end; 0 at every update's end), ``batch_num`` is the epoch's
+    updates (per sink in sink mode), ``net_outputs`` is the update call's output (the window's mean loss; a tuple with the overflow flag and loss
     scale for the loss-scale cell), ``window_record()`` gives the update's :class:`WindowRecord` (for
     :class:`WindowTelemetry`), and step callbacks fire only at update boundaries, where ``accu_grads`` are zero,
     so that a checkpoint they write holds no half-filled window (an epoch's end inside a carried window is not
@@ -435,6 +436,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         run = _carried_run(cb_params)
         cell = train_network(self)
         _give_callbacks_the_optimizer(cb_params, cell)
+        cb_params.epoch_num = epoch  # the run's epochs, as the driver's; Model gives this call's, which read "3/2"
         run.start(cell)
         cb_params.cur_step_num = run.start_updates
         writer = run.state_writer(cell)
@@ -470,6 +472,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         _give_callbacks_the_optimizer(cb_params, train_network(self))
         cb_params.batch_num = cycles
         cb_params.total_updates = epoch * cycles
+        cb_params.epoch_num = epoch  # the run's epochs, as without sink
         self.batch_num = cycles
         front = CellFront(run.owner, train_network(self), run.settings.max_nonfinite_windows)
         guard = front.nonfinite_guard(None)
