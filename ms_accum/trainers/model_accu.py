@@ -165,9 +165,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     included; Model's is the epochs of the call), ``cur_step_num`` counts updates (an epoch that ends inside a
     window carried on, ``partial_window="carry"``, counts that window, and ``open_micro_batches`` gives its
     micro-batches so far at an epoch's begin and end; 0 at every update's end), ``batch_num`` is the epoch's
-    updates (per sink in sink mode), ``net_outputs`` is the update call's output (the window's mean loss; a tuple with the overflow flag and loss
-    scale for the loss-scale cell), ``window_record()`` gives the update's :class:`WindowRecord` (for
-    :class:`WindowTelemetry`), and step callbacks fire only at update boundaries, where ``accu_grads`` are zero,
+    updates (per sink in sink mode), ``net_outputs`` is the update call's output (the window's mean loss; a
+    tuple with the overflow flag and loss scale for the loss-scale cell), ``window_record()`` gives the update's
+    :class:`WindowRecord` (for :class:`WindowTelemetry`), and step callbacks fire only at update boundaries, where ``accu_grads`` are zero,
     so that a checkpoint they write holds no half-filled window (an epoch's end inside a carried window is not
     one).
 
