@@ -167,9 +167,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     micro-batches so far at an epoch's begin and end; 0 at every update's end), ``batch_num`` is the epoch's
     updates (per sink in sink mode), ``net_outputs`` is the update call's output (the window's mean loss; a
     tuple with the overflow flag and loss scale for the loss-scale cell), ``window_record()`` gives the update's
-    :class:`WindowRecord` (for :class:`WindowTelemetry`), and step callbacks fire only at update boundaries, where ``accu_grads`` are zero,
-    so that a checkpoint they write holds no half-filled window (an epoch's end inside a carried window is not
-    one).
+    :class:`WindowRecord` (for :class:`WindowTelemetry`), and step callbacks fire only at update boundaries,
+    where ``accu_grads`` are zero, so that a checkpoint they write holds no half-filled window (an epoch's end
+    inside a carried window is not one).
 
     Without sink mode a window still open at the end of an epoch (dataset size not a multiple of N) is applied
     as a smaller window, weighted by its own samples. In sink mode `sink_size` (the dataset size when -1) must
