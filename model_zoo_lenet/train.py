@@ -558,6 +558,24 @@ def resume_from(cell, ckpt_path, args, run_global_batch):
     return int(params["epoch_num"].asnumpy())
 
 
+def continued_plan(ckpt_path, before, learning_rate):
+    """A run resumed from an epoch checkpoint whose run made another number of updates before that epoch than
+    this run's plan `before` (another N): the plan moved to count on from the checkpoint's updates, and a per-update
+    `learning_rate` list read there at the epoch's place in this run's plan (the optimizer reads it at its
+    global_step, which goes on from the checkpoint's; the list ended before the run did). Unchanged when the
+    counts agree, or for a constant rate."""
+    params = ms_accum.read_checkpoint(ckpt_path, arg_name="--resume")
+    if "epoch_num" not in params or "global_step" not in params:
+        return before, learning_rate  # not train.py's: resume_from says so
+    epoch, done = int(params["epoch_num"].asnumpy()), int(params["global_step"].asnumpy().reshape(-1)[0])
+    if epoch >= len(before) or done == before[epoch]:
+        return before, learning_rate
+    shift = done - before[epoch]
+    if isinstance(learning_rate, list):  # entries before `done` are never read: the epoch's rate stands in
+        learning_rate = learning_rate[before[epoch]:before[epoch] + 1] * done + learning_rate[before[epoch]:]
+    return [count + shift for count in before], learning_rate
+
+
 def check_flags(args, trainer_kind):
     """Refuse flags that contradict each other or are out of range, before anything is built: a mistyped flag is
     told in the time MindSpore takes to import, not after the data set and the network."""
@@ -617,9 +635,12 @@ def main(argv=None):
         before = [updates_per_epoch * epoch for epoch in range(args.epoch_size + 1)]
     else:
         before, total_updates = plan.run_plan(steps, args.epoch_size, args.partial_window)
+    resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
     reference_batch, schedule_line = None, ""
     if rule is None:
         learning_rate = learning_rate_of(args, total_updates, before[args.warmup_epochs], rule)
+        if resume is not None and not exact:
+            before, learning_rate = continued_plan(resume, before, learning_rate)
     else:
         reference_batch, total_steps, warmup_steps = reference_steps(args, world, steps, plan.steps_at(0))
         learning_rate = learning_rate_of(args, total_steps, warmup_steps, rule)
@@ -642,7 +663,6 @@ def main(argv=None):
                                                  noise_scale=args.noise_scale, average=not args.raw_sum,
                                                  nonfinite=args.nonfinite, lr_scaling=rule or "none",
                                                  reference_batch=reference_batch)
-    resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
     run_global_batch = world * n * args.batch_size if policy is None and plan.constant is not None else None
     if exact and trainer_kind == "functional":
         raise ValueError("'--trainer functional' resumes at an epoch: pass an epoch checkpoint to '--resume', not "

@@ -780,3 +780,23 @@ def test_the_functional_loop_closes_the_telemetry_csv_when_training_raises(tmp_p
     assert os.path.realpath(path) not in {os.path.realpath(os.path.join(fds, fd)) for fd in os.listdir(fds)}
     with open(path, encoding="utf-8") as f:
         assert len(f.read().strip().splitlines()) == 1 + 2  # the header and the epoch's 2 windows
+
+
+@pytest.mark.slow
+def test_an_epoch_checkpoint_resumed_with_another_n_continues_the_schedule_at_its_epoch(tmp_path):
+    """An epoch checkpoint of N = 3 (40 micro-batches an epoch: 14 updates, the last flushed) resumed with N = 4 for
+    2 epochs more, 10 updates each, by every trainer: the run ends (the optimizer's list of 30 entries, laid out for
+    N = 4 throughout, ended at update 30 while its global_step went on from 14: MindSpore's Gather failed mid-run),
+    step_num counts on from the checkpoint's 14 to 34, and the list the optimizer read from update 14 on is the
+    cosine of this run's plan from epoch 2's place in it (entry 10 on)."""
+    common = ("--data_path", SAMPLE, "--batch_size", 16, "--num_samples", 640, "--log_every", 0)
+    run_script("train.py", *common, "--epoch_size", 1, "--accumulation_steps", 3, "--ckpt_path", tmp_path / "a")
+    rates = warmup_cosine(0.05, 30, 10)  # train.py's default --lr and --warmup_epochs 1, over N = 4's 3 epochs
+    for trainer in ("driver", "model_accu", "functional"):
+        _, out, _ = run_script("train.py", *common, "--epoch_size", 3, "--accumulation_steps", 4, "--trainer", trainer,
+                               "--ckpt_path", tmp_path / trainer, "--resume",
+                               tmp_path / "a" / "checkpoint_lenet-1_14.ckpt")
+        assert re.findall(r"^epoch (\d)/3: (\d+) updates", out, re.M) == [("2", "10"), ("3", "10")], (trainer, out)
+        last = ms.load_checkpoint(str(tmp_path / trainer / "checkpoint_lenet-3_10.ckpt"))
+        assert int(last["step_num"].asnumpy()) == int(last["global_step"].asnumpy()[0]) == 34, trainer
+        np.testing.assert_allclose(last["learning_rate"].asnumpy()[14:], rates[10:], rtol=1e-6, err_msg=trainer)
