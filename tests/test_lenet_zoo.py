@@ -555,6 +555,31 @@ def test_prepare_data_lays_out_gzipped_idx(tmp_path):
     assert create_dataset(str(tmp_path / "out"), 100, split="test").get_dataset_size() == 10
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_a_truncated_idx_file_is_refused_in_one_line(gzipped, tmp_path):
+    """An IDX file cut short (a broken download): train.py refuses the data directory before training (MindSpore's
+    reader failed with a traceback once the run had begun), and prepare_data.py lays nothing out (it copied the
+    file and said "prepared"), plain or gzipped."""
+    write_idx(tmp_path / "data" / "train", "train", 20)
+    write_idx(tmp_path / "data" / "test", "test", 10)
+    write_idx(tmp_path / "data" / "train", "test", 10)  # the source prepare_data.py reads: both splits in one
+    images = tmp_path / "data" / "train" / "train-images-idx3-ubyte"
+    whole = images.read_bytes()
+    images.write_bytes(whole[:1000])
+    assert_one_line_error(run_script("train.py", "--data_path", tmp_path / "data", check=False),
+                          f"'{images}' must hold the 20 images its header announces (15696 bytes), but it has 1000 "
+                          f"bytes: it is truncated")
+    if gzipped:
+        import gzip  # pylint: disable=import-outside-toplevel
+        images.unlink()
+        images.with_name(images.name + ".gz").write_bytes(gzip.compress(whole)[:-12])  # its trailer cut off
+    message = "could not be read to its end" if gzipped else "must hold the 20 images its header announces"
+    assert_one_line_error(run_script("prepare_data.py", "--source", tmp_path / "data" / "train", "--dest",
+                                     tmp_path / "out", check=False), message)
+    assert not os.path.exists(tmp_path / "out" / "train" / "train-images-idx3-ubyte")
+
+
 def read_csv(path):
     import csv  # pylint: disable=import-outside-toplevel
     with open(path, encoding="utf-8") as handle:

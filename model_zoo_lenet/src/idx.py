@@ -23,19 +23,30 @@ def _open(path):
 
 
 def read_header(path):
-    """Return (kind, count) of an IDX file ('images' or 'labels'), raising DataError if it is not one."""
+    """Return (kind, count, header bytes, bytes per item) of an IDX file ('images' or 'labels'), raising DataError
+    if it is not one."""
     try:
         with _open(path) as f:
-            head = f.read(8)
+            head = f.read(16)
     except (OSError, EOFError) as err:
         raise DataError(f"'{path}' must be an MNIST IDX file, but it could not be read: {err}.") from err
     if len(head) < 8:
         raise DataError(f"'{path}' must be an MNIST IDX file, but it is only {len(head)} bytes long.")
-    magic, count = struct.unpack(">II", head)
-    for kind, value in _MAGIC.items():
-        if magic == value:
-            return kind, count
+    magic, count = struct.unpack(">II", head[:8])
+    if magic == _MAGIC["labels"]:
+        return "labels", count, 8, 1
+    if magic == _MAGIC["images"] and len(head) == 16:
+        rows, cols = struct.unpack(">II", head[8:])
+        return "images", count, 16, rows * cols
     raise DataError(f"'{path}' must be an MNIST IDX file (magic 2051 or 2049), but its magic number is {magic}.")
+
+
+def _check_whole(path, kind, count, header, item, size):
+    """Refuse an IDX file whose `size` bytes hold fewer items than its header announces (a truncated download or
+    copy): MindSpore's reader failed on it with a traceback, after the run had begun."""
+    if size < header + count * item:
+        raise DataError(f"'{path}' must hold the {count} {kind} its header announces ({header + count * item} "
+                        f"bytes), but it has {size} bytes: it is truncated. Copy or download it again.")
 
 
 def find_split(directory, split):
@@ -70,10 +81,12 @@ def check_split_dir(directory, split):
     if any(p.endswith(".gz") for p in paths):
         raise DataError(f"'{directory}' holds gzipped IDX files; MindSpore reads them uncompressed. Run "
                         f"'python model_zoo_lenet/prepare_data.py --source {directory} --dest DIR' and use DIR.")
-    (kind_i, n_images), (kind_l, n_labels) = read_header(paths[0]), read_header(paths[1])
+    (kind_i, n_images, *_), (kind_l, n_labels, *_) = read_header(paths[0]), read_header(paths[1])
     if (kind_i, kind_l) != ("images", "labels") or n_images != n_labels:
         raise DataError(f"'{directory}' must hold {n_images} labels for its {n_images} images, but "
                         f"{paths[1]} is a {kind_l} file with {n_labels} entries.")
+    for path in paths:
+        _check_whole(path, *read_header(path), os.path.getsize(path))
     return n_images
 
 
@@ -86,17 +99,23 @@ def copy_split(source_dir, dest_dir, split, limit=None):
                         f"does not.")
     os.makedirs(dest_dir, exist_ok=True)
     for src, name in zip(paths, SPLITS[split]):
-        kind, count = read_header(src)
+        kind, count, header, item = read_header(src)
         keep = count if limit is None else min(limit, count)
-        item = 28 * 28 if kind == "images" else 1
-        header = 16 if kind == "images" else 8
         tmp = os.path.join(dest_dir, f".{name}.partial")
-        with _open(src) as fin, open(tmp, "wb") as fout:
-            head = bytearray(fin.read(header))
-            head[4:8] = struct.pack(">I", keep)
-            fout.write(head)
-            if limit is None:
-                shutil.copyfileobj(fin, fout)
-            else:
-                fout.write(fin.read(keep * item))
+        try:  # what was read, compared with the header: a truncated source is not laid out
+            with _open(src) as fin, open(tmp, "wb") as fout:
+                head = bytearray(fin.read(header))
+                head[4:8] = struct.pack(">I", keep)
+                fout.write(head)
+                if limit is None:
+                    shutil.copyfileobj(fin, fout)
+                else:
+                    fout.write(fin.read(keep * item))
+            _check_whole(src, kind, keep, header, item, os.path.getsize(tmp))
+        except (DataError, EOFError, OSError) as err:
+            os.remove(tmp)
+            if isinstance(err, DataError):
+                raise
+            raise DataError(f"'{src}' must be a whole MNIST IDX file, but it could not be read to its end: {err}. "
+                            f"Copy or download it again.") from err
         os.replace(tmp, os.path.join(dest_dir, name))
