@@ -31,6 +31,7 @@ are launched with msrun, for example on 2 CPU processes:
 """
 import argparse
 import glob
+import json
 import math
 import os
 import sys
@@ -64,6 +65,13 @@ from ms_accum.trainers.elastic import saved_layout
 from ms_accum.trainers.state import WORLD, is_state_file
 
 STATE_FILE = "train_state.ckpt"
+FLAGS_FILE = "train_flags.json"  # beside the exact state: the flags an exact resume must keep
+# the flags that decide an exact run's course beyond what its state file holds (N, the micro-batch, the device count
+# and the global batch, the learning-rate rule and its G0 are checked from the state itself: G may be kept with
+# another N, and G0 given as the first window's items is the same run)
+RUN_FLAGS = ("network", "seed", "num_samples", "lr", "lr_schedule", "warmup_epochs", "momentum", "clip_norm",
+             "raw_sum", "partial_window", "nonfinite", "accumulation_schedule", "adaptive_steps", "goodput_steps",
+             "goodput_times", "adaptive_interval")
 STATE_TRAINERS = {"grad_sum.": "driver", "accu_grads.": "model_accu"}  # the trainer whose exact state holds them
 
 
@@ -456,6 +464,42 @@ def describe(policy, plan, args, world):
     return f"{n} per update (effective batch {args.batch_size * n * world})"
 
 
+def run_flags(args):
+    """This run's :data:`RUN_FLAGS`, as JSON values."""
+    def plain(value):
+        return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
+    return {name: plain(getattr(args, name)) for name in RUN_FLAGS}
+
+
+def write_run_flags(directory, args):
+    """Record this run's :data:`RUN_FLAGS` beside its exact state, atomically."""
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, FLAGS_FILE)
+    with open(path + ".partial", "w", encoding="utf-8") as f:
+        json.dump(run_flags(args), f, indent=1, sort_keys=True)
+    os.replace(path + ".partial", path)
+
+
+def check_same_flags(state_path, args):
+    """An exact resume keeps the flags of the run that wrote the state (read from its FLAGS_FILE; a run of an
+    earlier train.py wrote none): another seed draws the rest of the epoch from another shuffle, another rate or
+    policy trains another course, and the resumed run would no longer be the interrupted one."""
+    path = os.path.join(os.path.dirname(state_path), FLAGS_FILE)
+    if not os.path.isfile(path):
+        return
+    with open(path, encoding="utf-8") as f:
+        saved = json.load(f)
+    mine = run_flags(args)
+    differ = [name for name in RUN_FLAGS if name in saved and saved[name] != mine[name]]
+    if differ:
+        def shown(flags):
+            return ", ".join(f"no --{name}" if flags[name] in (None, False) else
+                             f"--{name}" if flags[name] is True else f"--{name} {flags[name]}" for name in differ)
+        raise ValueError(f"'--resume' {state_path!r} continues a run trained with {shown(saved)}, but this run has "
+                         f"{shown(mine)}: resume it with {shown(saved)}, or from an epoch checkpoint to change "
+                         f"{'it' if len(differ) == 1 else 'them'}.")
+
+
 def check_same_run(optimizer, state_path, run_global_batch, trainer_kind):
     """An exact resume continues the same run: its trainer (whose state holds its own buffers), its global batch,
     its learning-rate schedule and its learning-rate rule's G0 (or no rule) must be this run's."""
@@ -668,6 +712,7 @@ def main(argv=None):
         raise ValueError("'--trainer functional' resumes at an epoch: pass an epoch checkpoint to '--resume', not "
                          "the exact training state.")
     if exact:
+        check_same_flags(resume, args)
         check_same_run(optimizer, resume, run_global_batch, trainer_kind)
     initial_epoch = resume_from(state_cell, resume, args, run_global_batch) if resume and not exact else 0
     if initial_epoch >= args.epoch_size:
@@ -693,6 +738,8 @@ def main(argv=None):
     state_path = os.path.join(directory, STATE_FILE)
     save_state_every = 0 if args.dataset_sink_mode else (100 if args.save_state_every is None else
                                                          args.save_state_every)
+    if save_state_every and not args.measure_micro_batch:
+        write_run_flags(directory, args)
     checkpoints = EpochCheckpoint(state_cell, files, before if policy is None else None, exact)
     telemetry = ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)
     callbacks = [checkpoints, EpochSummary(telemetry), telemetry]

@@ -522,7 +522,9 @@ class TestCommandLineErrors:
         assert_one_line_error(run_script("prepare_data.py", "--dest", tmp_path / "d", "--train_limit", "-5",
                                          check=False), "argument --train_limit: must be an int >= 1, but got '-5'")
 
-    def test_an_exact_state_of_another_trainer_names_the_trainer(self, tmp_path):
+    def test_an_exact_state_of_another_trainer_or_other_flags_names_them(self, tmp_path):
+        """The trainer, and the flags that decide the run's course beyond its state (another --seed resumed the
+        rest of the epoch from another shuffle, silently)."""
         common = ("--data_path", SAMPLE, "--num_samples", 256, "--batch_size", 32, "--accumulation_steps", 2,
                   "--log_every", 0, "--save_state_every", 1, "--ckpt_path", tmp_path, "--epoch_size", 1)
         run_script("train.py", *common)
@@ -530,6 +532,11 @@ class TestCommandLineErrors:
                                          check=False),
                               "is the exact state of a '--trainer driver' run, whose buffers this run's '--trainer "
                               "model_accu' does not hold: pass --trainer driver")
+        assert_one_line_error(run_script("train.py", "--resume", tmp_path, "--seed", 7, "--raw_sum", *common,
+                                         check=False),
+                              "continues a run trained with --seed 1, no --raw_sum, but this run has --seed 7, "
+                              "--raw_sum: resume it with --seed 1, no --raw_sum, or from an epoch checkpoint to "
+                              "change them")
 
     def test_checkpoint_with_other_shapes(self, tmp_path):
         other = str(tmp_path / "lenet3.ckpt")
