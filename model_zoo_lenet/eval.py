@@ -1,4 +1,4 @@
-"""Evaluate a LeNet5 checkpoint (or a ResNet18 one, --network resnet18) on the test split of MNIST-format data.
+r"""Evaluate a LeNet5 checkpoint (or a ResNet18 one, --network resnet18) on the test split of MNIST-format data.
 
     python model_zoo_lenet/eval.py --device_target CPU --data_path data/fashion-mnist \
         --ckpt_path runs/lenet/checkpoint_lenet-10_469.ckpt

@@ -30,6 +30,9 @@ def main(argv=None):
             if args.source == DEBIAN_FASHION_MNIST else ""
         raise DataError(f"'--source' must be a directory of MNIST-format files, but {args.source!r} does not "
                         f"exist.{hint}")
+    if os.path.exists(args.dest) and not os.path.isdir(args.dest):
+        raise DataError(f"'--dest' must be a directory to lay train/ and test/ out in, but {args.dest!r} is a file: "
+                        f"pass a directory (it is made if missing).")
     for split, limit in (("train", args.train_limit), ("test", args.test_limit)):
         copy_split(args.source, os.path.join(args.dest, split), split, limit)
     print(f"prepared {args.dest}/train and {args.dest}/test from {args.source}")

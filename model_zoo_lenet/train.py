@@ -17,8 +17,9 @@ keeps the schedule's length in data.
 Epoch checkpoints (network and optimizer state) are written at the end of every epoch, and only there, as
 <prefix>-<epoch>_<n>.ckpt in --ckpt_path (one device) or --ckpt_path/rank_<r> (parallel): the prefix is
 checkpoint_lenet (checkpoint_resnet18 for ResNet18; the first free <prefix>_<k> when another run's checkpoints
-are there), n the epoch's updates (under --adaptive_steps with the driver or model_accu, the run's updates so
-far). The driver and model_accu also write the exact training state there, train_state.ckpt (--save_state_every).
+are there), n the epoch's updates (under --adaptive_steps or --goodput_steps with the driver or model_accu, the
+run's updates so far). The driver and model_accu also write the exact training state there, train_state.ckpt
+(--save_state_every), with the flags an exact resume must keep beside it, train_flags.json.
 
 Trainers: 'driver' (one device: GradientAccumulation, which builds one engine cell, a TrainAccuStepsCell, and
 drives it with the window loop it shares with Model_ACCU), 'model_accu' (a TrainAccuStepsCell trained by
@@ -199,7 +200,7 @@ def parse_args(argv):
     parser.add_argument("--num_samples", type=positive_int, default=None,
                         help="train on N samples only (per process in parallel modes; over all processes with "
                              "--global_batch_size)")
-    parser.add_argument("--seed", type=int, default=1,
+    parser.add_argument("--seed", type=non_negative_int, default=1,
                         help="seed of MindSpore and of the data's shuffle (default: %(default)s)")
     parser.add_argument("--cpu_threads", type=positive_int, default=None,
                         help="MindSpore CPU kernel threads (default: MindSpore's own choice)")
@@ -325,6 +326,12 @@ class EpochCheckpoint(Callback):
 def set_global_batch(args, world):
     """Resolve N and the partial-window policy from --global_batch_size (or their defaults without it)."""
     if args.global_batch_size is None:
+        varying = [flag for flag, value in (("--accumulation_schedule", args.accumulation_schedule),
+                                            ("--adaptive_steps", args.adaptive_steps),
+                                            ("--goodput_steps", args.goodput_steps)) if value is not None]
+        if varying and args.accumulation_steps is not None:  # it was taken silently, the other's N trained
+            raise ValueError(f"'{varying[0]}' sets N, but '--gradient_accumulation_steps' was given too: pass one of "
+                             f"them.")
         args.accumulation_steps = args.accumulation_steps or 4
         args.partial_window = args.partial_window or "flush"
         return
@@ -385,10 +392,16 @@ def accumulation_plan(args, trainer_kind, world):
                          f"on two devices or more (msrun, --parallel_mode data_parallel), where MIN = 1 holds a "
                          f"micro-batch on each.")
     if args.lr_schedule != "constant" and args.lr_scaling in (None, "none"):
+        rules = "" if trainer_kind == "functional" else \
+            " Or pass '--lr_scaling linear', 'sqrt' or 'adascale', which lays the schedule out over reference steps " \
+            "of the data."
         raise ValueError(f"'{varying[0]}' needs '--lr_schedule constant', but got '--lr_schedule "
                          f"{args.lr_schedule}': the number of updates, which the schedule is laid out over, is not "
-                         f"known in advance when N adapts. Or pass '--lr_scaling linear', 'sqrt' or 'adascale', which "
-                         f"lays the schedule out over reference steps of the data.")
+                         f"known in advance when N adapts.{rules}")
+    if args.goodput_steps is not None and args.goodput_steps[0] == args.goodput_steps[1]:
+        raise ValueError(f"'--goodput_steps' must have MIN < MAX, but got {args.goodput_steps[0]}:"
+                         f"{args.goodput_steps[1]}: with one N there is nothing to choose. Pass MIN < MAX, or one N "
+                         f"with --gradient_accumulation_steps.")
     args.noise_scale = True
     if args.adaptive_steps is not None:
         policy = ms_accum.AdaptiveAccumulation(*args.adaptive_steps, interval=args.adaptive_interval)
@@ -638,6 +651,9 @@ def check_flags(args, trainer_kind):
     if not 0.0 <= args.momentum < 1.0:
         raise ValueError(f"'--momentum' must be in [0, 1), the weight of the previous velocity, but got "
                          f"{args.momentum}.")
+    if os.path.exists(args.ckpt_path) and not os.path.isdir(args.ckpt_path):
+        raise ValueError(f"'--ckpt_path' must be a directory for the run's checkpoints, but {args.ckpt_path!r} is a "
+                         f"file: pass a directory (it is made if missing).")
     if trainer_kind == "functional" and args.save_state_every:
         raise ValueError("'--save_state_every' is an option of '--trainer driver' and '--trainer model_accu'; the "
                          "functional loop writes epoch checkpoints only.")
@@ -669,6 +685,11 @@ def main(argv=None):
     dataset = create_dataset(args.data_path, args.batch_size, "train", num_samples=samples_per_process(args, world),
                              seed=args.seed, **shards(args, rank, world))
     steps = dataset.get_dataset_size()
+    if policy is None and plan.constant is not None and plan.constant > steps and args.partial_window != "carry":
+        flag = "--global_batch_size" if args.global_batch_size is not None else "--gradient_accumulation_steps"
+        raise ValueError(f"'{flag}' must give an N of at most the {steps} micro-batches of an epoch (--num_samples "
+                         f"over --batch_size), but N is {plan.constant}: every window would be cut at the epoch's "
+                         f"end. Pass a smaller N, or --partial_window carry to let windows cross epochs.")
     net = create_network(args.network)
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     n = args.accumulation_steps

@@ -219,8 +219,10 @@ def test_a_window_carried_over_an_epochs_end_is_counted_in_the_epoch_it_ends_in(
         assert lines == [("1", "2", "256"), ("2", "3", "384")], (trainer, out)
         names = sorted(f for f in os.listdir(tmp_path / trainer) if f.startswith("checkpoint_lenet-"))
         assert names == ["checkpoint_lenet-1_2.ckpt", "checkpoint_lenet-2_3.ckpt"], (trainer, names)
-        assert [int(ms.load_checkpoint(str(tmp_path / trainer / name))["step_num"].asnumpy()) for name in names] == \
-            [2, 5], trainer
+        saved = [ms.load_checkpoint(str(tmp_path / trainer / name)) for name in names]
+        assert [int(params["step_num"].asnumpy()) for params in saved] == [2, 5], trainer
+        # no gradient buffers (Model_ACCU's cell held them, a carried window's half-filled): the network's state only
+        assert not [name for params in saved for name in params if name.startswith("accu_grads.")], trainer
 
 
 @pytest.mark.slow
@@ -439,8 +441,18 @@ class TestCommandLineErrors:
                                      "'adascale'"),
         (("--goodput_steps", "2:8", "--adaptive_steps", "2:8"), "'--adaptive_steps' and '--goodput_steps' both "
                                                                 "set N"),
-        (("--goodput_steps", "4:4", "--lr_schedule", "constant"), "For 'GoodputAccumulation', 'max_steps' must be > "
-                                                                  "'min_steps' (4)"),
+        (("--goodput_steps", "4:4", "--lr_schedule", "constant"), "'--goodput_steps' must have MIN < MAX, but got "
+                                                                  "4:4: with one N there is nothing to choose"),
+        (("--goodput_steps", "2:8", "--trainer", "functional"), "'--goodput_steps' needs '--lr_schedule constant', "
+                                                                "but got '--lr_schedule cosine': the number of "
+                                                                "updates, which the schedule is laid out over, is not "
+                                                                "known in advance when N adapts."),
+        (("--accumulation_schedule", "0:2", "--accumulation_steps", "3"), "'--accumulation_schedule' sets N, but "
+                                                                          "'--gradient_accumulation_steps' was given "
+                                                                          "too"),
+        (("--num_samples", "256", "--accumulation_steps", "9"), "'--gradient_accumulation_steps' must give an N of "
+                                                                "at most the 8 micro-batches of an epoch"),
+        (("--seed", "-1"), "argument --seed: must be an int >= 0, but got '-1'"),
         (("--goodput_steps", "2:8", "--lr_schedule", "constant", "--trainer", "functional"),
          "'--goodput_steps' calibrates from the window times the driver and model_accu measure"),
         (("--goodput_times", "0.004:0.01"), "'--goodput_times' is the window-time model of '--goodput_steps', which "
@@ -521,6 +533,13 @@ class TestCommandLineErrors:
                                          check=False), "argument --batch_size: must be an int >= 1, but got '0'")
         assert_one_line_error(run_script("prepare_data.py", "--dest", tmp_path / "d", "--train_limit", "-5",
                                          check=False), "argument --train_limit: must be an int >= 1, but got '-5'")
+        (tmp_path / "a_file").write_text("")
+        assert_one_line_error(run_script("prepare_data.py", "--source", os.path.join(SAMPLE, "train"), "--dest",
+                                         tmp_path / "a_file", check=False),
+                              "'--dest' must be a directory to lay train/ and test/ out in, but")
+        assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "a_file",
+                                         check=False),
+                              "'--ckpt_path' must be a directory for the run's checkpoints, but")
 
     def test_an_exact_state_of_another_trainer_or_other_flags_names_them(self, tmp_path):
         """The trainer, and the flags that decide the run's course beyond its state (another --seed resumed the

@@ -9,6 +9,8 @@ import re
 
 import ms_accum
 
+BUFFERS = "accu_grads."  # a TrainAccuStepsCell's gradient buffers, left out of epoch checkpoints
+
 
 class EpochFiles:
     """Write `state` at an epoch's end as <directory>/<prefix>-<epoch>_<number>.ckpt with epoch_num, step_num and
@@ -33,10 +35,11 @@ class EpochFiles:
 
     def write(self, state, epoch, number, step_num):
         """Save `state` (a Cell) as epoch `epoch`'s checkpoint, `number` its update in the epoch, `step_num` the
-        run's; returns the path."""
+        run's, without the gradient buffers (a TrainAccuStepsCell's ``accu_grads``: not the network's, and zero
+        but for a window carried on, which a resume at an epoch does not take); returns the path."""
         path = os.path.join(self.directory, f"{self.prefix}-{epoch}_{number}.ckpt")
-        ms_accum.save_checkpoint_atomic(state, path, append_dict={"epoch_num": epoch, "step_num": step_num,
-                                                                  **self.extra})
+        ms_accum.save_checkpoint_atomic(state, path, choice_func=lambda name: not name.startswith(BUFFERS),
+                                        append_dict={"epoch_num": epoch, "step_num": step_num, **self.extra})
         if path in self.written:  # a resumed run writing an epoch again
             self.written.remove(path)
         self.written.append(path)
