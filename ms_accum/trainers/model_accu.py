@@ -21,7 +21,7 @@ from ..compat import (callbacks_of, check_model_internals, check_network_mode, e
                       register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
                       set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.checks import check_positive_int
-from ..core.schedule import steps_argument
+from ..core.schedule import STEPS_ALIASES, STEPS_NAME, steps_argument
 from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, dataset_shards
@@ -34,9 +34,9 @@ from .state import dataset_starting_at, gather_ints
 
 check_model_internals(Model)
 
-# Model_ACCU.train's keyword arguments beyond Model.train's, which Model_ACCU.fit takes too
-_TRAIN_OPTIONS = ("resume_from", "partial_window", "max_nonfinite_windows", "global_batch_size", "plan",
-                  "gradient_accumulation_steps", "accumulation_steps", "mini_steps", "accumulate_step")
+# Model_ACCU.train's keyword arguments beyond Model.train's (N under its names last), which Model_ACCU.fit takes too
+_RUN_OPTIONS = ("resume_from", "partial_window", "max_nonfinite_windows", "global_batch_size", "plan")
+_TRAIN_OPTIONS = _RUN_OPTIONS + (STEPS_NAME,) + STEPS_ALIASES
 
 
 def _check_fixed_steps(owner, cell):
@@ -346,10 +346,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     def _settings(self, epoch, train_dataset, callbacks, initial_epoch, options):
         """The RunSettings of a train or fit call: `options` are its keyword arguments beyond Model's
         (:data:`_TRAIN_OPTIONS`); one it leaves out takes RunSettings' default, which is train's."""
-        aliases = {name: options.get(name) for name in ("accumulation_steps", "mini_steps", "accumulate_step")}
-        given = {name: options[name] for name in ("global_batch_size", "plan", "partial_window", "resume_from",
-                                                  "max_nonfinite_windows") if name in options}
-        return RunSettings(epoch, train_dataset, options.get("gradient_accumulation_steps"), aliases,
+        aliases = {name: options.get(name) for name in STEPS_ALIASES}
+        given = {name: options[name] for name in _RUN_OPTIONS if name in options}
+        return RunSettings(epoch, train_dataset, options.get(STEPS_NAME), aliases,
                            initial_epoch=initial_epoch, state_path=self._state_path,
                            save_state_every=self._save_state_every, callbacks=callbacks, **given)
 
