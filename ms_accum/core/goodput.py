@@ -379,6 +379,12 @@ class GoodputAccumulation:
         return 0 if self.given else 2 * self.calibration_windows
 
     @property
+    def first_decision(self):
+        """int: the window at whose end the first decision after the calibration is made (the one after it, whose
+        N was set before the calibration's last time came in); -1 when the constants are given."""
+        return -1 if self.given else self.calibration_end
+
+    @property
     def initial_steps(self):
         """int: the first window's N (the calibration's first N, or `min_steps` when the constants are given)."""
         return self.min_steps if self.given else self.calibration_steps[0]
@@ -391,11 +397,10 @@ class GoodputAccumulation:
 
     @property
     def device_policy(self):
-        """(min_steps, max_steps, interval, calibration_windows, first N, second N, the window of the first decision
-        after the calibration or -1 with given constants): what :func:`goodput_steps_on_device` takes, graph
-        constants."""
+        """(min_steps, max_steps, interval, calibration_windows, first N, second N, :attr:`first_decision`): what
+        :func:`goodput_steps_on_device` takes, graph constants."""
         return (self.min_steps, self.max_steps, self.interval, self.calibration_windows) + self.calibration_steps + \
-            (-1 if self.given else self.calibration_end,)
+            (self.first_decision,)
 
     def __repr__(self):
         constants = f", micro_time={self.micro_time}, end_time={self.end_time}" if self.frozen else ""
@@ -430,7 +435,7 @@ class GoodputAccumulation:
                                  f"window's N is decided, but the policy reached window {update + 1} without them. "
                                  f"Report them, or pass micro_time and end_time.")
             return self.calibration_steps[0 if update + 1 < self.calibration_windows else 1]
-        decision = (update + 1) % self.interval == 0 or (not self.given and update == self.calibration_end)
+        decision = (update + 1) % self.interval == 0 or update == self.first_decision
         if not decision or not math.isfinite(noise_scale) or not micro_batch_items > 0:
             return current
         return best_steps(noise_scale, micro_batch_items, self.micro_time, self.end_time, self.min_steps,
