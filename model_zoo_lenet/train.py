@@ -593,11 +593,10 @@ SCHEDULE = "learning_rate"  # the optimizer's learning-rate table: configuration
 GLOBAL_BATCH = "global_batch_size"  # recorded in epoch checkpoints of runs with one N
 
 
-def resume_from(cell, ckpt_path, args, run_global_batch):
-    """Load network and optimizer state into `cell`, but not the learning-rate schedule (this run's flags decide
-    it); return the number of epochs the checkpoint had done. With --global_batch_size the checkpoint's global
-    batch must be this run's."""
-    params = ms_accum.read_checkpoint(ckpt_path, arg_name="--resume")
+def resume_from(cell, ckpt_path, params, args, run_global_batch):
+    """Load network and optimizer state into `cell` from `params`, the contents of the epoch checkpoint
+    `ckpt_path`, but not the learning-rate schedule (this run's flags decide it); return the number of epochs the
+    checkpoint had done. With --global_batch_size the checkpoint's global batch must be this run's."""
     saved_global = int(params[GLOBAL_BATCH].asnumpy()) if GLOBAL_BATCH in params else None
     if saved_global is not None and saved_global != run_global_batch:
         if args.global_batch_size is not None:
@@ -615,13 +614,12 @@ def resume_from(cell, ckpt_path, args, run_global_batch):
     return int(params["epoch_num"].asnumpy())
 
 
-def continued_plan(ckpt_path, before, learning_rate):
-    """A run resumed from an epoch checkpoint whose run made another number of updates before that epoch than
-    this run's plan `before` (another N): the plan moved to count on from the checkpoint's updates, and a per-update
-    `learning_rate` list read there at the epoch's place in this run's plan (the optimizer reads it at its
-    global_step, which goes on from the checkpoint's; the list ended before the run did). Unchanged when the
-    counts agree, or for a constant rate."""
-    params = ms_accum.read_checkpoint(ckpt_path, arg_name="--resume")
+def continued_plan(params, before, learning_rate):
+    """A run resumed from an epoch checkpoint (`params`, its contents) whose run made another number of updates
+    before that epoch than this run's plan `before` (another N): the plan moved to count on from the checkpoint's
+    updates, and a per-update `learning_rate` list read there at the epoch's place in this run's plan (the
+    optimizer reads it at its global_step, which goes on from the checkpoint's; the list ended before the run did).
+    Unchanged when the counts agree, or for a constant rate."""
     if "epoch_num" not in params or "global_step" not in params:
         return before, learning_rate  # not train.py's: resume_from says so
     epoch, done = int(params["epoch_num"].asnumpy()), int(params["global_step"].asnumpy().reshape(-1)[0])
@@ -701,11 +699,12 @@ def main(argv=None):
     else:
         before, total_updates = plan.run_plan(steps, args.epoch_size, args.partial_window)
     resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
+    epoch_params = ms_accum.read_checkpoint(resume, arg_name="--resume") if resume and not exact else None
     reference_batch, schedule_line = None, ""
     if rule is None:
         learning_rate = learning_rate_of(args, total_updates, before[args.warmup_epochs], rule)
-        if resume is not None and not exact:
-            before, learning_rate = continued_plan(resume, before, learning_rate)
+        if epoch_params is not None:
+            before, learning_rate = continued_plan(epoch_params, before, learning_rate)
     else:
         reference_batch, total_steps, warmup_steps = reference_steps(args, world, steps, plan.steps_at(0))
         learning_rate = learning_rate_of(args, total_steps, warmup_steps, rule)
@@ -735,7 +734,8 @@ def main(argv=None):
     if exact:
         check_same_flags(resume, args)
         check_same_run(optimizer, resume, run_global_batch, trainer_kind)
-    initial_epoch = resume_from(state_cell, resume, args, run_global_batch) if resume and not exact else 0
+    initial_epoch = 0 if epoch_params is None else resume_from(state_cell, resume, epoch_params, args,
+                                                               run_global_batch)
     if initial_epoch >= args.epoch_size:
         raise ValueError(f"'--epoch_size' must exceed the {initial_epoch} epochs done in {resume!r}, but got "
                          f"{args.epoch_size}.")
