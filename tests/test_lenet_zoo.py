@@ -14,7 +14,7 @@ from mindspore import nn, ops
 import ms_accum
 
 from helpers import (ACCURACY, SAMPLE, assert_equals_large_batch, assert_noise_records_match, functional_reference,
-                     large_batch, noise_reference, reference_run, rounding_rtol, run_script)
+                     large_batch, noise_reference, open_files, reference_run, rounding_rtol, run_script)
 from src.dataset import create_dataset
 from src.epoch_files import EpochFiles
 from src.idx import DataError
@@ -827,8 +827,7 @@ def test_the_functional_loop_closes_the_telemetry_csv_when_training_raises(tmp_p
                          nn.Momentum(net.trainable_params(), 0.01, 0.9),
                          create_dataset(SAMPLE, 32, "train", num_samples=128), 1, 2, FailingFiles(), log_every=0,
                          telemetry=telemetry)
-    fds = "/proc/self/fd"
-    assert os.path.realpath(path) not in {os.path.realpath(os.path.join(fds, fd)) for fd in os.listdir(fds)}
+    assert os.path.realpath(path) not in open_files()
     with open(path, encoding="utf-8") as f:
         assert len(f.read().strip().splitlines()) == 1 + 2  # the header and the epoch's 2 windows
 

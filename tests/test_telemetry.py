@@ -12,7 +12,7 @@ from mindspore.train import Callback
 
 import ms_accum
 from ms_accum.trainers import telemetry as telemetry_module
-from helpers import StopAt, build, concat, micro_batches, numpy_dataset, run_script
+from helpers import StopAt, build, concat, micro_batches, numpy_dataset, open_files, run_script
 from test_model_accu import fake_device  # noqa: F401  (the sink tests' device seams)
 
 
@@ -22,13 +22,6 @@ def window_grad_norm(window, seed=0):
     loss_net = nn.WithLossCell(net, loss)
     grads = ops.GradOperation(get_by_list=True)(loss_net, loss_net.trainable_params())(*map(Tensor, concat(window)))
     return float(np.sqrt(sum(float((g.asnumpy().astype(np.float64) ** 2).sum()) for g in grads)))
-
-
-def open_files():
-    """The paths of the files this process holds open."""
-    fds = "/proc/self/fd"
-    return {os.path.realpath(os.path.join(fds, fd)) for fd in os.listdir(fds)
-            if os.path.exists(os.path.join(fds, fd))}
 
 
 def test_driver_records_every_window(tmp_path, exec_mode, capsys):
