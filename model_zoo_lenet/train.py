@@ -73,6 +73,7 @@ FLAGS_FILE = "train_flags.json"  # beside the exact state: the flags an exact re
 RUN_FLAGS = ("network", "seed", "num_samples", "lr", "lr_schedule", "warmup_epochs", "momentum", "clip_norm",
              "raw_sum", "partial_window", "nonfinite", "accumulation_schedule", "adaptive_steps", "goodput_steps",
              "goodput_times", "adaptive_interval")
+PREFIX_KEY = "checkpoint_prefix"  # in FLAGS_FILE: the run's epoch checkpoints' name prefix
 STATE_TRAINERS = {"grad_sum.": "driver", "accu_grads.": "model_accu"}  # the trainer whose exact state holds them
 
 
@@ -267,15 +268,19 @@ class EpochSummary(Callback):
 
 
 def checkpoint_prefix(directory, resume, exact, stem="checkpoint_lenet"):
-    """The name prefix of this run's epoch checkpoints in `directory`: a run resumed from its exact state continues
-    the names of the newest checkpoint there written before that state (a later one is another run's), a run
-    resumed from an epoch checkpoint there continues that checkpoint's; any other run takes `stem`
-    ('checkpoint_lenet'), or the first free '<stem>_<k>' when another run's checkpoints are there (as MindSpore's
-    ModelCheckpoint names them), and says so."""
+    """The name prefix of this run's epoch checkpoints in `directory`: a run resumed from its exact state there
+    continues the names its FLAGS_FILE records (a state of an earlier train.py, which recorded none: those of the
+    newest checkpoint there written before that state), a run resumed from an epoch checkpoint there continues
+    that checkpoint's; any other run takes `stem` ('checkpoint_lenet'), or the first free '<stem>_<k>' when
+    another run's checkpoints are there (as MindSpore's ModelCheckpoint names them), and says so."""
+    here = resume is not None and os.path.abspath(os.path.dirname(resume)) == os.path.abspath(directory)
+    recorded = (saved_run_flags(resume) or {}).get(PREFIX_KEY) if exact and here else None
+    if recorded is not None:
+        return recorded
     written = glob.glob(os.path.join(directory, f"{stem}*-*.ckpt"))
     own = [path for path in written if exact and os.path.getmtime(path) <= os.path.getmtime(resume)]
     continued = max(own, key=os.path.getmtime) if own else None
-    if resume is not None and not exact and os.path.abspath(os.path.dirname(resume)) == os.path.abspath(directory):
+    if here and not exact:
         continued = resume
     if continued is not None:
         return os.path.basename(continued).rsplit("-", 1)[0]
@@ -484,24 +489,33 @@ def run_flags(args):
     return {name: plain(getattr(args, name)) for name in RUN_FLAGS}
 
 
-def write_run_flags(directory, args):
-    """Record this run's :data:`RUN_FLAGS` beside its exact state, atomically."""
+def write_run_flags(directory, args, prefix):
+    """Record this run's :data:`RUN_FLAGS` beside its exact state, atomically, with its epoch checkpoints' name
+    `prefix` (PREFIX_KEY), which a resume from that state continues."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, FLAGS_FILE)
     with open(path + ".partial", "w", encoding="utf-8") as f:
-        json.dump(run_flags(args), f, indent=1, sort_keys=True)
+        json.dump({**run_flags(args), PREFIX_KEY: prefix}, f, indent=1, sort_keys=True)
     os.replace(path + ".partial", path)
+
+
+def saved_run_flags(state_path):
+    """What :func:`write_run_flags` recorded beside the exact state `state_path`, or None (a run of an earlier
+    train.py recorded nothing)."""
+    path = os.path.join(os.path.dirname(state_path), FLAGS_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def check_same_flags(state_path, args):
     """An exact resume keeps the flags of the run that wrote the state (read from its FLAGS_FILE; a run of an
     earlier train.py wrote none): another seed draws the rest of the epoch from another shuffle, another rate or
     policy trains another course, and the resumed run would no longer be the interrupted one."""
-    path = os.path.join(os.path.dirname(state_path), FLAGS_FILE)
-    if not os.path.isfile(path):
+    saved = saved_run_flags(state_path)
+    if saved is None:
         return
-    with open(path, encoding="utf-8") as f:
-        saved = json.load(f)
     mine = run_flags(args)
     differ = [name for name in RUN_FLAGS if name in saved and saved[name] != mine[name]]
     if differ:
@@ -760,7 +774,7 @@ def main(argv=None):
     save_state_every = 0 if args.dataset_sink_mode else (100 if args.save_state_every is None else
                                                          args.save_state_every)
     if save_state_every and not args.measure_micro_batch:
-        write_run_flags(directory, args)
+        write_run_flags(directory, args, files.prefix)
     checkpoints = EpochCheckpoint(state_cell, files, before if policy is None else None, exact)
     telemetry = ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)
     callbacks = [checkpoints, EpochSummary(telemetry), telemetry]

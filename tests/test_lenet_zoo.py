@@ -355,6 +355,25 @@ def test_a_resumed_run_writes_epoch_checkpoints_only_and_counts_what_it_ran(tmp_
 
 
 @pytest.mark.slow
+def test_a_state_older_than_the_runs_first_epoch_checkpoint_resumes_under_the_runs_names(tmp_path):
+    """An exact state written before the run's first epoch checkpoint (micro-batch 5 of the epoch's 8) resumed in
+    its directory: the run's own checkpoint, the newer file, is not another run's. The names were told apart by
+    time alone, and the resumed run wrote checkpoint_lenet_1-1_4.ckpt beside checkpoint_lenet-1_4.ckpt, saying that
+    the directory held another run's checkpoints."""
+    common = ("--data_path", SAMPLE, "--num_samples", 256, "--batch_size", 32, "--accumulation_steps", 2,
+              "--epoch_size", 1, "--log_every", 0, "--save_state_every", 5, "--ckpt_path", tmp_path)
+    run_script("train.py", *common)
+    finished = ms.load_checkpoint(str(tmp_path / "checkpoint_lenet-1_4.ckpt"))
+    _, out, _ = run_script("train.py", "--resume", tmp_path, *common)
+    assert "another run's" not in out and "last checkpoint: " + str(tmp_path / "checkpoint_lenet-1_4.ckpt") in out, \
+        out
+    assert sorted(f for f in os.listdir(tmp_path) if f.startswith("checkpoint_")) == ["checkpoint_lenet-1_4.ckpt"]
+    again = ms.load_checkpoint(str(tmp_path / "checkpoint_lenet-1_4.ckpt"))
+    for param in LeNet5().get_parameters():
+        np.testing.assert_array_equal(again[param.name].asnumpy(), finished[param.name].asnumpy(), param.name)
+
+
+@pytest.mark.slow
 class TestCommandLineErrors:
     @pytest.mark.parametrize("value", ["0", "-1", "two"])
     def test_accumulation_steps(self, value):
