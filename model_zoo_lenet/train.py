@@ -73,6 +73,7 @@ FLAGS_FILE = "train_flags.json"  # beside the exact state: the flags an exact re
 RUN_FLAGS = ("network", "seed", "num_samples", "lr", "lr_schedule", "warmup_epochs", "momentum", "clip_norm",
              "raw_sum", "partial_window", "nonfinite", "accumulation_schedule", "adaptive_steps", "goodput_steps",
              "goodput_times", "adaptive_interval")
+ADAPTIVE_INTERVAL = 10  # --adaptive_interval's default
 PREFIX_KEY = "checkpoint_prefix"  # in FLAGS_FILE: the run's epoch checkpoints' name prefix
 STATE_TRAINERS = {"grad_sum.": "driver", "accu_grads.": "model_accu"}  # the trainer whose exact state holds them
 
@@ -160,8 +161,9 @@ def parse_args(argv):
                         help="--goodput_steps with the window-time model given instead of calibrated: seconds per "
                              "micro-batch and per window's end, as measured in a quiet run (decisions then depend on "
                              "the noise scale only, from the first window on)")
-    parser.add_argument("--adaptive_interval", type=positive_int, default=10, metavar="WINDOWS",
-                        help="windows between two decisions of --adaptive_steps or --goodput_steps (default: 10)")
+    parser.add_argument("--adaptive_interval", type=positive_int, default=None, metavar="WINDOWS",
+                        help=f"windows between two decisions of --adaptive_steps or --goodput_steps (default: "
+                             f"{ADAPTIVE_INTERVAL})")
     parser.add_argument("--lr", type=positive_float, default=0.05,
                         help="peak learning rate of the (large-batch) updates (default: %(default)s)")
     parser.add_argument("--lr_schedule", choices=["cosine", "constant"], default="cosine",
@@ -388,6 +390,11 @@ def accumulation_plan(args, trainer_kind, world):
     if args.goodput_times is not None and args.goodput_steps is None:
         raise ValueError("'--goodput_times' is the window-time model of '--goodput_steps', which is not given: pass "
                          "--goodput_steps MIN:MAX, or drop --goodput_times.")
+    if args.adaptive_interval is not None and args.adaptive_steps is None and args.goodput_steps is None:
+        raise ValueError("'--adaptive_interval' is the windows between two decisions of '--adaptive_steps' or "
+                         "'--goodput_steps', neither of which is given: pass one of them, or drop "
+                         "--adaptive_interval.")
+    args.adaptive_interval = args.adaptive_interval or ADAPTIVE_INTERVAL
     if args.adaptive_steps is None and args.goodput_steps is None:
         return None, args.accumulation_schedule or AccumulationSchedule(args.accumulation_steps)
     low = (args.adaptive_steps or args.goodput_steps)[0]

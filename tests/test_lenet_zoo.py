@@ -404,6 +404,8 @@ class TestCommandLineErrors:
         (("--batch_size", "auto", "--max_memory", "1GiB"), "but '--global_batch_size' was not given"),
         (("--trainer", "functional", "--save_state_every", "5"), "'--save_state_every' is an option of '--trainer "
                                                                  "driver' and '--trainer model_accu'"),
+        (("--adaptive_interval", "5"), "'--adaptive_interval' is the windows between two decisions of "
+                                       "'--adaptive_steps' or '--goodput_steps', neither of which is given"),
         (("--trainer", "model_accu", "--on_out_of_memory", "halve"), "'--on_out_of_memory halve' reruns a window "
                                                                      "with half the micro-batch in the driver"),
     ])
