@@ -202,7 +202,7 @@ def parse_args(argv):
                              "the large-batch mean")
     parser.add_argument("--num_samples", type=positive_int, default=None,
                         help="train on N samples only (per process in parallel modes; over all processes with "
-                             "--global_batch_size)")
+                             "--global_batch_size); more than the data set holds reads all of it, with a note")
     parser.add_argument("--seed", type=non_negative_int, default=1,
                         help="seed of MindSpore and of the data's shuffle (default: %(default)s)")
     parser.add_argument("--cpu_threads", type=positive_int, default=None,
@@ -701,9 +701,14 @@ def main(argv=None):
     policy, plan = accumulation_plan(args, trainer_kind, world)
     rule = check_lr_scaling(args, trainer_kind)
     ms.set_seed(args.seed)
-    dataset = create_dataset(args.data_path, args.batch_size, "train", num_samples=samples_per_process(args, world),
-                             seed=args.seed, **shards(args, rank, world))
+    requested = samples_per_process(args, world)
+    dataset = create_dataset(args.data_path, args.batch_size, "train", num_samples=requested, seed=args.seed,
+                             **shards(args, rank, world))
     steps = dataset.get_dataset_size()
+    if requested is not None and requested // args.batch_size > steps:
+        print(f"note: --num_samples {args.num_samples} is more than {args.data_path}/train holds"
+              f"{f' for each of {world} processes' if world > 1 else ''}: an epoch reads all of it, {steps} "
+              f"micro-batches of {args.batch_size}.", flush=True)
     if policy is None and plan.constant is not None and plan.constant > steps and args.partial_window != "carry":
         flag = "--global_batch_size" if args.global_batch_size is not None else "--gradient_accumulation_steps"
         raise ValueError(f"'{flag}' must give an N of at most the {steps} micro-batches of an epoch (--num_samples "

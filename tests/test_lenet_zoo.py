@@ -374,6 +374,18 @@ def test_a_state_older_than_the_runs_first_epoch_checkpoint_resumes_under_the_ru
 
 
 @pytest.mark.slow
+def test_more_samples_asked_than_the_data_set_holds_are_told(tmp_path):
+    """--num_samples above the sample's 3,000 training images: the epoch reads them all, and says so (it did so
+    silently)."""
+    _, out, _ = run_script("train.py", "--data_path", SAMPLE, "--num_samples", 5000, "--batch_size", 500,
+                           "--accumulation_steps", 2, "--epoch_size", 1, "--save_state_every", 0, "--ckpt_path",
+                           tmp_path)
+    assert f"note: --num_samples 5000 is more than {SAMPLE}/train holds: an epoch reads all of it, 6 micro-batches " \
+           f"of 500." in out, out
+    assert re.search(r"^epoch 1/1: 3 updates, 3000 samples in ", out, re.M), out
+
+
+@pytest.mark.slow
 class TestCommandLineErrors:
     @pytest.mark.parametrize("value", ["0", "-1", "two"])
     def test_accumulation_steps(self, value):
