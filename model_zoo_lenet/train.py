@@ -350,7 +350,7 @@ def set_global_batch(args, world):
         raise ValueError(f"'--global_batch_size' sets N (G / (devices x --batch_size)), but '{given[0]}' was given "
                          f"too: pass one of them.")
     args.accumulation_steps = ms_accum.steps_for_global_batch(args.global_batch_size, args.batch_size, world,
-                                                              owner="train.py")
+                                                              owner="train.py", arg_name="--global_batch_size")
     args.partial_window = args.partial_window or "drop"
 
 

@@ -49,6 +49,14 @@ def test_a_global_batch_that_does_not_divide_is_refused_with_the_nearest_values(
         ms_accum.steps_for_global_batch(64, 32, device_num=0)
 
 
+def test_a_global_batch_is_named_as_its_caller_gave_it():
+    with pytest.raises(ValueError, match=r"^For 'train.py', '--global_batch_size' must be a multiple of devices x "
+                                         r"micro-batch = 1 x 32 = 32"):
+        ms_accum.steps_for_global_batch(100, 32, 1, owner="train.py", arg_name="--global_batch_size")
+    with pytest.raises(ValueError, match=r"^For 'train.py', '--global_batch_size' must be an int >= 1, but got 0"):
+        ms_accum.steps_for_global_batch(0, 32, 1, owner="train.py", arg_name="--global_batch_size")
+
+
 # ---------------------------------------------------------------------------------------------- the data order
 def _orders(make, world, epochs=2):
     """Each rank's sample tags, epoch by epoch."""

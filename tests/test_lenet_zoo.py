@@ -403,7 +403,7 @@ class TestCommandLineErrors:
         (("--momentum", "1.5"), "'--momentum' must be in [0, 1), the weight of the previous velocity, but got 1.5"),
         (("--warmup_epochs", "5", "--epoch_size", "1"), "'--warmup_epochs' must be an int in [0, --epoch_size 1], "
                                                         "but got 5"),
-        (("--global_batch_size", "100"), "For 'train.py', 'global_batch_size' must be a multiple of devices x "
+        (("--global_batch_size", "100"), "For 'train.py', '--global_batch_size' must be a multiple of devices x "
                                          "micro-batch = 1 x 32 = 32, so that every device runs a whole number of "
                                          "micro-batches per update, but got 100. The nearest valid values are 96 or "
                                          "128"),

@@ -83,7 +83,8 @@ def measuring_run(args, world):
     step and the window's end are all there, and small micro-batches do not take G samples a window). The dataset
     is the run's own: cut to those windows, its pipeline's queues held less than a whole epoch's (numbers in
     docs/planning.md)."""
-    n = ms_accum.steps_for_global_batch(args.global_batch_size, args.batch_size, world, owner="train.py")
+    n = ms_accum.steps_for_global_batch(args.global_batch_size, args.batch_size, world, owner="train.py",
+                                        arg_name="--global_batch_size")
     n = min(n, MEASURED_STEPS)
     args.global_batch_size = args.batch_size * n * world
     args.epoch_size, args.warmup_epochs, args.resume, args.telemetry_csv = 1, 0, None, None

@@ -26,7 +26,8 @@ def _check_count(owner, name, value):
     return int(value)
 
 
-def steps_for_global_batch(global_batch_size, micro_batch_size, device_num=None, owner="steps_for_global_batch"):
+def steps_for_global_batch(global_batch_size, micro_batch_size, device_num=None, owner="steps_for_global_batch",
+                           arg_name=GLOBAL_BATCH_NAME):
     r"""
     N, the micro-batches per update on each device, for a global batch of `global_batch_size` samples:
     ``global_batch_size / (device_num * micro_batch_size)``.
@@ -41,6 +42,8 @@ def steps_for_global_batch(global_batch_size, micro_batch_size, device_num=None,
         device_num (int, optional): Data-parallel devices. Default: ``None``, the communication group's size in a
             parallel mode, 1 otherwise.
         owner (str): The API asking, for messages. Default: ``"steps_for_global_batch"``.
+        arg_name (str): The name `global_batch_size` was given under, for messages (a command line's flag, say).
+            Default: ``"global_batch_size"``.
 
     Returns:
         int, N >= 1.
@@ -59,14 +62,14 @@ def steps_for_global_batch(global_batch_size, micro_batch_size, device_num=None,
         >>> ms_accum.steps_for_global_batch(256, 32, device_num=1)
         8
     """
-    global_batch_size = _check_count(owner, GLOBAL_BATCH_NAME, global_batch_size)
+    global_batch_size = _check_count(owner, arg_name, global_batch_size)
     micro_batch_size = _check_count(owner, "micro_batch_size", micro_batch_size)
     device_num = _check_count(owner, "device_num", data_parallel_size() if device_num is None else device_num)
     unit = device_num * micro_batch_size
     if global_batch_size % unit:
         below = global_batch_size // unit * unit
         nearest = f"values are {below} or {below + unit}" if below else f"value is {unit}"
-        raise ValueError(f"For '{owner}', '{GLOBAL_BATCH_NAME}' must be a multiple of devices x micro-batch = "
+        raise ValueError(f"For '{owner}', '{arg_name}' must be a multiple of devices x micro-batch = "
                          f"{device_num} x {micro_batch_size} = {unit}, so that every device runs a whole number "
                          f"of micro-batches per update, but got {global_batch_size}. The nearest valid {nearest}; or "
                          f"change the micro-batch size.")
