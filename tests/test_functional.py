@@ -247,10 +247,38 @@ def test_no_items_names_the_accumulator(nonfinite):
     net, loss, opt = build("sgd")
     grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
     x, y = micro_batches((4,))[0]
-    with pytest.raises(ValueError, match=r"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a "
-                                         r"window, .* but 0 of this window's 1 micro-batches had none .* and its "
-                                         r"smallest num_items, those counted as 1, was 0.*build a new Accumulator"):
+    with pytest.raises(ValueError, match=r"For 'Accumulator', 'num_items' must be a finite number > 0 for every "
+                                         r"micro-batch of a window, .* but 0 of this window's 1 micro-batches had "
+                                         r"none .*, its smallest num_items, those counted as 1, was 0.0 and their sum "
+                                         r"0.0.*build a new Accumulator"):
         ms_accum.Accumulator(opt, 1, nonfinite=nonfinite)(grad_fn(Tensor(x), Tensor(y))[1], 0)
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+@pytest.mark.parametrize("given", ["number", "tensor-jit"])
+def test_items_that_are_not_finite_are_refused_not_skipped(given, bad):
+    """A NaN or inf num_items, as a Python number or a Tensor in the user's jit step, refuses the window: it was
+    taken, and the window skipped as if its gradient had overflowed (a new user's trial, 2026-12-06)."""
+    net, loss, opt = build("sgd")
+    before = params_of(net)
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+    accumulator = ms_accum.Accumulator(opt, 2)
+    (x, y), (x2, y2) = micro_batches((4, 4))
+
+    def step(x, y, items):
+        return accumulator(grad_fn(x, y)[1], items)
+
+    if given == "tensor-jit":
+        step, items = ms.jit(step), Tensor(float(bad), ms.float32)
+    else:
+        items = float(bad)
+    step(Tensor(x), Tensor(y), 4.0 if given == "number" else Tensor(4.0, ms.float32))
+    with pytest.raises(ValueError, match=rf"'num_items' must be a finite number > 0 for every micro-batch of a "
+                                         rf"window, .* its smallest num_items, those counted as 1, was .* and their "
+                                         rf"sum {bad}"):
+        step(Tensor(x2), Tensor(y2), items)
+    assert_params_equal(params_of(net), before, context="nothing applied")
+    assert opt.global_step.asnumpy()[0] == 0
 
 
 @pytest.mark.parametrize("path", ["accumulator", "three-cells"])
@@ -332,9 +360,9 @@ def test_a_window_mixing_given_and_omitted_items_is_refused(style, ends_with):
     before = params_of(net)
     weighed(Tensor(x), Tensor(y))
     unweighed(Tensor(x2), Tensor(y2))
-    message = (r"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a window, and given for every "
-               r"micro-batch or for none, but 1 of this window's 2 micro-batches had none .* and its smallest "
-               r"num_items, those counted as 1, was 1.*The window was not applied")
+    message = (r"For 'Accumulator', 'num_items' must be a finite number > 0 for every micro-batch of a window, and "
+               r"given for every micro-batch or for none, but 1 of this window's 2 micro-batches had none .*, its "
+               r"smallest num_items, those counted as 1, was 1.*The window was not applied")
     with pytest.raises(ValueError, match=message.replace(" 2 ", " 3 ") if ends_with == "update" else message):
         if ends_with == "update":
             weighed(Tensor(x3), Tensor(y3))

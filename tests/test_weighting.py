@@ -114,8 +114,8 @@ def test_no_items_in_a_window_is_refused_before_the_update(cell, end, exec_mode)
     empty = token_batches((0,))[0]
     scale = {"scale_sense": Tensor(np.float32(4.0))} if end == "loss_scale" else {}
     nonfinite = {} if scale else {"nonfinite": end}
-    with pytest.raises(ValueError, match=r"'num_items' returned by the loss network must be > 0 for every "
-                                         r"micro-batch, but a micro-batch of this window had 0"):
+    with pytest.raises(ValueError, match=r"'num_items' returned by the loss network must be a finite number > 0 for "
+                                         r"every micro-batch, but this window's smallest was 0.0 and their sum 0.0"):
         if cell == "three_cells":
             grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
             ms_accum.TrainForwardBackward(loss, opt, grad_sum, **scale)(*map(Tensor, empty))
@@ -130,13 +130,42 @@ def test_no_items_in_a_window_is_refused_before_the_update(cell, end, exec_mode)
     assert int(opt.global_step.asnumpy()[0]) == 0
 
 
+@pytest.mark.parametrize("bad", ["nan", "inf"])
+@pytest.mark.parametrize("cell", ["three_cells", "accu_steps"])
+def test_items_that_are_not_finite_are_refused_not_skipped(cell, bad, exec_mode):
+    """A NaN or inf item count (here a mask's sum over a NaN or an inf) is not a count: the window is refused as one
+    without items is. It also made the window's gradient non-finite, and the window was skipped as an overflow, with
+    no word under nonfinite="skip" (the default): a weighting bug looked like a numerical one."""
+    net, loss, opt = build_tagger()
+    before = params_of(net)
+    first, second = token_batches((7, 5))
+    second[2][0, 0] = float(bad)
+    with pytest.raises(ValueError, match=rf"'num_items' returned by the loss network must be a finite number > 0 for "
+                                         rf"every micro-batch, but this window's smallest was .* and their sum {bad}"):
+        if cell == "three_cells":
+            grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+            forward_backward = ms_accum.TrainForwardBackward(loss, opt, grad_sum)
+            for batch in (first, second):
+                forward_backward(*map(Tensor, batch))
+            ms_accum.TrainOptim(opt, grad_sum)()
+        else:
+            cell = ms_accum.TrainAccuStepsCell(loss, opt, accumulation_steps=2)
+            for batch in (first, second):
+                cell(*map(Tensor, batch))
+    after = params_of(net)
+    for name, value in before.items():
+        np.testing.assert_array_equal(after[name], value, err_msg=f"{name} changed by a refused window")
+    assert int(opt.global_step.asnumpy()[0]) == 0
+
+
 def test_no_items_in_a_window_names_the_driver(exec_mode):
     """The driver's error names what the user built, not the cells it builds inside."""
     net, loss, opt = build_tagger()
     before = params_of(net)
     data = paths.dataset(token_batches((5, 0)))
     with pytest.raises(ValueError, match=r"For 'GradientAccumulation', 'num_items' returned by the loss network must "
-                                         r"be > 0 for every micro-batch, but a micro-batch of this window had 0.*"
+                                         r"be a finite number > 0 for every micro-batch, but this window's smallest "
+                                         r"was 0.0 and their sum 5.0.*"
                                          r"build a new GradientAccumulation\."):
         ms_accum.GradientAccumulation(loss, None, opt).train_process(1, data, 2, ckpt_path=None, log_every=0)
     after = params_of(net)

@@ -90,7 +90,7 @@ class Accumulator(WindowEngine, nn.Cell):
             optimizer's parameters has ``requires_grad=False``, or, with MindSpore's compile cache on, if its stored
             graphs were compiled with other settings; when called, if `grads` does
             not hold one gradient per optimizer parameter, each of its shape, or `num_items` is a Tensor of more
-            than one element; when a window ends, if a micro-batch of it had `num_items` <= 0, or some of its
+            than one element; when a window ends, if a micro-batch of it had `num_items` <= 0, NaN or inf, or some of its
             micro-batches had `num_items` and others not (the optimizer is not stepped); `nonfinite` is not
             ``"skip"`` with a `loss_scaler`; `lr_scaling` or `reference_batch` is refused as listed for
             :class:`TrainOptim`.
@@ -231,22 +231,24 @@ class Accumulator(WindowEngine, nn.Cell):
         return ops.depend(result, ops.assign(self.unweighted, ops.zeros_like(self.unweighted)))
 
     def _window_check(self):
-        """One check of the window's items (each > 0, and given for every micro-batch or for none), in the engine's
-        skip branch: in a user's jit step a check that raises is compiled into a slow ``PyExecute`` node, and two
-        of them start up slower than one (docs/performance_history.md, Start-up: where the time goes)."""
-        smallest = self.accu_min_items * 1.0  # Tensors, not Parameters, so that the message shows their values
+        """One check of the window's items (each a finite number > 0, and given for every micro-batch or for none),
+        in the engine's skip branch: in a user's jit step a check that raises is compiled into a slow
+        ``PyExecute`` node, and two of them start up slower than one (docs/performance_history.md, Start-up: where
+        the time goes)."""
+        smallest, total = self.accu_min_items * 1.0, self.accu_items * 1.0  # Tensors: messages show their values
         unweighted, micro_steps = self.unweighted + 0, self.accu_micro_steps + 0
         mixed = ops.logical_and(unweighted > 0, unweighted < micro_steps)
-        return ops.logical_or(mixed, smallest <= 0.0), (smallest, unweighted, micro_steps)
+        return ops.logical_or(mixed, window.items_refused(smallest, total)), (smallest, total, unweighted, micro_steps)
 
     def _refuse_window(self, refused, shown):
         """Raise Accumulator's error if `refused` (`shown`: from :meth:`_window_check`)."""
-        smallest, unweighted, micro_steps = shown
+        smallest, total, unweighted, micro_steps = shown
         if refused:
-            raise ValueError(f"For 'Accumulator', 'num_items' must be > 0 for every micro-batch of a window, and "
-                             f"given for every micro-batch or for none, but {unweighted} of this window's "
-                             f"{micro_steps} micro-batches had none (an omitted num_items weighs 1 beside the others' "
-                             f"item counts) and its smallest num_items, those counted as 1, was {smallest}. Leave "
+            raise ValueError(f"For 'Accumulator', 'num_items' must be a finite number > 0 for every micro-batch of "
+                             f"a window, and given for every micro-batch or for none, but {unweighted} of this "
+                             f"window's {micro_steps} micro-batches had none (an omitted num_items weighs 1 beside the "
+                             f"others' item counts), its smallest num_items, those counted as 1, was {smallest} and "
+                             f"their sum {total}. Leave "
                              f"out micro-batches with no items, and pass num_items on every call (for example the "
                              f"micro-batch's sample count, x.shape[0]). The window was not applied; to go on, save "
                              f"the network and build a new Accumulator.")

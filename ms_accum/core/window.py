@@ -161,19 +161,27 @@ def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, no
     return ops.depend(out, ops.assign_add(loss_sum, ops.cast(loss, mstype.float32) * items))
 
 
-def check_items(owner, refused, smallest, source="returned by the loss network", rebuild="new cells"):
+def items_refused(smallest, total):
+    """Whether a window's items refuse it (a bool Tensor): a micro-batch had none or fewer (`smallest`, the smallest
+    count, not > 0; NaN too), or one's count was not finite (the window's sum `total` is then NaN or inf, where a
+    minimum may not show it)."""
+    return ops.logical_or(ops.logical_not(smallest > 0.0), ops.logical_not(ops.isfinite(total)))
+
+
+def check_items(owner, refused, smallest, total, source="returned by the loss network", rebuild="new cells"):
     """
-    Raise if `refused`: a micro-batch of the window reported no items (`smallest`, a Tensor: the smallest count), so
-    its loss, a mean over nothing, is meaningless. Called where the optimizer step is not taken (the engine's
-    skip branch, or a branch of its own), so the window is not applied; from the skip branch, the buffers are
-    already divided and the window's records written. The error ends training with these cells: in GRAPH_MODE (and
-    for jit-compiled cells) MindSpore refuses to run a graph again after a runtime error in it.
+    Raise if `refused` (:func:`items_refused`): a micro-batch of the window reported no items or a count that is
+    not finite (`smallest` and `total`, Tensors: the smallest count and their sum), so its loss, a mean over
+    nothing, or its weight is meaningless. Called where the optimizer step is not taken (the engine's skip branch,
+    or a branch of its own), so the window is not applied; from the skip branch, the buffers are already divided
+    and the window's records written. The error ends training with these cells: in GRAPH_MODE (and for
+    jit-compiled cells) MindSpore refuses to run a graph again after a runtime error in it.
     """
     if refused:
-        raise ValueError(f"For '{owner}', 'num_items' {source} must be > 0 for every micro-batch, but a micro-batch "
-                         f"of this window had {smallest}. Leave out micro-batches with no items, or give the item "
-                         f"count of the data the loss averaged over. The window was not applied; to go on, save "
-                         f"the network and build {rebuild}.")
+        raise ValueError(f"For '{owner}', 'num_items' {source} must be a finite number > 0 for every micro-batch, "
+                         f"but this window's smallest was {smallest} and their sum {total}. Leave out micro-batches "
+                         f"with no items, or give the item count of the data the loss averaged over. The window was "
+                         f"not applied; to go on, save the network and build {rebuild}.")
 
 
 def mean_loss(counters):
