@@ -80,6 +80,24 @@ def test_the_report_gives_the_micro_batches_and_names_batchnorm_only_where_it_is
     assert not raw.passed and raw.batch_norm_layers == [] and "BatchNorm" not in str(raw)
 
 
+class FrozenStatisticsNet(BatchNormNet):
+    """BatchNormNet whose BatchNorm normalises by its moving statistics in training mode too."""
+
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm1d(8, use_batch_statistics=False)
+
+
+def test_batchnorm_on_its_moving_statistics_is_not_blamed():
+    """A BatchNorm built with use_batch_statistics=False normalises as in evaluation, so accumulation can equal the
+    large batch through it: the network passes, and a failure of another cause (a sum loss) is not put on that
+    layer (a new user's trial: the report blamed it for reduction='sum', a masked loss and average=False alike)."""
+    assert ms_accum.check_equivalence(FrozenStatisticsNet, LOSS, OPTIMIZERS["sgd"], batch(), 4).passed
+    summed = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="sum")
+    report = ms_accum.check_equivalence(FrozenStatisticsNet, summed, OPTIMIZERS["sgd"], batch(), 4)
+    assert not report.passed and report.batch_norm_layers == [] and "BatchNorm" not in str(report), str(report)
+
+
 class DropoutNet(nn.Cell):
     def __init__(self, p=0.5):
         super().__init__()
@@ -279,6 +297,8 @@ def test_command_passes_and_fails_with_exit_codes():
     (("--num-classes", "0"), "argument --num-classes: must be an int >= 1, but got '0'"),
     (("--rtol", "-1"), "argument --rtol: must be a finite number > 0, but got '-1'"),
     (("--lr", "nan"), "argument --lr: must be a finite number > 0, but got 'nan'"),
+    (("--network", "helpers:OPTIMIZERS"), "'--network' 'helpers:OPTIMIZERS' must name what builds the network (a "
+                                          "Cell class or a function returning a new Cell), but it is a dict."),
 ])
 def test_command_refuses_bad_arguments_naming_the_flag(args, message):
     defaults = {"--network": "helpers:SmallConvNet", "--input-shape": "1,6,6", "--num-classes": "4"}

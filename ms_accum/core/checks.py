@@ -160,9 +160,11 @@ def check_ckpt_path(owner, arg_name, path):
         raise ValueError(f"For '{owner}', '{arg_name}' must be a str ending with '.ckpt', but got {path!r}.")
 
 
-def is_batch_norm(cell):
-    """Whether `cell` is a BatchNorm layer (any of MindSpore's ``_BatchNorm``, SyncBatchNorm included)."""
-    return isinstance(cell, BatchNormBase)
+def normalises_by_batch(cell):
+    """Whether `cell` is a BatchNorm layer (any of MindSpore's ``_BatchNorm``, SyncBatchNorm included) that
+    normalises by the batch's statistics in training mode: not one built with ``use_batch_statistics=False``,
+    which normalises by its moving statistics in either mode and leaves them as they are."""
+    return isinstance(cell, BatchNormBase) and getattr(cell, "use_batch_statistics", None) is not False
 
 
 def drops(cell):
@@ -180,9 +182,9 @@ def drops(cell):
 
 
 def _mode_dependent(cell):
-    """Whether `cell` computes otherwise in training mode: a BatchNorm layer (batch statistics, moving statistics
-    updated) or a dropout that drops something."""
-    return is_batch_norm(cell) or drops(cell)
+    """Whether `cell` computes otherwise in training mode: a BatchNorm layer that normalises by batch statistics
+    (its moving statistics updated) or a dropout that drops something."""
+    return normalises_by_batch(cell) or drops(cell)
 
 
 def warn_eval_mode(cell):

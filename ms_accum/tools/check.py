@@ -29,9 +29,13 @@ def _load(spec):
     if not module_name or not attr:
         raise ValueError(f"'--network' must look like 'package.module:factory', but got {spec!r}.")
     try:
-        return getattr(importlib.import_module(module_name), attr)
+        factory = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as err:
         raise ValueError(f"'--network' {spec!r} could not be loaded: {err}. Is its directory on PYTHONPATH?") from err
+    if not callable(factory):
+        raise ValueError(f"'--network' {spec!r} must name what builds the network (a Cell class or a function "
+                         f"returning a new Cell), but it is a {type(factory).__name__}.")
+    return factory
 
 
 def _shape(text):

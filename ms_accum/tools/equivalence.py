@@ -16,7 +16,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor, nn
 
-from ..core.checks import check_bool, check_cell, check_finite_positive, check_positive_int, drops, is_batch_norm
+from ..core.checks import check_bool, check_cell, check_finite_positive, check_positive_int, drops, normalises_by_batch
 from ..core.schedule import steps_argument
 from ..cells.parallel import TrainAccuStepsCell
 from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
@@ -48,8 +48,9 @@ class EquivalenceReport:
         rows (list): One record per trainable parameter (name, relative differences of the applied gradient and
             of the updated parameter, noise-level elements). Default: empty.
         micro_batch_sizes (list[int]): The window's micro-batches, in samples. Default: empty.
-        batch_norm_layers (list[str]): The network's BatchNorm layers, which a failing verdict names as the likely
-            cause. Default: empty.
+        batch_norm_layers (list[str]): The network's BatchNorm layers that normalise by batch statistics in
+            training mode (not those with ``use_batch_statistics=False``), which a failing verdict names as the
+            likely cause. Default: empty.
         dropout_layers (list[str]): The network's dropout layers that drop something (probability > 0), which a
             failing verdict names as a likely cause and a passing one as luck of these micro-batches. Default:
             empty.
@@ -310,7 +311,7 @@ def check_equivalence(make_network, loss_fn, make_optimizer, inputs, gradient_ac
     after = {p.name: p.asnumpy().astype(np.float64) for p in accumulated}
     report = EquivalenceReport(rtol, micro_batch_sizes=[len(batch[0]) for batch in micro],
                                batch_norm_layers=[name for name, layer in reference.cells_and_names()
-                                                  if is_batch_norm(layer)],
+                                                  if normalises_by_batch(layer)],
                                dropout_layers=[name for name, layer in reference.cells_and_names() if drops(layer)],
                                low_precision_layers=low_precision_cells(reference))
     # below NOISE times the model's largest gradient element, a gradient element is float32 rounding noise (the
