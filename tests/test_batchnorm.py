@@ -150,5 +150,7 @@ def test_a_network_in_training_mode_or_without_such_layers_is_not_warned_of(owne
     frozen = BNLoss()  # BatchNorm frozen on purpose: the network trains, its BatchNorm does not
     frozen.set_train(True)
     frozen.bn.set_train(False)
-    for net in (trained, frozen, PlainLoss()):
+    statistics_frozen = BNLoss()  # normalises by its moving statistics in either mode: nothing to warn of
+    statistics_frozen.bn = nn.BatchNorm1d(3, momentum=0.9, use_batch_statistics=False)
+    for net in (trained, frozen, PlainLoss(), statistics_frozen):
         assert first_calls(CELLS[owner], net) == []
