@@ -63,6 +63,7 @@ from ms_accum.trainers.checkpoint import buffer_prefix, load_into
 from ms_accum.core.progress_lr import ProgressLearningRate
 from ms_accum.core.schedule import AccumulationSchedule, schedule_argument
 from ms_accum.trainers.elastic import saved_layout
+from ms_accum.trainers.run_checks import check_window_fits
 from ms_accum.trainers.state import WORLD, is_state_file
 
 STATE_FILE = "train_state.ckpt"
@@ -330,22 +331,30 @@ class EpochCheckpoint(Callback):
         self.files.write(self.cell, epoch, number, update)
 
 
+def varying_n_flags(args):
+    """The flags given that set an N changing between windows, as written: a schedule, an adaptive or goodput N."""
+    return [f"--{name}" for name in ("accumulation_schedule", "adaptive_steps", "goodput_steps")
+            if getattr(args, name) is not None]
+
+
+def n_flag(args):
+    """N as this run's flags gave it, for messages."""
+    if args.global_batch_size is not None:
+        return "N = --global_batch_size / (devices x --batch_size)"
+    return (varying_n_flags(args) or ["--gradient_accumulation_steps"])[0]
+
+
 def set_global_batch(args, world):
     """Resolve N and the partial-window policy from --global_batch_size (or their defaults without it)."""
     if args.global_batch_size is None:
-        varying = [flag for flag, value in (("--accumulation_schedule", args.accumulation_schedule),
-                                            ("--adaptive_steps", args.adaptive_steps),
-                                            ("--goodput_steps", args.goodput_steps)) if value is not None]
+        varying = varying_n_flags(args)
         if varying and args.accumulation_steps is not None:  # it was taken silently, the other's N trained
             raise ValueError(f"'{varying[0]}' sets N, but '--gradient_accumulation_steps' was given too: pass one of "
                              f"them.")
         args.accumulation_steps = args.accumulation_steps or 4
         args.partial_window = args.partial_window or "flush"
         return
-    given = [flag for flag, value in (("--gradient_accumulation_steps", args.accumulation_steps),
-                                      ("--accumulation_schedule", args.accumulation_schedule),
-                                      ("--adaptive_steps", args.adaptive_steps),
-                                      ("--goodput_steps", args.goodput_steps)) if value is not None]
+    given = ["--gradient_accumulation_steps"] * (args.accumulation_steps is not None) + varying_n_flags(args)
     if given:
         raise ValueError(f"'--global_batch_size' sets N (G / (devices x --batch_size)), but '{given[0]}' was given "
                          f"too: pass one of them.")
@@ -379,9 +388,7 @@ def accumulation_plan(args, trainer_kind, world):
     known in advance: a cosine schedule then needs a learning-rate rule, which lays it out over reference steps of
     the data. Its MIN may be 1 only on two devices or more, where a window of one micro-batch a device still holds
     two micro-batches to estimate the noise scale from."""
-    varying = [flag for flag, value in (("--accumulation_schedule", args.accumulation_schedule),
-                                        ("--adaptive_steps", args.adaptive_steps),
-                                        ("--goodput_steps", args.goodput_steps)) if value is not None]
+    varying = varying_n_flags(args)
     if len(varying) > 1:
         raise ValueError(f"'{varying[0]}' and '{varying[1]}' both set N: pass one of them.")
     if varying and args.dataset_sink_mode:
@@ -709,11 +716,8 @@ def main(argv=None):
         print(f"note: --num_samples {args.num_samples} is more than {args.data_path}/train holds"
               f"{f' for each of {world} processes' if world > 1 else ''}: an epoch reads all of it, {steps} "
               f"micro-batches of {args.batch_size}.", flush=True)
-    if policy is None and plan.constant is not None and plan.constant > steps and args.partial_window != "carry":
-        flag = "--global_batch_size" if args.global_batch_size is not None else "--gradient_accumulation_steps"
-        raise ValueError(f"'{flag}' must give an N of at most the {steps} micro-batches of an epoch (--num_samples "
-                         f"over --batch_size), but N is {plan.constant}: every window would be cut at the epoch's "
-                         f"end. Pass a smaller N, or --partial_window carry to let windows cross epochs.")
+    check_window_fits("train.py", n_flag(args), policy or plan, steps, args.partial_window,
+                      carry="--partial_window carry")
     net = create_network(args.network)
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     n = args.accumulation_steps

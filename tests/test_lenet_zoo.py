@@ -483,8 +483,17 @@ class TestCommandLineErrors:
         (("--accumulation_schedule", "0:2", "--accumulation_steps", "3"), "'--accumulation_schedule' sets N, but "
                                                                           "'--gradient_accumulation_steps' was given "
                                                                           "too"),
-        (("--num_samples", "256", "--accumulation_steps", "9"), "'--gradient_accumulation_steps' must give an N of "
-                                                                "at most the 8 micro-batches of an epoch"),
+        (("--num_samples", "256", "--accumulation_steps", "9"), "For 'train.py', '--gradient_accumulation_steps' "
+                                                                "must be <= the 8 micro-batches in an epoch, but got "
+                                                                "9. Lower it, or pass --partial_window carry"),
+        (("--num_samples", "256", "--accumulation_schedule", "0:2,3:9"), "'--accumulation_schedule' must be <= the "
+                                                                         "8 micro-batches in an epoch, but got 9"),
+        (("--num_samples", "256", "--global_batch_size", "512"), "'N = --global_batch_size / (devices x "
+                                                                 "--batch_size)' must be <= the 8 micro-batches in an "
+                                                                 "epoch, but got 16"),
+        (("--num_samples", "256", "--adaptive_steps", "2:16", "--lr_schedule", "constant"),
+         "'--adaptive_steps' must be <= the 8 micro-batches in an epoch, but got AdaptiveAccumulation(min_steps=2, "
+         "max_steps=16"),
         (("--seed", "-1"), "argument --seed: must be an int >= 0, but got '-1'"),
         (("--goodput_steps", "2:8", "--lr_schedule", "constant", "--trainer", "functional"),
          "'--goodput_steps' calibrates from the window times the driver and model_accu measure"),

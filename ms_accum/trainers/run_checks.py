@@ -130,14 +130,16 @@ def largest_steps(steps):
     return steps
 
 
-def check_window_fits(owner, steps_name, steps, micro_batches_per_epoch, partial_window, carry_hint=""):
+def check_window_fits(owner, steps_name, steps, micro_batches_per_epoch, partial_window, carry_hint="",
+                      carry="partial_window='carry'"):
     """Raise if a window of the run (N an int, a schedule or a policy) can be longer than an epoch, unless windows
-    are carried across epochs. `carry_hint` follows "pass partial_window='carry'" in the message."""
+    are carried across epochs. `carry` says how the caller's user asks for that (a command line's flag, say), and
+    `carry_hint` follows it in the message."""
     if largest_steps(steps) > micro_batches_per_epoch and partial_window != "carry":
         shown = steps if isinstance(steps, POLICIES) else largest_steps(steps)
         raise ValueError(f"For '{owner}', {shown_steps_name(steps_name)} must be <= the {micro_batches_per_epoch} "
                          f"micro-batches in an epoch, "
-                         f"but got {shown}. Lower it, or pass partial_window='carry'{carry_hint} to let windows span "
+                         f"but got {shown}. Lower it, or pass {carry}{carry_hint} to let windows span "
                          f"epochs.")
 
 
