@@ -3,6 +3,7 @@
 The reference is value_and_grad on each window's concatenated micro-batches and the same optimizer, stepped once
 per window, with no ms_accum code.
 """
+import argparse
 import math
 import random
 import re
@@ -79,6 +80,21 @@ def test_schedule_gives_each_update_its_n():
     assert AccumulationSchedule(4).constant == 4 and schedule.constant is None
     assert AccumulationSchedule({0: 4, 3: 4}).as_given == 4 and schedule.as_given is schedule  # as a cell shows N
     assert schedule_argument("3") == AccumulationSchedule(3)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("2:2", "must say how many micro-batches the first windows hold (an entry for update 0), but got {2: 2}. Add "
+            "0: N."),
+    ("0:x", "must be 'first_update:N' pairs separated by commas, such as '0:1,2:2,4:3', but got '0:x'."),
+    ("0", "must be an int >= 1, but got 0."),
+])
+def test_a_schedule_argument_says_what_it_must_be_for_argparse_to_name_the_flag(text, message):
+    """argparse prefixes "argument --accumulation_schedule: ", so the type's error is the requirement alone."""
+    with pytest.raises(argparse.ArgumentTypeError) as caught:
+        schedule_argument(text)
+    assert str(caught.value) == message
+    with pytest.raises((TypeError, ValueError), match=r"^For 'train.py', '--accumulation_schedule' must "):
+        AccumulationSchedule(text, "train.py", "--accumulation_schedule")
 
 
 @pytest.mark.parametrize("steps, error, message", [

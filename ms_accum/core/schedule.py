@@ -93,27 +93,27 @@ class AccumulationSchedule:
             steps = _parse(owner, arg_name, steps)
         if is_int(steps):
             if steps < 1:
-                raise ValueError(f"For '{owner}', {name} must be an int >= 1, but got {steps}.")
+                raise _refused(ValueError, owner, name, f"must be an int >= 1, but got {steps}.")
             steps = {0: steps}
         if isinstance(steps, bool) or isinstance(steps, float):
-            raise TypeError(f"For '{owner}', {name} must be an int >= 1 or a schedule {{first_update: N}}, but "
-                            f"got {steps!r} of type {type(steps).__name__}.")
+            raise _refused(TypeError, owner, name, f"must be an int >= 1 or a schedule {{first_update: N}}, but got "
+                           f"{steps!r} of type {type(steps).__name__}.")
         if not isinstance(steps, dict):
-            raise TypeError(f"For '{owner}', {name} must be an int or a schedule {{first_update: N}} (a dict, "
-                            f"or text such as '0:1,2:2,4:3'), but got {type(steps).__name__}.")
+            raise _refused(TypeError, owner, name, f"must be an int or a schedule {{first_update: N}} (a dict, or text "
+                           f"such as '0:1,2:2,4:3'), but got {type(steps).__name__}.")
         if not steps:
-            raise ValueError(f"For '{owner}', {name} must hold at least one stage {{first_update: N}}, but got "
-                             f"an empty schedule.")
+            raise _refused(ValueError, owner, name, "must hold at least one stage {first_update: N}, but got an empty "
+                           "schedule.")
         for first, count in steps.items():
             if not is_int(first) or not is_int(count):
-                raise TypeError(f"For '{owner}', {name} must map int first updates to int micro-batch counts, "
-                                f"but got {first!r}: {count!r}.")
+                raise _refused(TypeError, owner, name, f"must map int first updates to int micro-batch counts, but "
+                               f"got {first!r}: {count!r}.")
             if first < 0 or count < 1:
-                raise ValueError(f"For '{owner}', {name} must map first updates >= 0 to micro-batch counts >= "
-                                 f"1, but got {first}: {count}.")
+                raise _refused(ValueError, owner, name, f"must map first updates >= 0 to micro-batch counts >= 1, but "
+                               f"got {first}: {count}.")
         if 0 not in steps:
-            raise ValueError(f"For '{owner}', {name} must say how many micro-batches the first windows hold "
-                             f"(an entry for update 0), but got {dict(sorted(steps.items()))}. Add 0: N.")
+            raise _refused(ValueError, owner, name, f"must say how many micro-batches the first windows hold (an entry "
+                           f"for update 0), but got {dict(sorted(steps.items()))}. Add 0: N.")
         self.points = tuple(sorted((int(first), int(count)) for first, count in steps.items()))
 
     def __eq__(self, other):
@@ -243,11 +243,11 @@ def _parse(owner, arg_name, text):
         try:
             first, count = (int(piece) for piece in pieces)
         except ValueError:
-            raise ValueError(f"For '{owner}', {name} must be 'first_update:N' pairs separated by commas, such "
-                             f"as '0:1,2:2,4:3', but got {text!r}.") from None
+            raise _refused(ValueError, owner, name, f"must be 'first_update:N' pairs separated by commas, such as "
+                           f"'0:1,2:2,4:3', but got {text!r}.") from None
         if first in steps:
-            raise ValueError(f"For '{owner}', {name} must give each first update once, but {first} appears "
-                             f"twice in {text!r}.")
+            raise _refused(ValueError, owner, name, f"must give each first update once, but {first} appears twice in "
+                           f"{text!r}.")
         steps[first] = count
     return steps
 
@@ -258,13 +258,19 @@ def max_updates(smallest, micro_batches_per_epoch, epochs, partial_window):
     return AccumulationSchedule(smallest).run_plan(micro_batches_per_epoch, epochs, partial_window)[1]
 
 
+def _refused(kind, owner, name, requirement):
+    """A `kind` error "For '<owner>', <name> <requirement>", which also holds its `requirement` ("must ..."): what
+    a caller that names the argument itself (argparse) shows."""
+    error = kind(f"For '{owner}', {name} {requirement}")
+    error.requirement = requirement
+    return error
+
+
 def schedule_argument(text):
     """argparse type: a schedule 'first_update:N,...' (or a plain N)."""
     import argparse  # pylint: disable=import-outside-toplevel
-    owner, arg_name = "train.py", "--accumulation_schedule"
     try:
-        return AccumulationSchedule(int(text) if text.strip().isdigit() else text, owner, arg_name)
+        return AccumulationSchedule(int(text) if text.strip().isdigit() else text, "train.py",
+                                    "--accumulation_schedule")
     except (TypeError, ValueError) as error:  # argparse names the flag: "argument --accumulation_schedule: must ..."
-        message = str(error)
-        named = f"For '{owner}', '{arg_name}' "
-        raise argparse.ArgumentTypeError(message[len(named):] if message.startswith(named) else message) from None
+        raise argparse.ArgumentTypeError(getattr(error, "requirement", str(error))) from None
