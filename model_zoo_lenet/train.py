@@ -593,7 +593,8 @@ REFERENCE_SUFFIX = ".lr.reference_batch"  # G0 of a learning-rate rule, in a sta
 
 def resume_target(path, rank, world):
     """
-    What '--resume PATH' names for this rank: (checkpoint file, whether it is an exact state file).
+    What '--resume PATH' names for this rank: (checkpoint file, whether it is an exact state file, the contents of
+    an epoch checkpoint or None).
 
     A directory is a run's --ckpt_path: its train_state.ckpt on one device, rank_<r>/train_state.ckpt for rank r
     in parallel modes. When it holds neither, because the run had another device count, rank r takes the saved
@@ -605,7 +606,7 @@ def resume_target(path, rank, world):
         directory = path if world == 1 else os.path.join(path, f"rank_{rank}")
         state = os.path.join(directory, STATE_FILE)
         if os.path.isfile(state):
-            return state, True
+            return state, True, None
         saved = sorted(glob.glob(os.path.join(path, "rank_*", STATE_FILE)),
                        key=lambda name: int(os.path.basename(os.path.dirname(name))[len("rank_"):]))
         saved += [name for name in [os.path.join(path, STATE_FILE)] if os.path.isfile(name)]
@@ -613,8 +614,10 @@ def resume_target(path, rank, world):
             raise ValueError(f"'--resume' {path!r} must be a run's --ckpt_path holding {os.path.relpath(state, path)}"
                              f" (written every --save_state_every micro-batches), but there is none; pass an "
                              f"epoch checkpoint file to resume at an epoch.")
-        return saved[rank % len(saved)], True
-    return path, is_state_file(ms_accum.read_checkpoint(path, arg_name="--resume"))
+        return saved[rank % len(saved)], True, None
+    params = ms_accum.read_checkpoint(path, arg_name="--resume")
+    exact = is_state_file(params)
+    return path, exact, None if exact else params
 
 
 SCHEDULE = "learning_rate"  # the optimizer's learning-rate table: configuration, rebuilt from the flags
@@ -728,8 +731,7 @@ def main(argv=None):
         before = [updates_per_epoch * epoch for epoch in range(args.epoch_size + 1)]
     else:
         before, total_updates = plan.run_plan(steps, args.epoch_size, args.partial_window)
-    resume, exact = resume_target(args.resume, rank, world) if args.resume else (None, False)
-    epoch_params = ms_accum.read_checkpoint(resume, arg_name="--resume") if resume and not exact else None
+    resume, exact, epoch_params = resume_target(args.resume, rank, world) if args.resume else (None, False, None)
     reference_batch, schedule_line = None, ""
     if rule is None:
         learning_rate = learning_rate_of(args, total_updates, before[args.warmup_epochs], rule)
