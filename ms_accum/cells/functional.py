@@ -90,8 +90,8 @@ class Accumulator(WindowEngine, nn.Cell):
             optimizer's parameters has ``requires_grad=False``, or, with MindSpore's compile cache on, if its stored
             graphs were compiled with other settings; when called, if `grads` does
             not hold one gradient per optimizer parameter, each of its shape, or `num_items` is a Tensor of more
-            than one element; when a window ends, if a micro-batch of it had `num_items` <= 0, NaN or inf, or some of its
-            micro-batches had `num_items` and others not (the optimizer is not stepped); `nonfinite` is not
+            than one element; when a window ends, if a micro-batch of it had `num_items` <= 0, NaN or inf, or some
+            of its micro-batches had `num_items` and others not (the optimizer is not stepped); `nonfinite` is not
             ``"skip"`` with a `loss_scaler`; `lr_scaling` or `reference_batch` is refused as listed for
             :class:`TrainOptim`.
 
@@ -248,10 +248,9 @@ class Accumulator(WindowEngine, nn.Cell):
                              f"a window, and given for every micro-batch or for none, but {unweighted} of this "
                              f"window's {micro_steps} micro-batches had none (an omitted num_items weighs 1 beside the "
                              f"others' item counts), its smallest num_items, those counted as 1, was {smallest} and "
-                             f"their sum {total}. Leave "
-                             f"out micro-batches with no items, and pass num_items on every call (for example the "
-                             f"micro-batch's sample count, x.shape[0]). The window was not applied; to go on, save "
-                             f"the network and build a new Accumulator.")
+                             f"their sum {total}. Leave out micro-batches with no items, and pass num_items on every "
+                             f"call (for example the micro-batch's sample count, x.shape[0]). The window was not "
+                             f"applied; to go on, save the network and build a new Accumulator.")
 
 
 _shape_of = ops.MultitypeFuncGraph("shape_of")
