@@ -172,6 +172,53 @@ def test_resume_errors_name_resume_from(tmp_path):
         trainer.train_process(1, data(), N, ckpt_path=None, resume_from=state)
 
 
+class _CountCalls(ms.train.Callback):
+    def __init__(self):
+        super().__init__()
+        self.windows = 0
+
+    def on_train_step_end(self, run_context):
+        self.windows += 1
+
+
+@pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+def test_paths_and_callbacks_are_refused_before_training(trainer, tmp_path):
+    """A ckpt_path, state_path or resume_from that is not a '.ckpt' file's name, and callbacks that are not
+    Callbacks, are refused naming the trainer before its first micro-batch: the ckpt_path after the whole run had
+    trained (its losses lost), the state_path at the first save, resume_from=123 as "'int' object is not
+    subscriptable", callbacks='x' in MindSpore's words (a new user's trial)."""
+    counted = _CountCalls()
+    txt = str(tmp_path / "state.txt")
+    if trainer == "driver":
+        owner, train = "GradientAccumulation.train_process", make_trainer(seed=1)[0].train_process
+        cases = [(dict(ckpt_path=txt), ValueError, f"'ckpt_path' must be a str ending with '.ckpt', but got '{txt}'."),
+                 (dict(ckpt_path=None, state_path=txt, save_state_every=5), ValueError,
+                  f"'state_path' must be a str ending with '.ckpt', but got '{txt}'.")]
+        cases = [(lambda kw=kw: train(1, data(), N, callbacks=[counted], log_every=0, **kw), error, message)
+                 for kw, error, message in cases]
+        run = lambda **kw: train(1, data(), N, ckpt_path=None, log_every=0, **kw)  # noqa: E731
+    else:
+        owner = "Model_ACCU.train"
+        with pytest.raises(ValueError, match=r"^For 'Model_ACCU', 'state_path' must be a str ending with '.ckpt', "
+                                             r"but got 123\.$"):
+            make_model(seed=1, state_path=123, save_state_every=5)
+        model = make_model(seed=1)[0]
+        cases = []
+        run = lambda **kw: model.train(1, data(), dataset_sink_mode=False, **kw)  # noqa: E731
+    cases += [(lambda: run(resume_from=123, callbacks=[counted]), ValueError,
+               "'resume_from' must be a str ending with '.ckpt', but got 123."),
+              (lambda: run(callbacks="x"), TypeError,
+               "'callbacks' must be a mindspore.train.Callback, or a list or tuple of them, but got str."),
+              (lambda: run(callbacks=[counted, print]), TypeError,
+               "'callbacks' must be a mindspore.train.Callback, or a list or tuple of them, but got a list holding "
+               "builtin_function_or_method.")]
+    for call, error, message in cases:
+        with pytest.raises(error) as caught:
+            call()
+        assert str(caught.value) == f"For '{owner}', {message}"
+    assert counted.windows == 0, "a refused run trained"
+
+
 def test_a_state_of_another_path_is_refused_naming_both_paths(tmp_path):
     """A state written by Model_ACCU resumed by the driver (or the reverse) was refused as "another network"
     (missing 'grad_sum.conv1.weight', ...), though the network was the same: it names the path that wrote it now."""

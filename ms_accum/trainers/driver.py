@@ -6,7 +6,7 @@ from ..cells.parallel_loss_scale import TrainAccuStepsWithLossScaleCell
 from ..compat import CallbackManager, InternalCallbackParam
 from ..core.engine import CellNaming
 from ..core.schedule import AccumulationSchedule
-from ..core.checks import check_cell
+from ..core.checks import check_ckpt_path, check_cell
 from ..core.deprecation import renamed
 from .cell_front import CellFront
 from .checkpoint import save_checkpoint_atomic
@@ -272,9 +272,11 @@ class GradientAccumulation:
         Raises:
             TypeError: If `epoch` is not an int, `train_dataset` is not a mindspore.dataset.Dataset,
                 `gradient_accumulation_steps` is none of the types above (see
-                :class:`AccumulationSchedule` for a malformed schedule), or is given with `global_batch_size`.
+                :class:`AccumulationSchedule` for a malformed schedule), or is given with `global_batch_size`, or
+                `callbacks` is not a Callback or a list or tuple of them.
             CheckpointError: If `resume_from` is not a state file of this model (see :func:`load_training_state`).
-            ValueError: If `epoch` or N is < 1 (or a schedule is malformed), `initial_epoch` is not in [0, epoch),
+            ValueError: If `ckpt_path`, `state_path` or `resume_from` is not a str ending with '.ckpt' (before
+                training), `epoch` or N is < 1 (or a schedule is malformed), `initial_epoch` is not in [0, epoch),
                 `partial_window` is unknown, the dataset is empty, N (a schedule's or policy's largest) exceeds
                 the micro-batches in an epoch with `partial_window` other than ``"carry"``, N is an
                 :class:`AdaptiveAccumulation` without ``noise_scale=True``, `global_batch_size` is not a multiple
@@ -286,6 +288,8 @@ class GradientAccumulation:
         owner = "GradientAccumulation.train_process"
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
             raise ValueError(f"For '{owner}', 'log_every' must be an int >= 0, but got {log_every!r}.")
+        if ckpt_path is not None:  # refused before training, not once it has ended
+            check_ckpt_path(owner, "ckpt_path", ckpt_path)
         settings = RunSettings(epoch, train_dataset, gradient_accumulation_steps, dict(
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
             global_batch_size, plan, partial_window, initial_epoch, resume_from, state_path, save_state_every,

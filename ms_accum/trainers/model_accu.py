@@ -205,7 +205,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
     Raises:
         TypeError: If `network` is not an accumulation cell, `loss_fn`, `optimizer` or a ``loss_scale_manager`` is
             given, or N is given twice or is not an int, a schedule or a policy.
-        ValueError: If N is < 1, or `amp_level` or `boost_level` is not ``"O0"``; at train time, if a schedule or
+        ValueError: If N is < 1, `state_path` is not a str ending with '.ckpt', or `amp_level` or `boost_level` is
+            not ``"O0"``; at train time, if a schedule or
             policy meets dataset sink mode, if N exceeds the micro-batches of an epoch, in sink mode does not
             divide `sink_size`, or, with MindSpore's compile cache on, if its stored graphs were compiled with
             other settings.
@@ -295,8 +296,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         Raises:
             CheckpointError: If `resume_from` is not a state file of this cell and rank, or the ranks saved no
                 common position.
-            TypeError: If `train_dataset` is not a mindspore.dataset.Dataset.
-            ValueError: As listed for the class, if `epoch` is not an int >= 1, `train_dataset` is empty or its
+            TypeError: If `train_dataset` is not a mindspore.dataset.Dataset, or `callbacks` is not a Callback or a
+                list or tuple of them.
+            ValueError: As listed for the class, if `resume_from` is not a str ending with '.ckpt', `epoch` is not
+                an int >= 1, `train_dataset` is empty or its
                 columns are more or fewer than the loss network takes, `partial_window` is unknown, `resume_from`
                 is combined with `initial_epoch`, `global_batch_size` is not a multiple of devices x
                 micro-batch (or `plan` does not fit the dataset or devices), or would change the N of a cell that

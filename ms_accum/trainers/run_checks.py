@@ -10,8 +10,10 @@ import math
 from mindspore import Tensor
 from mindspore.dataset import Dataset
 from mindspore.nn import CellList
+from mindspore.train import Callback
 
 from ..core.adaptive import AdaptiveAccumulation
+from ..core.checks import check_ckpt_path
 from ..core.goodput import GoodputAccumulation
 from ..core.progress_lr import progress_rates
 from ..core.schedule import AccumulationSchedule, max_updates, shown_steps_name
@@ -60,15 +62,37 @@ def check_dataset_columns(owner, dataset, network, arg_name="train_dataset", hin
 
 
 def check_state_saving(owner, state_path, save_state_every):
-    """Raise unless `save_state_every` is an int >= 0, and > 0 only together with a `state_path`."""
+    """Raise unless `save_state_every` is an int >= 0, and > 0 only together with a `state_path`, a '.ckpt' file's
+    name (refused before training, not at the first save)."""
     if isinstance(save_state_every, bool) or not isinstance(save_state_every, int) or save_state_every < 0 \
             or (save_state_every and state_path is None):
         raise ValueError(f"For '{owner}', 'save_state_every' must be an int >= 0, and > 0 only with a "
                          f"'state_path', but got {save_state_every!r} with state_path={state_path!r}.")
+    if state_path is not None:
+        check_ckpt_path(owner, "state_path", state_path)
+
+
+def check_callbacks(owner, callbacks):
+    """Raise unless `callbacks` is None, a mindspore.train.Callback, or a list or tuple of them: MindSpore's own
+    error names neither the trainer nor what was passed."""
+    if callbacks is None or isinstance(callbacks, Callback):
+        return
+    if not isinstance(callbacks, (list, tuple)):
+        got = type(callbacks).__name__
+    else:
+        others = sorted({type(callback).__name__ for callback in callbacks if not isinstance(callback, Callback)})
+        if not others:
+            return
+        got = f"a {type(callbacks).__name__} holding {', '.join(others)}"
+    raise TypeError(f"For '{owner}', 'callbacks' must be a mindspore.train.Callback, or a list or tuple of them, but "
+                    f"got {got}.")
 
 
 def check_resume_or_initial_epoch(owner, resume_from, initial_epoch):
-    """Raise if both a state file and an initial epoch say where training starts."""
+    """Raise if both a state file and an initial epoch say where training starts, or `resume_from` is not a '.ckpt'
+    file's name."""
+    if resume_from is not None:
+        check_ckpt_path(owner, "resume_from", resume_from)
     if resume_from is not None and initial_epoch:
         raise ValueError(f"For '{owner}', pass either 'resume_from' or 'initial_epoch', not both: the state file "
                          f"records where training stopped.")

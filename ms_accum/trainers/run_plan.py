@@ -22,8 +22,8 @@ from .loop import check_loss_monitor, check_rate_callbacks
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
 from .out_of_memory import OOM_POLICIES
 from .planner import steps_from_plan
-from .run_checks import (check_dataset, check_dataset_columns, check_resume_or_initial_epoch, check_run_learning_rate,
-                         check_state_saving, check_window_fits, largest_steps, plan_updates)
+from .run_checks import (check_callbacks, check_dataset, check_dataset_columns, check_resume_or_initial_epoch,
+                         check_run_learning_rate, check_state_saving, check_window_fits, largest_steps, plan_updates)
 from .state import StateWriter, resume_training_state
 
 
@@ -254,6 +254,7 @@ def plan_run(owner, cell, settings, *, required_steps, sharded, world=1, rank=0,
     check_positive_int(owner, "max_nonfinite_windows", settings.max_nonfinite_windows)
     check_state_saving(owner, settings.state_path, settings.save_state_every)
     check_resume_or_initial_epoch(owner, settings.resume_from, initial)
+    check_callbacks(owner, settings.callbacks)
     steps, name = run_steps(owner, cell, settings, world, required_steps, trained)
     earlier_schedule = cell.accumulation_schedule
     if steps is not None:
