@@ -219,6 +219,27 @@ def test_paths_and_callbacks_are_refused_before_training(trainer, tmp_path):
     assert counted.windows == 0, "a refused run trained"
 
 
+def test_a_resume_warns_when_it_puts_back_another_learning_rate_or_momentum(tmp_path, recwarn):
+    """The state holds the optimizer's learning rate and momentum, and loading it puts them back over those the
+    resumed run built its optimizer with: the run continues the saved one exactly, as it must, but a new user who
+    rebuilt the optimizer with another rate or momentum was not told that the change was undone."""
+    trainer, _ = make_trainer(seed=1)
+    state = str(tmp_path / "state.ckpt")
+    stop = StopAt(2)  # inside epoch 1, at an update boundary: the state is written there
+    trainer.train_process(EPOCHS, data(), N, ckpt_path=None, log_every=0, state_path=state, save_state_every=3,
+                          callbacks=[stop])
+    ms.set_seed(1)
+    net = LeNet5()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    changed = ms_accum.GradientAccumulation(net, loss, nn.Momentum(net.trainable_params(), 0.01, 0.5))
+    with pytest.warns(UserWarning, match=r"'state_path' .*state.ckpt' holds the optimizer's learning_rate 0.05 \(built "
+                                         r"with 0.01\), momentum 0.9 \(built with 0.5\), which loading it put back"):
+        ms_accum.load_training_state(changed.train_state, state, 20)
+    recwarn.clear()
+    ms_accum.load_training_state(make_trainer(seed=1)[0].train_state, state, 20)
+    assert not [w for w in recwarn if "holds the optimizer's" in str(w.message)]
+
+
 def test_a_state_of_another_path_is_refused_naming_both_paths(tmp_path):
     """A state written by Model_ACCU resumed by the driver (or the reverse) was refused as "another network"
     (missing 'grad_sum.conv1.weight', ...), though the network was the same: it names the path that wrote it now."""

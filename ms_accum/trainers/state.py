@@ -10,7 +10,8 @@ hold, and refuse to start if there is none.
 import os
 from contextlib import contextmanager
 
-from mindspore import nn
+import numpy as np
+from mindspore import Parameter, nn
 
 from ..core.compiled import write_parameter
 from ..core.checks import check_ckpt_path, check_int_at_least, check_positive_int
@@ -330,6 +331,32 @@ def load_training_state(cell, state_path, total_micro_batches=None, rank=0, worl
                                  arg_name="state_path")[:2]
 
 
+def _shown_values(array):
+    """A Parameter's value for a message: its few numbers, or the first two and how many."""
+    flat = array.reshape(-1)
+    if flat.size <= 3:
+        return ", ".join(f"{value:g}" for value in flat)
+    return f"[{flat[0]:g}, {flat[1]:g}, ... ({flat.size} values)]"
+
+
+def _other_hyperparameters(cell, params):
+    """The learning rates and momenta of the optimizers in `cell`, Parameters a state file holds (`params`), whose
+    values differ from those the optimizer was built with, as text: loading puts the saved ones back, as an exact
+    resume must, so a change made by building the optimizer otherwise would be undone in silence."""
+    changed = []
+    for _, optimizer in cell.cells_and_names():
+        if not isinstance(optimizer, nn.Optimizer):
+            continue
+        rate = optimizer.learning_rate  # a list or Tensor rate is wrapped in a Cell holding the Parameter
+        for param in (getattr(rate, "learning_rate", rate), getattr(optimizer, "momentum", None)):
+            if not isinstance(param, Parameter) or param.name not in params:
+                continue
+            saved, built = params[param.name].asnumpy(), param.asnumpy()
+            if saved.shape == built.shape and not np.array_equal(saved, built):
+                changed.append(f"{param.name} {_shown_values(saved)} (built with {_shown_values(built)})")
+    return changed
+
+
 def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1, layout=None, drop_window=None,
                           arg_name="resume_from"):
     """:func:`load_training_state`, its errors naming `arg_name`, the argument that named `state_path`: the
@@ -361,8 +388,14 @@ def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1
                               f"path that wrote it, or resume from an epoch checkpoint (network and optimizer), "
                               f"which every path loads.")
     saved_format = int(params[FORMAT].asnumpy()) if FORMAT in params else 1
+    changed = _other_hyperparameters(cell, params)
     load_into(cell, params, path, arg_name=arg_name, what="a training state of this model",
               optional=lambda name: _added_since(saved_format, name))
+    if changed:
+        warn(f"'{arg_name}' {path!r} holds the optimizer's {', '.join(changed)}, which loading it put back: an exact "
+             f"resume continues the run that wrote it. Build the optimizer as that run did, or set another value "
+             f"after the resume (for example optimizer.learning_rate.set_data(...)), which the next window trains "
+             f"with.", UserWarning)
     forget = getattr(cell, "_forget_open_window", None)  # a parallel cell's host view of its window
     if forget is not None:
         forget()
