@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import mindspore as ms
-from mindspore import nn
+from mindspore import Tensor, nn
 from mindspore.train import LossMonitor
 
 import ms_accum
@@ -238,6 +238,28 @@ def test_a_resume_warns_when_it_puts_back_another_learning_rate_or_momentum(tmp_
     recwarn.clear()
     ms_accum.load_training_state(make_trainer(seed=1)[0].train_state, state, 20)
     assert not [w for w in recwarn if "holds the optimizer's" in str(w.message)]
+
+
+def test_a_state_of_another_optimizer_is_refused_naming_the_optimizer(tmp_path):
+    """The same network with another optimizer (Adam for Momentum) or one built otherwise (a rate list for a
+    constant): the refusal said the state "belongs to another network" (a new user's trial)."""
+    def cell(optimizer):
+        ms.set_seed(0)
+        net = nn.Dense(3, 2)
+        return ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer(net.trainable_params()),
+                                           gradient_accumulation_steps=2)
+
+    written = cell(lambda params: nn.Momentum(params, 0.1, 0.9))
+    written(Tensor(np.ones((2, 3), np.float32)), Tensor(np.ones((2, 2), np.float32)))
+    state = ms_accum.save_training_state(written, str(tmp_path / "state.ckpt"), 1, 0)
+    for optimizer, detail in ((lambda params: nn.Adam(params, 0.1), r"missing \['beta1_power', 'beta2_power'"),
+                              (lambda params: nn.Momentum(params, [0.1, 0.2], 0.9),
+                               r"shape mismatch \['learning_rate \(\) != \(2,\)'\]")):
+        with pytest.raises(ms_accum.CheckpointError, match=r"'state_path' must be a training state of this model, "
+                                                           r"but '.*state.ckpt' was written with another optimizer, "
+                                                           r"or one built otherwise \(its state differs, the "
+                                                           r"network's does not\): " + detail):
+            ms_accum.load_training_state(cell(optimizer), state, 10)
 
 
 def test_a_state_of_another_path_is_refused_naming_both_paths(tmp_path):

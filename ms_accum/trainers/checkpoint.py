@@ -8,7 +8,7 @@ import os
 import shutil
 
 import mindspore as ms
-from mindspore import ops
+from mindspore import nn, ops
 
 from ..core.checks import check_ckpt_path
 
@@ -225,6 +225,14 @@ def _entry(params, name):
     return found
 
 
+def _optimizer_state(network):
+    """The names of the Parameters of the optimizers inside `network` that are their own (moments, step count,
+    learning rate), not the weights they train."""
+    optimizers = [cell for _, cell in network.cells_and_names() if isinstance(cell, nn.Optimizer)]
+    weights = {param.name for optimizer in optimizers for param in optimizer.parameters}
+    return {param.name for optimizer in optimizers for param in optimizer.get_parameters()} - weights
+
+
 def load_into(network, params, ckpt_path, optional=None, arg_name="ckpt_path", what=None):
     """Load checkpoint contents already read from `ckpt_path` into `network`, with the checks of
     :func:`load_network_checkpoint`; errors name `arg_name` and call what was expected `what` (by default a
@@ -241,8 +249,15 @@ def load_into(network, params, ckpt_path, optional=None, arg_name="ckpt_path", w
         detail = (f"missing {missing[:5]}" if missing else "") + \
                  ("; " if missing and mismatched else "") + \
                  (f"shape mismatch {mismatched[:5]}" if mismatched else "")
-        raise CheckpointError(f"'{arg_name}' must be {what or 'a checkpoint of ' + type(network).__name__}, but "
-                              f"{ckpt_path!r} belongs to another network: {detail}.")
+        expected = what or f"a checkpoint of {type(network).__name__}"
+        if set(missing + [entry.split(" ", 1)[0] for entry in mismatched]) <= _optimizer_state(network):
+            raise CheckpointError(f"'{arg_name}' must be {expected}, but {ckpt_path!r} was written with another "
+                                  f"optimizer, or one built otherwise (its state differs, the network's does not): "
+                                  f"{detail}. Build the optimizer as the run that wrote it did, or load the network's "
+                                  f"weights alone (ms_accum.load_network_checkpoint on the network) to train on with "
+                                  f"this one.")
+        raise CheckpointError(f"'{arg_name}' must be {expected}, but {ckpt_path!r} belongs to another network: "
+                              f"{detail}.")
     for param in network.get_parameters():
         # written with an assign, which graphs the network has already run with read (load_param_into_net's
         # set_data detaches a Parameter from an ms.jit graph in PYNATIVE_MODE: write_parameter)
