@@ -115,7 +115,10 @@ def run_scenario(rank, world, cell_kind, windows, steps, overflow):
     else:
         net, loss, opt = build("momentum")
         loss_net = nn.WithLossCell(net, loss)
-    if cell_kind in ("plain", "tokens", "clip", "model_accu", "noise", "mean_false", "uneven_flush", "uneven_epochs"):
+    if cell_kind == "uneven_steps":  # rank 1 given twice rank 0's N
+        steps *= 1 + rank
+    if cell_kind in ("plain", "tokens", "clip", "model_accu", "noise", "mean_false", "uneven_flush", "uneven_epochs",
+                     "uneven_steps"):
         cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=steps,
                                            clip_norm=CLIP_NORM if cell_kind == "clip" else None,
                                            noise_scale=cell_kind == "noise")
@@ -130,9 +133,9 @@ def run_scenario(rank, world, cell_kind, windows, steps, overflow):
         outputs = train_tokens(cell, rank_token_batches(rank, world, windows, steps))
     elif cell_kind == "uneven_flush":
         outputs = []
-    elif cell_kind == "uneven_epochs":
-        extra = 1 if rank == 0 else 0
-        data = numpy_dataset(rank_batches(rank, world, windows + 1, steps)[:windows * steps + extra])
+    elif cell_kind in ("uneven_epochs", "uneven_steps"):
+        extra = 1 if rank == 0 and cell_kind == "uneven_epochs" else 0
+        data = numpy_dataset(rank_batches(rank, world, windows + 1, 2)[:windows * 2 + extra])
         try:
             ms_accum.Model_ACCU(cell).train(1, data, dataset_sink_mode=False)
         except ValueError as error:

@@ -566,9 +566,10 @@ def launch_local(out_dir, script, *args, node_timeout=None):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
 
-def run_local(out_dir, script, *args, timeout=300):
+def run_local(out_dir, script, *args, timeout=300, per_worker=False):
     """`script` on 2 local CPU workers under msrun (:func:`launch_local`) to its end; fail with the workers' logs
-    if it fails or outlasts `timeout` s (its whole process group killed then); return every worker's log."""
+    if it fails or outlasts `timeout` s (its whole process group killed then); return every worker's log, joined
+    (or with `per_worker`, a list of them by rank)."""
     import glob  # pylint: disable=import-outside-toplevel
     import signal  # pylint: disable=import-outside-toplevel
     import pytest  # pylint: disable=import-outside-toplevel
@@ -583,7 +584,7 @@ def run_local(out_dir, script, *args, timeout=300):
             for path in sorted(glob.glob(str(out_dir / "logs" / "worker_*.log")))]
     assert proc.returncode == 0, f"msrun exited {proc.returncode}\n{output[-3000:]}\n" + \
         "".join(log[-3000:] for log in logs)
-    return "".join(logs)
+    return logs if per_worker else "".join(logs)
 
 
 def train_py_worker(launcher, rank=None):

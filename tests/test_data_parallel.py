@@ -14,7 +14,7 @@ import mindspore as ms
 from mindspore import nn
 
 import ms_accum
-from conftest import ZOO
+from conftest import DOC_FENCE, ROOT, ZOO
 from dp_worker import CLIP_NORM, load, rank_batches, rank_token_batches, scenario, union_windows
 from helpers import (ACCURACY, KILL_NODE_TIMEOUT, SAMPLE, assert_equals_large_batch, assert_noise_records_match,
                      assert_params_equal, functional_reference, large_batch, launch_local, noise_reference, params_of,
@@ -34,10 +34,11 @@ NOISE = scenario("graph", "noise", 3, 1)
 MEAN_FALSE = scenario("graph", "mean_false", 2, 2)
 UNEVEN_FLUSH = scenario("graph", "uneven_flush", 2, 2)
 UNEVEN_EPOCHS = scenario("graph", "uneven_epochs", 2, 2)
+UNEVEN_STEPS = scenario("graph", "uneven_steps", 2, 2)  # rank 0 N 2, rank 1 N 4
 CLIP = scenario("graph", "clip", 2, 3)
 PLAN = scenario("graph", "plan", 0, 0)
 RULES = {rule: scenario("graph", f"rule_{rule}", 0, 0) for rule in ("linear", "sqrt", "adascale")}
-SCENARIOS = (PLAIN, OVERFLOW["graph"], TOKENS, NOISE, MEAN_FALSE, UNEVEN_FLUSH, UNEVEN_EPOCHS, CLIP, PLAN,
+SCENARIOS = (PLAIN, OVERFLOW["graph"], TOKENS, NOISE, MEAN_FALSE, UNEVEN_FLUSH, UNEVEN_EPOCHS, UNEVEN_STEPS, CLIP, PLAN,
              *RULES.values(), OVERFLOW["pynative"])
 
 
@@ -157,6 +158,31 @@ def test_model_accu_refuses_devices_with_unequal_epochs_before_training(worker_r
         assert "every device's dataset must hold as many micro-batches, but they hold [5, 4] (by rank)" in \
             str(arrays["refusal"]) and "num_shards=<devices>" in str(arrays["refusal"]), f"rank {rank}"
         assert arrays["global_step"][0] == 0, f"rank {rank} trained"
+
+
+def test_model_accu_refuses_devices_given_another_n_before_training(worker_runs):
+    """Rank 1 given twice rank 0's N: a new user's such run trained windows mixing both ranks' micro-batches, then
+    one rank failed inside MindSpore's AllReduce. Every rank now refuses before training, naming each rank's N."""
+    ranks = load(worker_runs, UNEVEN_STEPS)
+    for rank, arrays in enumerate(ranks):
+        assert "'accumulation_steps' (gradient_accumulation_steps) must be the same on every device, but they take " \
+               f"2, 4 (by rank; this device {2 * (1 + rank)})" in str(arrays["refusal"]), f"rank {rank}"
+        assert arrays["global_step"][0] == 0, f"rank {rank} trained"
+
+
+def test_the_pages_data_parallel_example_runs_under_msrun(tmp_path):
+    """docs/parallel.md's data-parallel example, as written, on 2 msrun workers: both train their 2 epochs (2 windows
+    each: their shard is 8 micro-batches of 16) and print the same losses. A new user found it would not run (no
+    mindspore import, no dataset)."""
+    page = open(os.path.join(ROOT, "docs", "parallel.md"), encoding="utf-8").read()
+    code = next(code for language, code in DOC_FENCE.findall(page) if "init()" in code)
+    script = tmp_path / "train_dp.py"
+    script.write_text(code, encoding="utf-8")
+    logs = [re.findall(r"^(epoch: \d+ step: \d+), loss is ([0-9.]+)$", log, re.M)
+            for log in run_local(tmp_path, str(script), per_worker=True)]
+    assert [step for step, _ in logs[0]] == ["epoch: 1 step: 1", "epoch: 1 step: 2", "epoch: 2 step: 1",
+                                             "epoch: 2 step: 2"], logs
+    assert logs[0] == logs[1], "the two devices reported other losses"
 
 
 def test_the_reduced_window_gradient_is_clipped_once(worker_runs):

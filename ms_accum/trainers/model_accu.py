@@ -9,6 +9,7 @@ Written against the Model internals of MindSpore 2.7 to 2.10 (train/model.py `_t
 private names and the methods it overrides are checked in ``_compat.py`` when ms_accum is imported.
 """
 import math
+import zlib
 
 from mindspore.dataset import Dataset
 from mindspore.train.callback import Callback, RunContext
@@ -21,7 +22,7 @@ from ..compat import (callbacks_of, check_model_internals, check_network_mode, e
                       register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
                       set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.checks import check_positive_int
-from ..core.schedule import STEPS_ALIASES, STEPS_NAME, steps_argument
+from ..core.schedule import STEPS_ALIASES, STEPS_NAME, shown_steps_name, steps_argument
 from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .elastic import SHARDING_HINT, dataset_shards
@@ -365,7 +366,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                        carry_hint=" (without sink mode)", check_learning_rate=not dataset_sink_mode)
         if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead
             self._check_sink_mode(run, sink_size)
-        self._check_same_epoch_length(owner, settings.dataset)
+        self._check_devices_agree(owner, settings.dataset)
         mode = cell.accumulation
         try:
             return launch(run.epochs, [_Carrier(run), *callback_list(settings.callbacks)])
@@ -385,17 +386,28 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                  f"{SHARDING_HINT}.", UserWarning)
         return shards == world
 
-    def _check_same_epoch_length(self, owner, train_dataset):
-        """In data parallel every device must run as many micro-batches an epoch: one with more would wait alone at
-        a window's gradient reduction until MindSpore's collective timeout. The devices compare their dataset sizes
-        first (one AllGather)."""
-        world = _rank_and_world(train_network(self))[1]
-        sizes = [row[0] for row in gather_ints([train_dataset.get_dataset_size()], world)]
+    def _check_devices_agree(self, owner, train_dataset):
+        """In data parallel every device must run as many micro-batches an epoch and the same windows (the same N):
+        a device with more micro-batches, or whose window ends elsewhere, would wait alone at a window's gradient
+        reduction until MindSpore's collective timeout (a new user's ranks given N 2 and 4 trained mixed windows,
+        then one failed inside MindSpore's AllReduce). The devices compare both first (one AllGather)."""
+        cell = train_network(self)
+        world = _rank_and_world(cell)[1]
+        steps = cell.gradient_accumulation_steps
+        shown = steps if isinstance(steps, int) else 0  # a schedule or a policy: compared by its description
+        rows = gather_ints([train_dataset.get_dataset_size(), shown, zlib.crc32(repr(steps).encode()) >> 1], world)
+        sizes = [row[0] for row in rows]
         if len(set(sizes)) > 1:
             raise ValueError(f"For '{owner}', every device's dataset must hold as many micro-batches, but "
                              f"they hold {sizes} (by rank): a device with more would wait alone at a window's "
                              f"gradient reduction until MindSpore's collective timeout. To share the data out evenly, "
                              f"{SHARDING_HINT}; or cut every device's data to {min(sizes)} batches.")
+        if len({row[2] for row in rows}) > 1:
+            by_rank = ", ".join(str(row[1]) if row[1] else "a schedule or policy" for row in rows)
+            raise ValueError(f"For '{owner}', {shown_steps_name(cell.steps_name)} must be the same on every device, "
+                             f"but they take {by_rank} (by rank; this device {steps!r}): a device whose window ends "
+                             f"elsewhere would wait alone at its gradient reduction. Give every device the same N, "
+                             f"or the same 'global_batch_size'.")
 
     def _check_sink_mode(self, run, sink_size):
         """What dataset sink mode cannot carry, refused before training on every device (a script tried on CPU,
