@@ -239,13 +239,17 @@ class TestBadInput:
                                              r"parameters.*but got shapes \[\(3, 3\), \(3,\)\]"):
             ms_accum.TrainOptim(opt, other)
 
-    @pytest.mark.parametrize("sens", [0, float("nan"), float("inf"), "1"])
-    def test_sens_must_be_a_nonzero_finite_number(self, sens):
+    @pytest.mark.parametrize("sens, error", [(0, ValueError), (float("nan"), ValueError), (float("inf"), ValueError),
+                                             ("1", TypeError), (None, TypeError)])
+    def test_sens_must_be_a_nonzero_finite_number(self, sens, error):
+        """Not a number is a TypeError, as for every other numeric argument (a new user's 'sens'='1' was a
+        ValueError); numpy's numbers are numbers."""
         net = LinearLoss()
         opt = nn.SGD(net.trainable_params(), 0.1)
         grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
-        with pytest.raises(ValueError, match="For 'TrainForwardBackward', 'sens' must be a non-zero finite number"):
+        with pytest.raises(error, match="For 'TrainForwardBackward', 'sens' must be a non-zero finite number"):
             ms_accum.TrainForwardBackward(net, opt, grad_sum, sens=sens)
+        assert ms_accum.TrainForwardBackward(net, opt, grad_sum, sens=np.float32(2.0)).sens == 2.0
 
     def test_average_must_agree_between_cells_on_the_same_buffers(self):
         net = LinearLoss()

@@ -96,8 +96,12 @@ def check_bool(owner, arg_name, value):
 
 
 def check_sens(owner, value):
-    """Return `value` as a float if it is a non-zero finite real number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value == 0:
+    """Return `value` as a float if it is a non-zero finite real number (numpy's too), else raise TypeError (not a
+    number) or ValueError."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"For '{owner}', 'sens' must be a non-zero finite number, but got {value!r} of type "
+                        f"{type(value).__name__}.")
+    if not math.isfinite(value) or value == 0:
         raise ValueError(f"For '{owner}', 'sens' must be a non-zero finite number, but got {value!r}.")
     return float(value)
 
