@@ -249,8 +249,8 @@ def test_no_items_names_the_accumulator(nonfinite):
     x, y = micro_batches((4,))[0]
     with pytest.raises(ValueError, match=r"For 'Accumulator', 'num_items' must be a finite number > 0 for every "
                                          r"micro-batch of a window, .* but 0 of this window's 1 micro-batches had "
-                                         r"none .*, its smallest num_items, those counted as 1, was 0.0 and their sum "
-                                         r"0.0.*build a new Accumulator"):
+                                         r"none .* and its smallest num_items, those counted as 1, was 0.*build a new "
+                                         r"Accumulator"):
         ms_accum.Accumulator(opt, 1, nonfinite=nonfinite)(grad_fn(Tensor(x), Tensor(y))[1], 0)
 
 
@@ -273,9 +273,9 @@ def test_items_that_are_not_finite_are_refused_not_skipped(given, bad):
     else:
         items = float(bad)
     step(Tensor(x), Tensor(y), 4.0 if given == "number" else Tensor(4.0, ms.float32))
-    with pytest.raises(ValueError, match=rf"'num_items' must be a finite number > 0 for every micro-batch of a "
-                                         rf"window, .* its smallest num_items, those counted as 1, was .* and their "
-                                         rf"sum {bad}"):
+    with pytest.raises(ValueError, match=r"'num_items' must be a finite number > 0 for every micro-batch of a "
+                                         r"window, .* its smallest num_items, those counted as 1, was -inf \(-inf: a "
+                                         r"NaN or an infinite one\)"):
         step(Tensor(x2), Tensor(y2), items)
     assert_params_equal(params_of(net), before, context="nothing applied")
     assert opt.global_step.asnumpy()[0] == 0
@@ -361,7 +361,7 @@ def test_a_window_mixing_given_and_omitted_items_is_refused(style, ends_with):
     weighed(Tensor(x), Tensor(y))
     unweighed(Tensor(x2), Tensor(y2))
     message = (r"For 'Accumulator', 'num_items' must be a finite number > 0 for every micro-batch of a window, and "
-               r"given for every micro-batch or for none, but 1 of this window's 2 micro-batches had none .*, its "
+               r"given for every micro-batch or for none, but 1 of this window's 2 micro-batches had none .* and its "
                r"smallest num_items, those counted as 1, was 1.*The window was not applied")
     with pytest.raises(ValueError, match=message.replace(" 2 ", " 3 ") if ends_with == "update" else message):
         if ends_with == "update":

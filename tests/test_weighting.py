@@ -115,7 +115,7 @@ def test_no_items_in_a_window_is_refused_before_the_update(cell, end, exec_mode)
     scale = {"scale_sense": Tensor(np.float32(4.0))} if end == "loss_scale" else {}
     nonfinite = {} if scale else {"nonfinite": end}
     with pytest.raises(ValueError, match=r"'num_items' returned by the loss network must be a finite number > 0 for "
-                                         r"every micro-batch, but this window's smallest was 0.0 and their sum 0.0"):
+                                         r"every micro-batch, but a micro-batch of this window had 0"):
         if cell == "three_cells":
             grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
             ms_accum.TrainForwardBackward(loss, opt, grad_sum, **scale)(*map(Tensor, empty))
@@ -140,8 +140,9 @@ def test_items_that_are_not_finite_are_refused_not_skipped(cell, bad, exec_mode)
     before = params_of(net)
     first, second = token_batches((7, 5))
     second[2][0, 0] = float(bad)
-    with pytest.raises(ValueError, match=rf"'num_items' returned by the loss network must be a finite number > 0 for "
-                                         rf"every micro-batch, but this window's smallest was .* and their sum {bad}"):
+    with pytest.raises(ValueError, match=r"'num_items' returned by the loss network must be a finite number > 0 for "
+                                         r"every micro-batch, but a micro-batch of this window had -inf \(-inf: a NaN "
+                                         r"or an infinite count\)"):
         if cell == "three_cells":
             grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
             forward_backward = ms_accum.TrainForwardBackward(loss, opt, grad_sum)
@@ -164,8 +165,8 @@ def test_no_items_in_a_window_names_the_driver(exec_mode):
     before = params_of(net)
     data = paths.dataset(token_batches((5, 0)))
     with pytest.raises(ValueError, match=r"For 'GradientAccumulation', 'num_items' returned by the loss network must "
-                                         r"be a finite number > 0 for every micro-batch, but this window's smallest "
-                                         r"was 0.0 and their sum 5.0.*"
+                                         r"be a finite number > 0 for every micro-batch, but a micro-batch of this "
+                                         r"window had 0.*"
                                          r"build a new GradientAccumulation\."):
         ms_accum.GradientAccumulation(loss, None, opt).train_process(1, data, 2, ckpt_path=None, log_every=0)
     after = params_of(net)

@@ -235,22 +235,22 @@ class Accumulator(WindowEngine, nn.Cell):
         in the engine's skip branch: in a user's jit step a check that raises is compiled into a slow
         ``PyExecute`` node, and two of them start up slower than one (docs/performance_history.md, Start-up: where
         the time goes)."""
-        smallest, total = self.accu_min_items * 1.0, self.accu_items * 1.0  # Tensors: messages show their values
+        smallest = self.accu_min_items * 1.0  # Tensors, not Parameters, so that the message shows their values
         unweighted, micro_steps = self.unweighted + 0, self.accu_micro_steps + 0
         mixed = ops.logical_and(unweighted > 0, unweighted < micro_steps)
-        return ops.logical_or(mixed, window.items_refused(smallest, total)), (smallest, total, unweighted, micro_steps)
+        return ops.logical_or(mixed, smallest <= 0.0), (smallest, unweighted, micro_steps)
 
     def _refuse_window(self, refused, shown):
         """Raise Accumulator's error if `refused` (`shown`: from :meth:`_window_check`)."""
-        smallest, total, unweighted, micro_steps = shown
+        smallest, unweighted, micro_steps = shown
         if refused:
             raise ValueError(f"For 'Accumulator', 'num_items' must be a finite number > 0 for every micro-batch of "
                              f"a window, and given for every micro-batch or for none, but {unweighted} of this "
                              f"window's {micro_steps} micro-batches had none (an omitted num_items weighs 1 beside the "
-                             f"others' item counts), its smallest num_items, those counted as 1, was {smallest} and "
-                             f"their sum {total}. Leave out micro-batches with no items, and pass num_items on every "
-                             f"call (for example the micro-batch's sample count, x.shape[0]). The window was not "
-                             f"applied; to go on, save the network and build a new Accumulator.")
+                             f"others' item counts) and its smallest num_items, those counted as 1, was {smallest} "
+                             f"(-inf: a NaN or an infinite one). Leave out micro-batches with no items, and pass "
+                             f"num_items on every call (for example the micro-batch's sample count, x.shape[0]). The "
+                             f"window was not applied; to go on, save the network and build a new Accumulator.")
 
 
 _shape_of = ops.MultitypeFuncGraph("shape_of")

@@ -538,14 +538,14 @@ class WindowEngine(CompiledCall, NoiseMeasure):
     def _window_check(self):
         """(whether the window must be refused, an error raised instead of its update; the values the error shows).
         By default, a micro-batch that reported no items (its loss, a mean over nothing, is meaningless) or items
-        that are not finite (NaN or inf: its weight is not a count). A front end with more to check overrides this
-        and :meth:`_refuse_window`."""
-        smallest, total = self.accu_min_items * 1.0, self.accu_items * 1.0  # Tensors, so that messages show values
-        return window.items_refused(smallest, total), (smallest, total)
+        that are not finite (NaN or inf, counted as -inf: its weight is not a count). A front end with more to
+        check overrides this and :meth:`_refuse_window`."""
+        smallest = self.accu_min_items * 1.0  # a Tensor, not the Parameter, so that the message shows its value
+        return smallest <= 0.0, (smallest,)
 
     def _refuse_window(self, refused, shown):
         """Raise the refused window's error if `refused` (`shown`: from :meth:`_window_check`)."""
-        window.check_items(self.owner_name, refused, *shown, self.items_source, self.rebuild_hint)
+        window.check_items(self.owner_name, refused, shown[0], self.items_source, self.rebuild_hint)
 
     def _skips_windows(self):
         """Whether the window's end has a skip branch (a loss scale, or nonfinite other than "apply")."""

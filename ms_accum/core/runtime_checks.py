@@ -9,9 +9,9 @@ its compile cache cannot store: with ``MS_COMPILER_CACHE_ENABLE=1`` the first wi
 With the compile cache on (decided when a cell is built; ``compile_cache.py``), the same conditions are checked by
 MindSpore's ``Assert`` operator instead, which the cache stores: a failed check stops the step before the
 optimizer, as the ``raise`` does, with MindSpore's ``RuntimeError: assert failed`` after the line ``For 'Assert'
-condition is false.`` and the offending values: the smallest num_items of the window and their sum (items check);
-in Accumulator, whose one check covers both, those values, the micro-batches without num_items and the window's
-micro-batches; the gradient's norm (nonfinite='raise').
+condition is false.`` and the offending values: the smallest num_items of the window (items check; -inf for a
+NaN or an infinite one); in Accumulator, whose one check covers both, that value, the micro-batches without
+num_items and the window's micro-batches; the gradient's norm (nonfinite='raise').
 """
 from mindspore import ops
 

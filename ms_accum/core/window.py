@@ -14,6 +14,8 @@ apart:
 The single-device cells share one ``grad_sum`` ParameterTuple, as in the tutorial; their WindowState hangs off
 that object (:func:`window_state`), so every cell built on the same ``grad_sum`` sees the same counters.
 """
+import math
+
 from mindspore import Parameter, Tensor, ops
 from mindspore import dtype as mstype
 
@@ -155,33 +157,29 @@ def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, no
                                                        measure))
     out = ops.depend(out, ops.assign_add(item_count, items))
     out = ops.depend(out, ops.assign_add(micro_steps, ops.scalar_to_tensor(1, mstype.int32)))
-    out = ops.depend(out, ops.assign(min_items, ops.minimum(min_items, items)))
+    # a NaN or infinite count is taken as -inf, so that the window's end refuses it as it refuses one <= 0 (checked
+    # here, the window's end unchanged: reading the sum there too brought back a copy of the first parameter)
+    counted = ops.select(ops.isfinite(items), items, ops.fill(mstype.float32, (), -math.inf))
+    out = ops.depend(out, ops.assign(min_items, ops.minimum(min_items, counted)))
     if loss is None:
         return out
     return ops.depend(out, ops.assign_add(loss_sum, ops.cast(loss, mstype.float32) * items))
 
 
-def items_refused(smallest, total):
-    """Whether a window's items refuse it (a bool Tensor): a micro-batch had none or fewer (`smallest`, the smallest
-    count, not > 0; NaN too), or one's count was not finite (the window's sum `total` is then NaN or inf, where a
-    minimum may not show it)."""
-    return ops.logical_or(ops.logical_not(smallest > 0.0), ops.logical_not(ops.isfinite(total)))
-
-
-def check_items(owner, refused, smallest, total, source="returned by the loss network", rebuild="new cells"):
+def check_items(owner, refused, smallest, source="returned by the loss network", rebuild="new cells"):
     """
-    Raise if `refused` (:func:`items_refused`): a micro-batch of the window reported no items or a count that is
-    not finite (`smallest` and `total`, Tensors: the smallest count and their sum), so its loss, a mean over
-    nothing, or its weight is meaningless. Called where the optimizer step is not taken (the engine's skip branch,
-    or a branch of its own), so the window is not applied; from the skip branch, the buffers are already divided
-    and the window's records written. The error ends training with these cells: in GRAPH_MODE (and for
+    Raise if `refused`: a micro-batch of the window reported no items or a count that is not finite (`smallest`, a
+    Tensor: the smallest count, -inf for a NaN or an infinite one: :func:`add_micro_batch`), so its loss, a mean
+    over nothing, or its weight is meaningless. Called where the optimizer step is not taken (the engine's skip
+    branch, or a branch of its own), so the window is not applied; from the skip branch, the buffers are already
+    divided and the window's records written. The error ends training with these cells: in GRAPH_MODE (and for
     jit-compiled cells) MindSpore refuses to run a graph again after a runtime error in it.
     """
     if refused:
         raise ValueError(f"For '{owner}', 'num_items' {source} must be a finite number > 0 for every micro-batch, "
-                         f"but this window's smallest was {smallest} and their sum {total}. Leave out micro-batches "
-                         f"with no items, or give the item count of the data the loss averaged over. The window was "
-                         f"not applied; to go on, save the network and build {rebuild}.")
+                         f"but a micro-batch of this window had {smallest} (-inf: a NaN or an infinite count). Leave "
+                         f"out micro-batches with no items, or give the item count of the data the loss averaged "
+                         f"over. The window was not applied; to go on, save the network and build {rebuild}.")
 
 
 def mean_loss(counters):
