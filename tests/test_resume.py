@@ -485,7 +485,13 @@ def test_a_users_own_loop_is_told_of_its_own_arguments(tmp_path):
                                                                          "but got -1."),
                             (dict(micro_batches_done=4, updates_done=1, rank=2, world=2),
                              r"'rank' must be < 'world' \(2\), but got 2."),
-                            (dict(micro_batches_done=4, updates_done=1, world=0), "'world' must be an int >= 1")):
+                            (dict(micro_batches_done=4, updates_done=1, world=0), "'world' must be an int >= 1"),
+                            (dict(micro_batches_done=4, updates_done=5), r"'updates_done' must be <= "
+                                                                         r"'micro_batches_done' \(4\): each window "
+                                                                         r"begun holds at least one of this process's "
+                                                                         r"micro-batches, but got 5."),
+                            (dict(micro_batches_done=4, updates_done=2, open_window=6),
+                             r"'open_window' must be <= 'micro_batches_done' \(4\)")):
         with pytest.raises(ValueError, match=rf"For 'save_training_state', {message}"):
             ms_accum.save_training_state(cell, path, **kwargs)
     assert not os.path.exists(path), "a refused state was written"

@@ -158,7 +158,8 @@ def save_training_state(cell, state_path, micro_batches_done=None, updates_done=
         TypeError: If `cell` is neither a Cell nor a tuple or list of Cells, or `micro_batches_done`,
             `updates_done`, `rank`, `world` or `open_window` is not an int.
         ValueError: If `state_path` does not end with ``.ckpt``, two Parameters of the cells share a name,
-            `micro_batches_done`, `updates_done`, `rank` or `open_window` is < 0, `world` < 1, or `rank` >= `world`.
+            `micro_batches_done`, `updates_done`, `rank` or `open_window` is < 0, `world` < 1, `rank` >= `world`,
+            or `updates_done` or `open_window` is above `micro_batches_done`.
         OSError: If the file cannot be written; the previous generations are left as they were.
 
     Supported Platforms:
@@ -188,6 +189,12 @@ def save_training_state(cell, state_path, micro_batches_done=None, updates_done=
     world = check_positive_int(owner, "world", world)
     if rank >= world:
         raise ValueError(f"For '{owner}', 'rank' must be < 'world' ({world}), but got {rank}.")
+    for name, value in (("updates_done", updates_done), ("open_window", open_window)):
+        if value > micro_batches_done:
+            raise ValueError(f"For '{owner}', '{name}' must be <= 'micro_batches_done' ({micro_batches_done}): "
+                             f"each window begun holds at least one of this process's micro-batches, but got {value}. "
+                             f"Pass the counts of the run being saved (a callback's cb_params.cur_step_num and the "
+                             f"micro-batches it has consumed).")
     entries = {MICRO_BATCHES_DONE: micro_batches_done, UPDATES_DONE: updates_done, RANK: rank, WORLD: world,
                FORMAT: STATE_FORMAT}
     if layout is not None:
