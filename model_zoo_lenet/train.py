@@ -69,11 +69,12 @@ from ms_accum.trainers.state import WORLD, is_state_file
 STATE_FILE = "train_state.ckpt"
 FLAGS_FILE = "train_flags.json"  # beside the exact state: the flags an exact resume must keep
 # the flags that decide an exact run's course beyond what its state file holds (N, the micro-batch, the device count
-# and the global batch, the learning-rate rule and its G0 are checked from the state itself: G may be kept with
-# another N, and G0 given as the first window's items is the same run)
+# and the global batch, and the learning-rate rule's G0 are checked from the state itself: G may be kept with
+# another N, and G0 given as the first window's items is the same run; the state holds whether a rule read the
+# rate, not which)
 RUN_FLAGS = ("network", "seed", "num_samples", "lr", "lr_schedule", "warmup_epochs", "momentum", "clip_norm",
              "raw_sum", "partial_window", "nonfinite", "accumulation_schedule", "adaptive_steps", "goodput_steps",
-             "goodput_times", "adaptive_interval")
+             "goodput_times", "adaptive_interval", "lr_scaling")
 ADAPTIVE_INTERVAL = 10  # --adaptive_interval's default
 PREFIX_KEY = "checkpoint_prefix"  # in FLAGS_FILE: the run's epoch checkpoints' name prefix
 STATE_TRAINERS = {"grad_sum.": "driver", "accu_grads.": "model_accu"}  # the trainer whose exact state holds them
@@ -500,7 +501,10 @@ def run_flags(args):
     """This run's :data:`RUN_FLAGS`, as JSON values."""
     def plain(value):
         return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
-    return {name: plain(getattr(args, name)) for name in RUN_FLAGS}
+    flags = {name: plain(getattr(args, name)) for name in RUN_FLAGS}
+    if flags["lr_scaling"] == "none":  # no rule, as when the flag is not given
+        flags["lr_scaling"] = None
+    return flags
 
 
 def write_run_flags(directory, args, prefix):

@@ -515,6 +515,15 @@ class TestCommandLineErrors:
                               "whose '--lr_scaling' reference batch G0 was 32 samples, but this run's is 64: pass "
                               "--reference_batch 32")
         assert_one_line_error(run_script("train.py", "--resume", tmp_path, *common, check=False),
+                              "continues a run trained with --lr_scaling linear, but this run has no --lr_scaling: "
+                              "resume it with --lr_scaling linear")
+        # another rule read the rate at another factor from the same progress and G0 (a new user's trial: sqrt
+        # resumed under linear doubled the rate at G = 4 G0, silently)
+        assert_one_line_error(run_script("train.py", "--lr_scaling", "sqrt", "--resume", tmp_path, *common,
+                                         check=False),
+                              "continues a run trained with --lr_scaling linear, but this run has --lr_scaling sqrt")
+        os.remove(os.path.join(tmp_path, "train_flags.json"))  # as an earlier train.py's state: the state's own check
+        assert_one_line_error(run_script("train.py", "--resume", tmp_path, *common, check=False),
                               "which read its learning rate from its progress, but this run reads it at its update "
                               "count: keep --lr_scaling as it was")
 
