@@ -251,7 +251,8 @@ def test_a_run_saved_after_a_halving_resumes_at_a_window_boundary_as_the_large_b
 def test_a_window_opened_before_a_resume_is_not_rerun_with_a_smaller_micro_batch(tmp_path):
     """Crashed inside the second window (2 of its micro-batches added, as 4 halves) and resumed on the same device:
     the window's first micro-batches are not held, so it cannot be rerun; the run stops, saying what to do, the
-    optimizer where the state left it."""
+    optimizer where the state left it. Done as it says (the dataset batched at the half, the global batch kept),
+    the run ends with the large batch's weights."""
     batches, _ = equal_statistics_batches()
     state = str(tmp_path / "state.ckpt")
     assert crash_after(batches, state, 1 + 2 * N + 2 * 2) == N + 2
@@ -259,11 +260,17 @@ def test_a_window_opened_before_a_resume_is_not_rerun_with_a_smaller_micro_batch
     with pytest.raises(RuntimeError, match=r"For 'GradientAccumulation.train_process', a window ran out of device "
                                            r"memory, but it was opened before this run resumed, so its first "
                                            r"micro-batches are not held to rerun it with a smaller micro-batch. "
-                                           r"Resume with a smaller micro-batch \(batch the dataset anew\), or from "
-                                           r"an epoch checkpoint."):
+                                           r"Resume with the dataset batched smaller and the same global batch "
+                                           r"\('global_batch_size'\), or from an epoch checkpoint."):
         resumed.train_process(EPOCHS, numpy_dataset(batches), N, ckpt_path=None, log_every=0,
                               on_out_of_memory="halve", resume_from=state)
     assert int(opt.global_step.asnumpy()[0]) == 1
+    halves = [(x[at:at + HALF], y[at:at + HALF]) for x, y in batches for at in (0, HALF)]
+    resumed, net, opt = halving_driver(HALF, [], make=build_norm_net)
+    resumed.train_process(EPOCHS, numpy_dataset(halves), global_batch_size=N * 2 * HALF, ckpt_path=None,
+                          log_every=0, on_out_of_memory="halve", resume_from=state)
+    assert int(opt.global_step.asnumpy()[0]) == 4
+    assert_weights_equal_large_batch(net, build_norm_net, windows_of(batches), "resumed batched at the half")
 
 
 def test_a_state_written_inside_a_halved_window_resumes_on_a_device_that_fits(tmp_path):

@@ -158,28 +158,47 @@ def check_same_partial_window(saved, mine, where, then=", or start a new run fro
                           f"{mine.partial_window!r}. Pass partial_window={saved.partial_window!r}{then}.")
 
 
+def moves(saved, mine):
+    """Whether a state of layout `saved` resumes into layout `mine` through the sample offset (another device count
+    or another micro-batch: a position counted in the saved run's micro-batches is not this run's)."""
+    return saved.world != mine.world or saved.micro_batch_size != mine.micro_batch_size
+
+
+def _as_saved(saved):
+    """How to resume a state of layout `saved` as it was written (the close of a refusal)."""
+    return f"on {count(saved.world, 'device')} with micro-batches of {count(saved.micro_batch_size, 'sample')}"
+
+
 def elastic_position(saved, mine, position, updates, open_window, path, arg_name="resume_from"):
     """
-    Where a state written on `saved.world` devices resumes on `mine.world`: (micro-batches done on each of this
-    run's devices, updates done, micro-batches of the saved open window that run again).
+    Where a state written on `saved.world` devices with micro-batches of `saved.micro_batch_size` samples resumes
+    on `mine.world` devices with micro-batches of `mine.micro_batch_size` (one of them other, :func:`moves`):
+    (micro-batches done on each of this run's devices, updates done, micro-batches of the saved open window that run
+    again).
 
     Raises:
         CheckpointError: If the runs' windows would not hold the same samples (see the module's docstring).
     """
-    where = f"'{arg_name}' {path!r} was written on {count(saved.world, 'device')} and this run has {mine.world}"
+    if saved.world != mine.world:
+        where = f"'{arg_name}' {path!r} was written on {count(saved.world, 'device')} and this run has {mine.world}"
+        other = "another device count"
+    else:
+        where = f"'{arg_name}' {path!r} was written with micro-batches of {count(saved.micro_batch_size, 'sample')} " \
+                f"and this run's hold {mine.micro_batch_size}"
+        other = "another micro-batch"
     if not saved.steps or not mine.steps:
-        raise CheckpointError(f"{where}: an exact state moves to another device count only with a fixed "
+        raise CheckpointError(f"{where}: an exact state moves to {other} only with a fixed "
                               f"'{GLOBAL_BATCH_NAME}' (one N), but N changes between windows in the "
-                              f"{'saved' if not saved.steps else 'new'} run. Resume on "
-                              f"{count(saved.world, 'device')}, or from an epoch checkpoint.")
+                              f"{'saved' if not saved.steps else 'new'} run. Resume {_as_saved(saved)}, or from an "
+                              f"epoch checkpoint.")
     check_same_global_batch(saved, mine, path, arg_name)
-    if not saved.sharded or not mine.sharded:
+    if saved.world != mine.world and (not saved.sharded or not mine.sharded):  # one device: the dataset's order
         which = "saved" if not saved.sharded else "new"
         raise CheckpointError(f"{where}: a window holds the same samples on both only when both runs share their "
                               f"data out with MindSpore's distributed sampler, but the {which} run's dataset is not "
                               f"sharded over its devices. To continue exactly, {SHARDING_HINT}.")
-    check_same_partial_window(saved, mine, where, f"; if the epochs' partial windows then differ, resume on "
-                                                 f"{count(saved.world, 'device')} or from an epoch checkpoint")
+    check_same_partial_window(saved, mine, where, f"; if the epochs' partial windows then differ, resume "
+                                                 f"{_as_saved(saved)} or from an epoch checkpoint")
     if saved.full_windows != mine.full_windows:
         raise CheckpointError(f"{where}: an epoch must hold the same windows of {saved.global_batch_size} samples, "
                               f"but it holds {saved.full_windows} there and {mine.full_windows} here (micro-batches "
@@ -189,8 +208,8 @@ def elastic_position(saved, mine, position, updates, open_window, path, arg_name
     if saved.partial_window != "drop" and saved.tail_samples != mine.tail_samples:
         raise CheckpointError(f"{where}: each epoch ends with a partial window of {saved.tail_samples} samples there "
                               f"and {mine.tail_samples} here, which are not the same samples. Train both runs with "
-                              f"partial_window='drop' (train.py does with --global_batch_size), or resume on "
-                              f"{count(saved.world, 'device')}.")
+                              f"partial_window='drop' (train.py does with --global_batch_size), or resume "
+                              f"{_as_saved(saved)}.")
     start = position - open_window  # the open window runs again from its first micro-batch
     epoch, offset = divmod(start, saved.steps_per_epoch)
     samples = offset * saved.micro_batch_size * saved.world
@@ -202,12 +221,16 @@ def elastic_position(saved, mine, position, updates, open_window, path, arg_name
 
 
 def resume_notice(saved, mine, position, rerun):
-    """The log line of an elastic resume."""
+    """The log line of a resume through the sample offset (:func:`elastic_position`)."""
     epoch, offset = divmod(position, mine.steps_per_epoch)
-    line = (f"ms_accum: resuming a state of {count(saved.world, 'device')} on {mine.world}, the global batch kept "
-            f"({saved.describe()} -> {mine.describe()}), at epoch {epoch + 1} with {offset} of its "
-            f"{mine.steps_per_epoch} micro-batches done" + (" on each device" if mine.world > 1 else ""))
+    state = f"a state of {count(saved.world, 'device')} on {mine.world}" if saved.world != mine.world else \
+        f"a state of micro-batches of {count(saved.micro_batch_size, 'sample')} with micro-batches of " \
+        f"{mine.micro_batch_size}"
+    line = (f"ms_accum: resuming {state}, the global batch kept ({saved.describe()} -> {mine.describe()}), at "
+            f"epoch {epoch + 1} with {offset} of its {mine.steps_per_epoch} micro-batches done"
+            + (" on each device" if mine.world > 1 else ""))
     if rerun:
+        change = "device count" if saved.world != mine.world else "micro-batch"
         line += (f"; it was written {count(rerun, 'micro-batch')} into a window, which runs again from its start "
-                 f"(after a change of device count a state resumes from the last complete window)")
+                 f"(after a change of {change} a state resumes from the last complete window)")
     return line + "."

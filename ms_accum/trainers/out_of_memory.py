@@ -106,8 +106,8 @@ class MicroBatchHalving:
         if len(self.window) != self.open_window.micro_batches:
             raise RuntimeError(f"For '{self.owner}', a window ran out of device memory, but it was opened before "
                                f"this run resumed, so its first micro-batches are not held to rerun it with a "
-                               f"smaller micro-batch. Resume with a smaller micro-batch (batch the dataset anew), "
-                               f"or from an epoch checkpoint.") from error
+                               f"smaller micro-batch. Resume with the dataset batched smaller and the same global "
+                               f"batch ('global_batch_size'), or from an epoch checkpoint.") from error
         size = tuple(self.window[-1][0].shape)[0]
         if split_micro_batch(self.owner, self.window[-1], self.splits * 2) is None:
             raise RuntimeError(f"For '{self.owner}', a window ran out of device memory with micro-batches of "

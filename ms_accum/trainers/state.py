@@ -19,8 +19,8 @@ from ..core.deprecation import renamed_argument
 from ..core.engine import WindowEngine
 from ..core.user_warning import warn
 from .checkpoint import CheckpointError, buffer_writer, load_into, read_checkpoint, save_checkpoint_atomic
-from .elastic import (check_same_global_batch, check_same_partial_window, count, elastic_position, resume_notice,
-                      saved_layout)
+from .elastic import (check_same_global_batch, check_same_partial_window, count, elastic_position, moves,
+                      resume_notice, saved_layout)
 
 MICRO_BATCHES_DONE = "ms_accum_micro_steps_done"  # the file's key, as every format has written it
 UPDATES_DONE = "ms_accum_updates_done"
@@ -370,7 +370,7 @@ def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1
     trainers' ``resume_from``, whose run's length (`total_micro_batches`) its ``epoch`` sets. Returns (micro-batches
     done, windows begun, micro-batches of the open window as the dataset gave them): the file's record of the open
     window, which the cell's counter may exceed (a window rerun with split micro-batches counts the pieces); 0 when
-    a window written on another device count runs again from its start."""
+    a window written on another device count or with another micro-batch runs again from its start."""
     _warn_without_network("load_training_state", cell)
     cell = _state_cell("load_training_state", cell)
     generations = {}  # newest written first: the state file, then (with other ranks to agree with) the one before
@@ -411,13 +411,14 @@ def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1
             write_parameter(param, 1.0)  # the buffers it wrote hold item-weighted sums
     if saved_format < 5:
         _from_earlier_formats(cell, params, updates)
-    if saved_world != world:
+    moved = saved is not None and moves(saved, layout)
+    if moved:
         position, updates, rerun = elastic_position(saved, layout, position, updates, open_window, path,
                                                     arg_name)
         if rerun:
             if drop_window is None:
-                raise CheckpointError(f"'{arg_name}' {path!r} was written inside a window on {saved_world} "
-                                      f"device(s): resuming it on {world} needs 'drop_window' to discard that "
+                raise CheckpointError(f"'{arg_name}' {path!r} was written inside a window of {saved.describe()}: "
+                                      f"resuming it as {layout.describe()} needs 'drop_window' to discard that "
                                       f"window's sums.")
             drop_window()
         print(resume_notice(saved, layout, position, rerun), flush=True)
@@ -430,7 +431,7 @@ def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1
         raise CheckpointError(f"'{arg_name}' {path!r} was written after {position} micro-batches, but this run "
                               f"ends after {total_micro_batches}, so nothing is left to train: {longer} to continue "
                               f"it.")
-    if saved_world == world:
+    if not moved:
         if layout is None:
             where = f"{count(position, 'micro-batch')} done"
         else:
@@ -440,7 +441,7 @@ def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1
         opened = f" (window {updates} open with {count(open_window, 'micro-batch')} in it, continued)" \
             if open_window else ""
         print(f"ms_accum: resuming {path} at {where}, {count(updates, 'window')} begun{opened}.", flush=True)
-    if saved_world != world:
+    if moved:
         return position, updates, 0
     if open_window is None:  # a file without a layout: the cell's own count
         counter = getattr(cell, "accu_micro_steps", None)
