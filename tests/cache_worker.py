@@ -38,7 +38,7 @@ class _NoItems(nn.Cell):
 
 def main(path, out):
     ms.set_context(mode=ms.GRAPH_MODE, device_target="CPU")
-    batches = micro_batches(SIZES, seed=5)
+    batches = micro_batches(SIZES[::-1] if path == "driver-sizes" else SIZES, seed=5)  # another first micro-batch
     windows = [batches[:STEPS], batches[STEPS:]]
     if path == "three-cells":
         params, _ = accumulate_train("momentum", windows)
@@ -61,7 +61,7 @@ def main(path, out):
         raise AssertionError("the window's end did not stop at a micro-batch with no items")
     else:
         net, loss, opt = build("momentum")
-        if path in ("driver", "driver-clip"):
+        if path in ("driver", "driver-clip", "driver-sizes"):
             clip_norm = 0.05 if path == "driver-clip" else None
             ms_accum.GradientAccumulation(net, loss, opt, clip_norm=clip_norm).train_process(
                 1, numpy_dataset(batches), STEPS, ckpt_path=None, log_every=0)

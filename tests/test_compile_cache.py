@@ -14,7 +14,7 @@ from functools import partial
 import numpy as np
 import pytest
 
-from mindspore import nn
+from mindspore import Tensor, nn
 
 import ms_accum
 from helpers import assert_equals_large_batch, build, functional_reference, micro_batches, reference_train
@@ -103,6 +103,20 @@ def test_a_run_asking_other_settings_than_the_cached_graphs_is_refused_before_it
     assert done.returncode != 0 and not os.path.exists(tmp_path / "refused.npz"), done.stdout[-2000:]
     assert "holds graphs compiled with clip_norm=None, but this run asks for clip_norm=0.05" in done.stderr, \
         done.stderr[-3000:]
+    # MindSpore takes its stored graphs by their order alone: a first micro-batch of 6 samples would run the graph
+    # of 3 (a new user's trial: 16 into 8's trained on 8 of them, 8 into 16's crashed), the three cells the
+    # driver's graphs
+    for path, message in (("driver-sizes", "holds graphs whose ms_accum graph number 1 was compiled for "
+                                           "TrainAccuStepsCell#0: phase 'train_accumulate', inputs ((3, 1, 6, 6) "
+                                           "Float32, (3,) Int32), but this run's is TrainAccuStepsCell#0: phase "
+                                           "'train_accumulate', inputs ((6, 1, 6, 6) Float32, (6,) Int32)"),
+                          ("three-cells", "but this run's is TrainForwardBackward#0: phase 'train', inputs ((3, 1, 6, "
+                                          "6) Float32, (3,) Int32): MindSpore loads its stored graphs by the order "
+                                          "they compiled in alone")):
+        done = subprocess.run([sys.executable, WORKER, path, str(tmp_path / "refused.npz")],
+                              capture_output=True, text=True, env=env, timeout=900, check=False)
+        assert done.returncode != 0 and not os.path.exists(tmp_path / "refused.npz"), done.stdout[-2000:]
+        assert message in done.stderr, done.stderr[-3000:]
     clipped, _ = run_worker("driver-clip", tmp_path / "clipped.npz", tmp_path / "own-cache")
     assert_equals_large_batch(dict(enumerate(clipped)),
                               in_order(lambda windows: functional_reference("momentum", windows, clip_norm=0.05)[0]),
@@ -134,7 +148,7 @@ class TestRecordedSettings:
         assert self.check("TrainOptim", "None") == "TrainOptim#0" and self.check("TrainClear", "None") == "TrainClear#0"
         self.store_graphs(tmp_path)
         self.fresh(monkeypatch, tmp_path)
-        # another order (a resumed run clearing its window first) finds each cell's own record
+        # another order of first calls finds each cell's own settings (the graphs' order: check_cached_call)
         assert self.check("TrainClear", "None") == "TrainClear#0"
         with pytest.raises(ValueError, match=r"For 'TrainOptim', MindSpore's compile cache in '.*rank_0' holds "
                                              r"graphs compiled with clip_norm=None, but this run asks for "
@@ -173,6 +187,50 @@ class TestRecordedSettings:
             self.check("TrainOptim", "0.5")
         monkeypatch.setenv("MS_COMPILER_CACHE_ENABLE", "0")
         assert self.check("TrainOptim", "0.5") is None
+
+    def test_graphs_are_checked_in_the_order_mindspore_loads_them(self, monkeypatch, tmp_path):
+        """MindSpore takes its k-th stored graph for the k-th graph it compiles: the k-th call compiling an ms_accum
+        graph must be the stored k-th (its cell, phase and inputs). A run that stopped early stored fewer, which a
+        later run goes on from; the longer record is kept; a refusal records nothing; a settings file of ms_accum
+        0.4.0 (no calls recorded) is not checked."""
+        def call(slot, batch):
+            compile_cache.check_cached_call("GradientAccumulation", slot, compile_cache.call_signature(
+                "train_accumulate", (Tensor(np.zeros((batch, 4), np.float32)),)))
+
+        self.fresh(monkeypatch, tmp_path)
+        slot = self.check("TrainAccuStepsCell", "None")
+        call(slot, 8)  # the first run stopped after one graph
+        self.store_graphs(tmp_path)
+        self.fresh(monkeypatch, tmp_path)
+        slot = self.check("TrainAccuStepsCell", "None")
+        call(slot, 8)
+        call(slot, 4)  # a last, smaller micro-batch: a graph the first run did not reach
+        settings = tmp_path / "rank_0" / compile_cache.SETTINGS_FILE
+        calls = json.loads(settings.read_text())["calls"]
+        assert calls == ["TrainAccuStepsCell#0: phase 'train_accumulate', inputs ((8, 4) Float32)",
+                         "TrainAccuStepsCell#0: phase 'train_accumulate', inputs ((4, 4) Float32)"], calls
+        self.fresh(monkeypatch, tmp_path)
+        slot = self.check("TrainAccuStepsCell", "None")
+        with pytest.raises(ValueError, match=r"For 'GradientAccumulation', MindSpore's compile cache in '.*rank_0' "
+                                             r"holds graphs whose ms_accum graph number 1 was compiled for "
+                                             r"TrainAccuStepsCell#0: phase 'train_accumulate', inputs \(\(8, 4\) "
+                                             r"Float32\), but this run's is TrainAccuStepsCell#0: phase "
+                                             r"'train_accumulate', inputs \(\(16, 4\) Float32\): MindSpore loads "
+                                             r"its stored graphs by the order they compiled in alone.* Point "
+                                             r"MS_COMPILER_CACHE_PATH to another directory for this micro-batch "
+                                             r"size"):
+            call(slot, 16)
+        assert json.loads(settings.read_text())["calls"] == calls, "the refusal recorded its call"
+        self.fresh(monkeypatch, tmp_path)
+        other = self.check("TrainForwardBackward", "None")  # another path of the script: its graphs come first
+        with pytest.raises(ValueError, match=r"number 1 was compiled for TrainAccuStepsCell#0: .*, but this run's "
+                                             r"is TrainForwardBackward#0"):
+            call(other, 8)
+        saved = json.loads(settings.read_text())
+        del saved["calls"]
+        settings.write_text(json.dumps(saved))
+        self.fresh(monkeypatch, tmp_path)
+        call(self.check("TrainAccuStepsCell", "None"), 16)
 
     def test_a_cell_refused_at_its_first_call_is_checked_again_at_the_next(self, monkeypatch, tmp_path):
         """The check runs once per cell once it passes (the driver runs it before its first micro-batch, then

@@ -1,6 +1,7 @@
 """plan_micro_batch: the memory model's fit, the plan's choice and its errors; the trainers taking a plan (on two
 devices: test_planner_data_parallel.py; a window rerun with half the micro-batch after a device out-of-memory
 error: test_out_of_memory.py)."""
+import os
 import sys
 from functools import partial
 
@@ -141,6 +142,23 @@ def test_a_fresh_process_measure_reads_the_json_line_and_reports_a_failure():
         failing(4)
     with pytest.raises(ValueError, match=r"'command' must hold '\{micro_batch\}'"):
         ms_accum.FreshProcessMeasure([sys.executable, "-c", "pass"])
+
+
+def test_a_fresh_process_measures_with_the_compile_cache_off(monkeypatch, tmp_path):
+    """The compile cache hands its graphs out by their order: each size measured would run the graphs of the size
+    before it (a new user's trial: micro-batch 32 peaked below micro-batch 1, then 256 was refused by ms_accum's
+    check of the cache), and a graph loaded is not compiled, whose memory the peak must hold. Off in the process
+    whatever the environment given, also in one started ahead."""
+    monkeypatch.setenv("MS_COMPILER_CACHE_ENABLE", "1")
+    script = tmp_path / "measure.py"
+    script.write_text("import json, os, sys\n"
+                      "off = os.environ['MS_COMPILER_CACHE_ENABLE'] == '0'\n"
+                      "print(json.dumps({'peak': int(sys.argv[1]) + off}))\n")
+    for env in (None, dict(os.environ, MS_COMPILER_CACHE_ENABLE="1")):
+        for preload in ((), ("json",)):
+            with ms_accum.FreshProcessMeasure([sys.executable, str(script), "{micro_batch}"], env=env,
+                                              preload=preload) as measure:
+                assert measure(2).peak == 3, f"the cache was on with env={env is not None}, preload={preload}"
 
 
 # ---------------------------------------------------------------- the trainers take a plan

@@ -13,7 +13,10 @@ class in the order they are checked: at a cell's first call (which a trainer mak
 micro-batch), and when :class:`Accumulator` is built, since the user's jit step calls it) with a hash of the
 files MindSpore's own hash covers. When MindSpore's stored graphs are there and those files hash as when they
 were stored (so MindSpore will load them), a cell asking for other settings is refused before its graph is
-compiled or loaded, naming the setting, both values and the remedy. What a cell does not record (the user's
+compiled or loaded, naming the setting, both values and the remedy. Since MindSpore takes its k-th stored graph for
+the k-th graph it compiles, whatever that is, the cells also record their calls that compile a graph (the cell,
+its phase, its inputs' shapes and types) in that order, and a call other than the one stored at its rank (another
+micro-batch size, another path of the script) is refused before it runs. What a cell does not record (the user's
 network's own constants, the optimizer's, a cell compiled only inside another graph of the user's) is the user's
 to watch.
 """
@@ -22,7 +25,7 @@ import json
 import os
 
 import mindspore
-from mindspore import context
+from mindspore import Tensor, context
 from mindspore.communication.management import GlobalComm
 
 from ..compat import compile_cache_dep_files
@@ -79,14 +82,15 @@ class _Record:
     def __init__(self, directory, sources):
         self.directory, self.sources = directory, sources
         self.path = os.path.join(directory, SETTINGS_FILE)
-        self.stored = {}
+        self.stored, self.stored_calls = {}, []
         if _graphs_stored(directory) and os.path.exists(self.path):
             with open(self.path, encoding="utf-8") as handle:
                 saved = json.load(handle)
             # MS_DEV_FORCE_USE_COMPILE_CACHE: MindSpore loads the graphs without checking the sources
             if saved.get("sources") == sources or os.environ.get("MS_DEV_FORCE_USE_COMPILE_CACHE"):
                 self.stored = saved["cells"]
-        self.this_run = {}
+                self.stored_calls = saved.get("calls", [])  # none in files of ms_accum 0.4.0: not checked
+        self.this_run, self.this_calls = {}, []
 
     def new_slot(self, cell):
         """'<cell>#<k>': the k-th cell of its class checked in this process."""
@@ -96,7 +100,9 @@ class _Record:
         os.makedirs(self.directory, exist_ok=True)
         partial = self.path + ".partial"
         with open(partial, "w", encoding="utf-8") as handle:
-            json.dump({"sources": self.sources, "cells": {**self.stored, **self.this_run}}, handle, indent=1)
+            json.dump({"sources": self.sources, "cells": {**self.stored, **self.this_run},
+                       # the graphs in the order they compiled: the run's that compiled the most of them
+                       "calls": max(self.stored_calls, self.this_calls, key=len)}, handle, indent=1)
         os.replace(partial, self.path)
 
 
@@ -128,7 +134,8 @@ def check_cached_settings(owner, slot, settings):
     new_slot = record.new_slot(settings["cell"]) if slot is None else slot
     if new_slot in record.stored:
         stored, entry = record.stored[new_slot], settings
-        differ = [key for key in sorted(set(stored) | set(entry)) if stored.get(key) != entry.get(key)]
+        differ = sorted((key for key in set(stored) | set(entry) if stored.get(key) != entry.get(key)),
+                        key=lambda key: (key == "buffers_named", key))  # the owner's path first, its names after
         if differ:
             key = differ[0]
             raise ValueError(
@@ -141,3 +148,34 @@ def check_cached_settings(owner, slot, settings):
     record.this_run[new_slot] = dict(settings)
     record.write()
     return new_slot
+
+
+def call_signature(phase, args):
+    """What a cell's call compiles a graph for, as a str: its phase and the shapes and types of its arguments."""
+    return f"phase {phase!r}, inputs (" + ", ".join(
+        f"{tuple(arg.shape)} {arg.dtype}" if isinstance(arg, Tensor) else type(arg).__name__ for arg in args) + ")"
+
+
+def check_cached_call(owner, slot, signature):
+    """With the compile cache on, the cell of `slot` (from :func:`check_cached_settings`) called for the first time
+    in this process as `signature` (:func:`call_signature`), which compiles a graph: compared with what the stored
+    graph of the same rank among ms_accum's was compiled for, and recorded. MindSpore keys its stored graphs by the
+    order they compiled in alone, so it would load another cell's graph, or one compiled for another micro-batch
+    size (on MindSpore 2.10 a graph of 8 samples called with 16 read 8 of them; one of 16 called with 8 read beyond
+    them; a cell called before another ran the other's graph). Raises ValueError then, before the graph is loaded."""
+    record = _RECORDS.get(_rank_directory(_cache_root()[0]))
+    if slot is None or record is None:
+        return
+    rank, call = len(record.this_calls), f"{slot}: {signature}"
+    if rank < len(record.stored_calls) and record.stored_calls[rank] != call:
+        named_by = _cache_root()[1]
+        raise ValueError(
+            f"For '{owner}', MindSpore's compile cache in {record.directory!r} holds graphs whose ms_accum graph "
+            f"number {rank + 1} was compiled for {record.stored_calls[rank]}, but this run's is {call}: MindSpore "
+            f"loads its stored graphs by the order they compiled in alone, so it would run that graph here (on "
+            f"inputs of another shape it reads part of a larger micro-batch, or memory beyond a smaller one). Point "
+            f"{named_by} to another directory for this micro-batch size, data set (whose last micro-batch may be "
+            f"smaller) or path of the script, or delete {os.path.join(record.directory, 'graph_cache')!r} to "
+            f"compile anew.")
+    record.this_calls.append(call)
+    record.write()

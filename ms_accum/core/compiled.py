@@ -163,6 +163,9 @@ class CompiledCall:
     _called = False  # whether the first call's checks (_on_first_call) passed
     _on_cpu = None  # whether the device is the CPU, read once: MindSpore fixes the device at the first graph
     _sparse_lookup = False  # the name of the network's sparse lookup, or None; False: not looked for yet
+    # with MindSpore's compile cache on, the calls (phase and inputs) this cell has checked against the graphs the
+    # cache holds (a set, made by WindowEngine, which defines _check_cached_call(args)); None: not checked
+    _cached_calls = None
 
     def _holds_network(self):
         """Whether the graph of the current phase holds the user's network (and may run eagerly if it cannot be
@@ -185,6 +188,8 @@ class CompiledCall:
     def __call__(self, *args, **kwargs):
         if not self._called:
             self._on_first_call()
+        if self._cached_calls is not None:
+            self._check_cached_call(args)
         for index, arg in enumerate(args):
             if isinstance(arg, np.ndarray):  # MindSpore's own error named its Shape primitive, not the input
                 raise TypeError(f"For '{type(self).__name__}', input {index} must be a mindspore.Tensor, but got a "

@@ -33,7 +33,7 @@ from ..compat import get_device_num, get_gradients_mean, get_mode, get_parallel_
 from .adaptive import AdaptiveAccumulation, next_steps_on_device
 from .goodput import GoodputAccumulation, goodput_steps_on_device
 from .checks import check_choice
-from .compile_cache import check_cached_settings, compile_cache_on
+from .compile_cache import call_signature, check_cached_call, check_cached_settings, compile_cache_on
 from .compiled import (CompiledCall, branch_parameters, read_before_branch, through_a_branch,
                        write_parameter)
 from .deprecation import renamed
@@ -137,6 +137,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self.owner_name, self.items_source, self.rebuild_hint = owner, items_source, rebuild
         # MindSpore's compile cache cannot store a raise in a graph: check with Assert instead (runtime_checks.py)
         self.compile_cache_on = compile_cache_on()
+        self._cached_calls = set() if self.compile_cache_on else None  # CompiledCall's: the calls checked
         self.accu_grads = buffers
         self.accu_items, self.accu_micro_steps, self.accu_loss, self.accu_min_items = state.counters
         self.accu_items_unit = state.items_unit
@@ -241,7 +242,9 @@ class WindowEngine(CompiledCall, NoiseMeasure):
             min_steps, max_steps, interval, max_factor = self._device_policy
             steps = (f"AdaptiveAccumulation(min_steps={min_steps}, max_steps={max_steps}, interval={interval}, "
                      f"max_factor={max_factor})")
-        settings = dict(cell=type(self).__name__, mode=get_mode(), device=context.get_context("device_target"),
+        settings = dict(cell=type(self).__name__, owner=self.owner_name,  # a trainer builds its cell its own way
+                        buffers_named=self.accu_grads[0].name.split(".")[0] if self.accu_grads else None,
+                        mode=get_mode(), device=context.get_context("device_target"),
                         clip_norm=self.clip_norm, average=self.average, nonfinite=self.nonfinite,
                         noise_scale=(self.noise_every or "first") if self.measure_noise else False,
                         loss_scale=self.scale_kind, sens=getattr(self, "sens", None),
@@ -254,6 +257,14 @@ class WindowEngine(CompiledCall, NoiseMeasure):
     def _check_compile_cache(self):
         """With the compile cache on, refuse settings other than those of the graphs it would load."""
         self._cache_slot = check_cached_settings(self.owner_name, self._cache_slot, self._compile_settings())
+
+    def _check_cached_call(self, args):
+        """With the compile cache on, refuse a call whose graph is not the one the cache would load for it: another
+        cell's, or one compiled for inputs of other shapes (CompiledCall calls it with each call's arguments)."""
+        signature = call_signature(self.phase, args)
+        if signature not in self._cached_calls:
+            check_cached_call(self.owner_name, self._cache_slot, signature)
+            self._cached_calls.add(signature)
 
     # ------------------------------------------------------------------ choosing N
     def set_gradient_accumulation_steps(self, steps, arg_name=STEPS_NAME, owner=None):

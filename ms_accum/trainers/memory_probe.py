@@ -49,7 +49,10 @@ class FreshProcessMeasure:
 
     Args:
         command (list[str]): The command, one argument a list entry; ``{micro_batch}`` in any of them.
-        env (dict, optional): Its environment. Default: ``None`` (this process's).
+        env (dict, optional): Its environment. Default: ``None`` (this process's). MindSpore's compile cache is
+            turned off in it (``MS_COMPILER_CACHE_ENABLE=0``): a micro-batch's peak holds its compilation, and the
+            cache, which hands out its graphs by their order, would run each size on the graphs of the size
+            measured before it.
         timeout (float, optional): Seconds before the measurement is given up. Default: ``None``.
         preload (Union[list[str], tuple[str]]): Modules the next process imports ahead, such as
             ``("mindspore",)``. Default: ``()`` (none: each process starts when its measurement does).
@@ -86,7 +89,8 @@ class FreshProcessMeasure:
             raise ValueError(f"For 'FreshProcessMeasure', 'preload' runs a Python script in a process started ahead, "
                              f"so 'command' must be [python, script.py, *arguments], but got {command!r}. Drop "
                              f"'preload', or run the script with the interpreter.")
-        self.command, self.env, self.timeout, self.preload = list(command), env, timeout, tuple(preload)
+        self.command, self.timeout, self.preload = list(command), timeout, tuple(preload)
+        self.env = dict(os.environ if env is None else env, MS_COMPILER_CACHE_ENABLE="0")
         self._ahead = [None]  # the process started ahead for the next measurement, ended when this measure goes
         weakref.finalize(self, _end_process, self._ahead)
 
