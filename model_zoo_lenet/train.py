@@ -345,20 +345,27 @@ def n_flag(args):
     return (varying_n_flags(args) or ["--gradient_accumulation_steps"])[0]
 
 
-def set_global_batch(args, world):
-    """Resolve N and the partial-window policy from --global_batch_size (or their defaults without it)."""
+def check_n_given_once(args):
+    """N is given by one flag: --global_batch_size, --gradient_accumulation_steps, or a schedule or policy."""
+    varying = varying_n_flags(args)
     if args.global_batch_size is None:
-        varying = varying_n_flags(args)
         if varying and args.accumulation_steps is not None:  # it was taken silently, the other's N trained
             raise ValueError(f"'{varying[0]}' sets N, but '--gradient_accumulation_steps' was given too: pass one of "
                              f"them.")
-        args.accumulation_steps = args.accumulation_steps or 4
-        args.partial_window = args.partial_window or "flush"
         return
-    given = ["--gradient_accumulation_steps"] * (args.accumulation_steps is not None) + varying_n_flags(args)
+    given = ["--gradient_accumulation_steps"] * (args.accumulation_steps is not None) + varying
     if given:
         raise ValueError(f"'--global_batch_size' sets N (G / (devices x --batch_size)), but '{given[0]}' was given "
                          f"too: pass one of them.")
+
+
+def set_global_batch(args, world):
+    """Resolve N and the partial-window policy from --global_batch_size (or their defaults without it); the flags
+    were checked by :func:`check_n_given_once`."""
+    if args.global_batch_size is None:
+        args.accumulation_steps = args.accumulation_steps or 4
+        args.partial_window = args.partial_window or "flush"
+        return
     args.accumulation_steps = ms_accum.steps_for_global_batch(args.global_batch_size, args.batch_size, world,
                                                               owner="train.py", arg_name="--global_batch_size")
     args.partial_window = args.partial_window or "drop"
@@ -669,6 +676,7 @@ def continued_plan(params, before, learning_rate):
 def check_flags(args, trainer_kind):
     """Refuse flags that contradict each other or are out of range, before anything is built: a mistyped flag is
     told in the time MindSpore takes to import, not after the data set and the network."""
+    check_n_given_once(args)  # before --batch_size auto measures anything
     if trainer_kind in ("driver", "functional") and (args.parallel_mode != "stand_alone" or args.dataset_sink_mode):
         raise ValueError(f"'--trainer {trainer_kind}' runs on one device without sink mode; use '--trainer "
                          f"model_accu' with --parallel_mode or --dataset_sink_mode.")

@@ -747,9 +747,14 @@ def test_train_py_plans_the_micro_batch_for_a_memory_budget(tmp_path):
                            (("--batch_size", "16", "--max_memory", "1GiB"),
                             "'--max_memory' is the budget '--batch_size auto' plans for"),
                            (("--batch_size", "auto", "--global_batch_size", "64", "--max_memory", "lots"),
-                            "'--max_memory' must be a size such as '3GiB'")):
-        code, _, err = run_script("train.py", "--data_path", SAMPLE, *flags, check=False)
-        assert code == 2 and message in err, err
+                            "'--max_memory' must be a size such as '3GiB'"),
+                           # refused after a measuring process had run, in its failure (a new user's trial)
+                           (("--batch_size", "auto", "--global_batch_size", "64", "--max_memory", "1GiB",
+                             "--gradient_accumulation_steps", "4"),
+                            "'--global_batch_size' sets N (G / (devices x --batch_size)), but "
+                            "'--gradient_accumulation_steps' was given too: pass one of them.")):
+        code, out, err = run_script("train.py", "--data_path", SAMPLE, *flags, check=False)
+        assert code == 2 and message in err and "plan:" not in out + err, out + err
 
 
 @pytest.mark.slow

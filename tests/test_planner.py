@@ -11,7 +11,7 @@ import pytest
 import mindspore as ms
 
 import ms_accum
-from ms_accum.trainers.planner import MemoryModel, micro_batch_candidates, parse_memory
+from ms_accum.trainers.planner import MemoryModel, format_bytes, micro_batch_candidates, parse_memory
 from helpers import assert_equals_large_batch, build, micro_batches, numpy_dataset, params_of, reference_train
 
 MIB = 2 ** 20
@@ -111,13 +111,30 @@ def test_bad_input_is_refused_before_anything_is_measured_or_trained():
     with pytest.raises(TypeError, match=r"'measure' must return a Measurement, but returned int for micro-batch 1\. "
                                         r"Pass InProcessMeasure\(run_at\) or FreshProcessMeasure\(command\)"):
         ms_accum.plan_micro_batch(lambda b: 5, 32, "1GiB", verbose=False)
+    # a new user's trial: world=0 reached MindSpore's AllGather after the first measurement; measure=5 failed as
+    # "'int' object is not callable"
+    for world, error in ((0, ValueError), (2.5, TypeError), ("2", TypeError)):
+        with pytest.raises(error, match=rf"For 'plan_micro_batch', 'world' must be an int >= 1, but got "
+                                        rf"{world!r}"):
+            ms_accum.plan_micro_batch(measure, 32, "1GiB", world=world, verbose=False)
+    with pytest.raises(TypeError, match=r"'measure' must be a callable taking a micro-batch size and returning a "
+                                        r"Measurement, but got int\. Pass InProcessMeasure\(run_at\) or "
+                                        r"FreshProcessMeasure\(command\)\."):
+        ms_accum.plan_micro_batch(5, 32, "1GiB", verbose=False)
     assert not asked
 
 
 @pytest.mark.parametrize("text, size", [("3GiB", 3 * 2 ** 30), ("512MiB", 512 * MIB), ("2.5G", int(2.5 * 2 ** 30)),
-                                        ("1GB", 10 ** 9), (4096, 4096), (" 64 mib ", 64 * MIB)])
+                                        ("1GB", 10 ** 9), (4096, 4096), (" 64 mib ", 64 * MIB),
+                                        (np.int64(2 ** 30), 2 ** 30)])
 def test_memory_sizes_are_read_as_written(text, size):
     assert parse_memory(text) == size
+
+
+def test_a_budget_below_a_kibibyte_is_shown_in_bytes():
+    """max_memory=100 was refused as "but got 0 KiB"."""
+    assert [format_bytes(size) for size in (100, 2048, 5 * MIB, 3 * 2 ** 30)] == \
+        ["100 bytes", "2 KiB", "5 MiB", "3.00 GiB"]
 
 
 @pytest.mark.parametrize("value, error, message", [

@@ -10,6 +10,7 @@ the dataset with, its N. This module is the arithmetic; the measuring processes 
 public names it re-exports.
 """
 import math
+import numbers
 import re
 from dataclasses import dataclass, field
 
@@ -42,11 +43,11 @@ def parse_memory(value, owner="plan_micro_batch", arg_name="max_memory"):
         >>> ms_accum.parse_memory("3GiB"), ms_accum.parse_memory("512MiB")
         (3221225472, 536870912)
     """
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
+    if isinstance(value, bool) or not isinstance(value, (numbers.Integral, str)):
         raise TypeError(f"For '{owner}', '{arg_name}' must be an int (bytes) or a str such as '3GiB', but got "
                         f"{type(value).__name__}.")
-    if isinstance(value, int):
-        size = value
+    if not isinstance(value, str):
+        size = int(value)
     else:
         match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", value)
         if match is None or match.group(2).lower() not in _UNITS:
@@ -64,7 +65,9 @@ def format_bytes(size):
         return f"{size / 2 ** 30:.2f} GiB"
     if size >= 2 ** 20:
         return f"{size / 2 ** 20:.0f} MiB"
-    return f"{size / 2 ** 10:.0f} KiB"
+    if size >= 2 ** 10:
+        return f"{size / 2 ** 10:.0f} KiB"
+    return f"{size} bytes"
 
 
 @dataclass
@@ -250,9 +253,9 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
         MicroBatchPlan, the plan; ``str(plan)`` is its line, ``plan.table()`` its table.
 
     Raises:
-        TypeError: If `max_memory` is neither an int nor a str, `global_batch_size`, `devices` or
-            `max_measurements` is not an integer, or `measure` returns no Measurement.
-        ValueError: If `global_batch_size` or `devices` is < 1, G is not a multiple of `devices`
+        TypeError: If `measure` is not callable or returns no Measurement, `max_memory` is neither an int nor a
+            str, or `global_batch_size`, `devices`, `world` or `max_measurements` is not an integer.
+        ValueError: If `global_batch_size`, `devices` or `world` is < 1, G is not a multiple of `devices`
             (naming the nearest values that are), `max_memory` is not a size > 0, `prefer` is not one of
             "largest" and "fastest", or `max_measurements` < 2.
         MemoryBudgetError: If the smallest micro-batch needs more than `max_memory` (naming its measured peak).
@@ -270,8 +273,13 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
         (8, 2)
     """
     owner = "plan_micro_batch"
+    if not callable(measure):
+        raise TypeError(f"For '{owner}', 'measure' must be a callable taking a micro-batch size and returning a "
+                        f"Measurement, but got {type(measure).__name__}. Pass InProcessMeasure(run_at) or "
+                        f"FreshProcessMeasure(command).")
     budget = parse_memory(max_memory, owner)
     candidates = micro_batch_candidates(global_batch_size, devices, owner)
+    world = check_positive_int(owner, "world", world)
     if prefer not in PREFERENCES:
         raise ValueError(f"For '{owner}', 'prefer' must be one of {list(PREFERENCES)}, but got {prefer!r}.")
     max_measurements = check_int_at_least(owner, "max_measurements", max_measurements, 2)
