@@ -37,6 +37,7 @@ import math
 import os
 import sys
 import time
+from functools import partial
 
 from src.cpu_speed import apply_env_defaults
 
@@ -80,16 +81,20 @@ PREFIX_KEY = "checkpoint_prefix"  # in FLAGS_FILE: the run's epoch checkpoints' 
 STATE_TRAINERS = {"grad_sum.": "driver", "accu_grads.": "model_accu"}  # the trainer whose exact state holds them
 
 
-def steps_range(text):
-    """argparse type: 'MIN:MAX', two ints with 1 <= MIN <= MAX (MIN = 1 only in data parallel: see
-    :func:`accumulation_plan`)."""
+def steps_range(text, strict=False):
+    """argparse type: 'MIN:MAX', two ints with 1 <= MIN <= MAX, or MIN < MAX if `strict` (MIN = 1 only in data
+    parallel: see :func:`accumulation_plan`)."""
     pieces = text.split(":")
     try:
         low, high = (int(piece) for piece in pieces)
     except ValueError:
         low = high = None
-    if low is None or not 1 <= low <= high:
-        raise argparse.ArgumentTypeError(f"must be MIN:MAX with 1 <= MIN <= MAX, such as 2:16, but got {text!r}")
+    if low is None or not 1 <= low <= high or strict and low == high:
+        relation = "<" if strict else "<="
+        why = ": with one N there is nothing to choose; pass one N with --gradient_accumulation_steps" \
+            if low is not None and strict and low == high else ""
+        raise argparse.ArgumentTypeError(f"must be MIN:MAX with 1 <= MIN {relation} MAX, such as 2:16, but got "
+                                         f"{text!r}{why}")
     return low, high
 
 
@@ -152,7 +157,7 @@ def parse_args(argv):
                         help="choose N between windows from the measured noise scale, in MIN..MAX, starting at MIN "
                              "(MIN >= 2 on one device, >= 1 in data parallel; with --lr_schedule constant, or "
                              "cosine with --lr_scaling; implies --noise_scale; not with --dataset_sink_mode)")
-    parser.add_argument("--goodput_steps", type=steps_range, default=None, metavar="MIN:MAX",
+    parser.add_argument("--goodput_steps", type=partial(steps_range, strict=True), default=None, metavar="MIN:MAX",
                         help="choose N between windows for goodput (throughput x statistical efficiency), in "
                              "MIN..MAX with MIN < MAX: the first 10 windows calibrate the window time at N = MIN and "
                              "min(MAX, 2 x MIN) (or --goodput_times gives it), then N follows the measured noise "
@@ -425,10 +430,6 @@ def accumulation_plan(args, trainer_kind, world):
         raise ValueError(f"'{varying[0]}' needs '--lr_schedule constant', but got '--lr_schedule "
                          f"{args.lr_schedule}': the number of updates, which the schedule is laid out over, is not "
                          f"known in advance when N adapts.{rules}")
-    if args.goodput_steps is not None and args.goodput_steps[0] == args.goodput_steps[1]:
-        raise ValueError(f"'--goodput_steps' must have MIN < MAX, but got {args.goodput_steps[0]}:"
-                         f"{args.goodput_steps[1]}: with one N there is nothing to choose. Pass MIN < MAX, or one N "
-                         f"with --gradient_accumulation_steps.")
     args.noise_scale = True
     if args.adaptive_steps is not None:
         policy = ms_accum.AdaptiveAccumulation(*args.adaptive_steps, interval=args.adaptive_interval)

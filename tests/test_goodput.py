@@ -124,13 +124,17 @@ def run_policy(policy, noises, start=0, current=None, times=TIMES):
 NOISES = [math.nan] * 3 + [384.0] * 9 + [1000.0] * 10 + [50.0] * 10 + [math.nan] * 5
 
 
-def test_calibration_then_decisions():
+def test_calibration_then_decisions(capsys):
     """Three windows at N=2, three at N=4 (the policy's, whatever the noise), the constants frozen at the sixth;
     the first decision at the end of the window after it, then one every 5 windows from the frozen constants
-    (Q = t_end B / (t_micro c)); NaN keeps N."""
+    (Q = t_end B / (t_micro c)); NaN keeps N. The constants are printed once, with the window (counted from 1)
+    whose N the first decision sets (a new user's trial read them from the policy's attributes)."""
     policy = GoodputAccumulation(2, 64, interval=5, calibration_windows=3)
     chosen = run_policy(policy, NOISES)
     assert policy.frozen and policy.device_constants == pytest.approx((0.5, 1.0))
+    assert capsys.readouterr().out == (
+        "ms_accum: goodput calibrated on windows 2 to 6 (the fastest: N=2: 2 s, N=4: 3 s): t_micro = 0.5 s a "
+        "micro-batch, t_end = 1 s a window's end; N is chosen for goodput from window 8 on, every 5 windows.\n")
     assert chosen[:6] == [2, 2, 2, 4, 4, 4]
     # window 5 is the last of the calibration, window 6's N decided before its time came in: 4; the first decision
     # after window 6 (B = 384: Q = 24, N = 5; it stayed 4 until the decision after window 9, interval - 1 windows

@@ -474,8 +474,11 @@ class TestCommandLineErrors:
                                      "'adascale'"),
         (("--goodput_steps", "2:8", "--adaptive_steps", "2:8"), "'--adaptive_steps' and '--goodput_steps' both "
                                                                 "set N"),
-        (("--goodput_steps", "4:4", "--lr_schedule", "constant"), "'--goodput_steps' must have MIN < MAX, but got "
-                                                                  "4:4: with one N there is nothing to choose"),
+        # the flag's type, before the cosine's refusal (a new user's trial met that one first, then this one,
+        # whose MIN < MAX the type's MIN <= MAX had not said)
+        (("--goodput_steps", "4:4"), "argument --goodput_steps: must be MIN:MAX with 1 <= MIN < MAX, such as 2:16, "
+                                     "but got '4:4': with one N there is nothing to choose; pass one N with "
+                                     "--gradient_accumulation_steps"),
         (("--goodput_steps", "2:8", "--trainer", "functional"), "'--goodput_steps' needs '--lr_schedule constant', "
                                                                 "but got '--lr_schedule cosine': the number of "
                                                                 "updates, which the schedule is laid out over, is not "

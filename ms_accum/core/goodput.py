@@ -323,6 +323,7 @@ class GoodputAccumulation:
         [2, 2, 4, 4, 4, 4]
         >>> for update, (steps, seconds) in enumerate([(2, 9.0), (2, 2.0), (2, 2.0), (4, 3.0), (4, 3.0), (4, 3.0)]):
         ...     policy.observe(update, steps, seconds)           # window 0 compiled: not counted
+        ms_accum: goodput calibrated on windows 2 to 6 (the fastest: N=2: 2 s, N=4: 3 s): t_micro = 0.5 s a micro-batch, t_end = 1 s a window's end; N is chosen for goodput from window 8 on, every 10 windows.
         >>> policy.frozen, policy.device_constants
         (True, (0.5, 1.0))
         >>> policy.next_steps(4, 9, 384.0, 32.0)                # a decision: Q = 1 * 384 / (0.5 * 32) = 24
@@ -446,9 +447,9 @@ class GoodputAccumulation:
         Report window `update`'s wall time (from the previous window's end to its own), after its successor's N
         was decided. Kept during the calibration (the first window reported after the policy was built or loaded
         is left out: it compiled graphs); once the calibration's last window is reported, the constants are fitted
-        and frozen. Ignored once frozen. Where the windows were no slower at the larger N (a micro-batch costs
-        less than the timing noise), the constants are frozen at t_end = 0, the line through the origin, with a
-        warning: the policy then keeps N at `min_steps`, and the run goes on.
+        and frozen, and printed in a line. Ignored once frozen. Where the windows were no slower at the larger N
+        (a micro-batch costs less than the timing noise), the constants are frozen at t_end = 0, the line through
+        the origin, with a warning: the policy then keeps N at `min_steps`, and the run goes on.
 
         Args:
             update (int): The window's index, from 0.
@@ -480,7 +481,12 @@ class GoodputAccumulation:
                                  f"pass micro_time and end_time.")
             constants = line_of(points)
             self.micro_time, self.end_time = constants or (through_origin(points), 0.0)
-            if constants is None:  # the time did not grow with N: a micro-batch costs less than the timing noise
+            if constants is not None:  # what the decisions from now on rest on, for the run's log
+                print(f"ms_accum: goodput calibrated on windows {min(self.observed) + 1} to {update + 1} (the "
+                      f"fastest: {shown_times(points)}): t_micro = {self.micro_time:.4g} s a micro-batch, t_end = "
+                      f"{self.end_time:.4g} s a window's end; N is chosen for goodput from window "
+                      f"{self.first_decision + 2} on, every {self.interval} windows.", flush=True)
+            else:  # the time did not grow with N: a micro-batch costs less than the timing noise
                 warn(f"For '{owner}', the calibration's windows did not take longer at the larger N (the "
                      f"fastest: {shown_times(points)}): a micro-batch costs less than the timing noise "
                      f"here. The constants are frozen at t_micro = {self.micro_time:.4g} s and t_end = 0, "
