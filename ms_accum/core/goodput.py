@@ -323,7 +323,8 @@ class GoodputAccumulation:
         [2, 2, 4, 4, 4, 4]
         >>> for update, (steps, seconds) in enumerate([(2, 9.0), (2, 2.0), (2, 2.0), (4, 3.0), (4, 3.0), (4, 3.0)]):
         ...     policy.observe(update, steps, seconds)           # window 0 compiled: not counted
-        ms_accum: goodput calibrated on windows 2 to 6 (the fastest: N=2: 2 s, N=4: 3 s): t_micro = 0.5 s a micro-batch, t_end = 1 s a window's end; N is chosen for goodput from window 8 on, every 10 windows.
+        ms_accum: goodput calibrated on windows 2 to 6 (the fastest: N=2: 2 s, N=4: 3 s): t_micro = 0.5 s a
+        micro-batch, t_end = 1 s a window's end; N is chosen for goodput from window 8 on, every 10 windows.
         >>> policy.frozen, policy.device_constants
         (True, (0.5, 1.0))
         >>> policy.next_steps(4, 9, 384.0, 32.0)                # a decision: Q = 1 * 384 / (0.5 * 32) = 24
