@@ -235,8 +235,9 @@ class NoiseMeasure:
 
     @property
     def b_simple(self):
-        """float: the gradient noise scale B_simple = tr(Sigma) / |G|^2 from the smoothed estimates, in the units
-        `num_items` counts (micro-batches when it is omitted), as WindowTelemetry's ``noise_scale`` column; NaN
+        """float: the gradient noise scale B_simple = tr(Sigma) / |G|^2 from the smoothed estimates, in the items
+        the window is weighted by (the loss's `num_items`; without it, samples in the training cells and the
+        driver, micro-batches in :class:`Accumulator`), as WindowTelemetry's ``noise_scale`` column; NaN
         before the first estimate or while the smoothed |G|^2 is not positive; None when the cell does not measure
         the noise scale. Reading it waits for the device."""
         if not self.measure_noise:
