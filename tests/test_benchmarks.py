@@ -556,3 +556,22 @@ def test_graph_error_probe_prints_the_wait_of_a_raising_call():
 def test_graph_error_probe_refuses_an_unknown_mode():
     done = run("--modes", "graph,sink", script=GRAPH_ERROR_WAIT)
     assert done.returncode == 2 and "--modes takes graph and pynative, but got ['sink']" in done.stderr, done.stderr
+
+
+SPARSE_REPEATED_IDS = os.path.join(BENCHMARKS, "lab", "sparse_repeated_ids.py")
+
+
+@pytest.mark.slow
+def test_sparse_repeated_ids_probe_shows_mindspores_sparse_step_is_not_the_dense_one():
+    """benchmarks/lab/sparse_repeated_ids.py, MindSpore alone (docs/models.md, why a sparse model's reference is built
+    dense): the dense step moves row 1 as the gradient by hand does; nn.SGD's step on the RowTensor does not, and
+    the tables differ for both optimizers (2026-12-06, 2.10.0: SGD 0.1333, the rows left as they were; Adam 0.1).
+    Fails if MindSpore's sparse step comes to agree, and the page with it."""
+    done = run(script=SPARSE_REPEATED_IDS)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    differences = dict((name, float(value)) for name, value in re.findall(
+        r"^(sgd|adam): largest difference between the sparse and the dense step: ([0-9.e-]+)$", done.stdout, re.M))
+    assert sorted(differences) == ["adam", "sgd"] and min(differences.values()) > 0.01, done.stdout
+    rows = re.search(r"row 1 by hand \[([^\]]+)\], dense \[([^\]]+)\], sparse \[([^\]]+)\]", done.stdout)
+    by_hand, dense, sparse = (np.array(group.split(), dtype=float) for group in rows.groups())
+    assert np.allclose(dense, by_hand, atol=1e-5) and not np.allclose(sparse, by_hand, atol=1e-3), done.stdout

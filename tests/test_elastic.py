@@ -55,6 +55,14 @@ def test_a_global_batch_is_named_as_its_caller_gave_it():
         ms_accum.steps_for_global_batch(100, 32, 1, owner="train.py", arg_name="--global_batch_size")
     with pytest.raises(ValueError, match=r"^For 'train.py', '--global_batch_size' must be an int >= 1, but got 0"):
         ms_accum.steps_for_global_batch(0, 32, 1, owner="train.py", arg_name="--global_batch_size")
+    # of another type: a TypeError, as N's (a new user's trial: '8' and 8.0 were ValueErrors through Model_ACCU)
+    net = nn.Dense(4, 2)
+    model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()),
+                                                            nn.SGD(net.trainable_params(), 0.1)))
+    for value, hint in (("8", r" Convert a number read from a command line: int\('8'\)\."), (8.0, "")):
+        with pytest.raises(TypeError, match=rf"^For 'Model_ACCU.train', 'global_batch_size' must be an int >= 1, "
+                                            rf"but got {value!r} of type {type(value).__name__}\.{hint}$"):
+            model.train(1, _dense_data(), global_batch_size=value)
 
 
 # ---------------------------------------------------------------------------------------------- the data order

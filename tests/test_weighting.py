@@ -141,8 +141,8 @@ def test_items_that_are_not_finite_are_refused_not_skipped(cell, bad, exec_mode)
     first, second = token_batches((7, 5))
     second[2][0, 0] = float(bad)
     with pytest.raises(ValueError, match=r"'num_items' returned by the loss network must be a finite number > 0 for "
-                                         r"every micro-batch, but a micro-batch of this window had -inf \(-inf: a NaN "
-                                         r"or an infinite count\)"):
+                                         r"every micro-batch, but a micro-batch of this window had -inf \(-inf stands "
+                                         r"for a NaN or an infinite count\)"):
         if cell == "three_cells":
             grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
             forward_backward = ms_accum.TrainForwardBackward(loss, opt, grad_sum)

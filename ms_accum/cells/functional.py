@@ -248,9 +248,10 @@ class Accumulator(WindowEngine, nn.Cell):
                              f"a window, and given for every micro-batch or for none, but {unweighted} of this "
                              f"window's {micro_steps} micro-batches had none (an omitted num_items weighs 1 beside the "
                              f"others' item counts) and its smallest num_items, those counted as 1, was {smallest} "
-                             f"(-inf: a NaN or an infinite one). Leave out micro-batches with no items, and pass "
-                             f"num_items on every call (for example the micro-batch's sample count, x.shape[0]). The "
-                             f"window was not applied; to go on, save the network and build a new Accumulator.")
+                             f"(-inf stands for a NaN or an infinite one). Leave out micro-batches with no items, "
+                             f"and pass num_items on every call (for example the micro-batch's sample count, "
+                             f"x.shape[0]). The window was not applied; to go on, save the network and build a new "
+                             f"Accumulator.")
 
 
 _shape_of = ops.MultitypeFuncGraph("shape_of")

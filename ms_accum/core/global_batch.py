@@ -21,7 +21,11 @@ def data_parallel_size():
 
 
 def _check_count(owner, name, value):
-    if not is_int(value) or value < 1:
+    if not is_int(value):  # a TypeError, as every count's: N's, the planner's G
+        hint = f" Convert a number read from a command line: int({value!r})." if isinstance(value, str) else ""
+        raise TypeError(f"For '{owner}', '{name}' must be an int >= 1, but got {value!r} of type "
+                        f"{type(value).__name__}.{hint}")
+    if value < 1:
         raise ValueError(f"For '{owner}', '{name}' must be an int >= 1, but got {value!r}.")
     return int(value)
 
@@ -49,7 +53,8 @@ def steps_for_global_batch(global_batch_size, micro_batch_size, device_num=None,
         int, N >= 1.
 
     Raises:
-        ValueError: If an argument is not an int >= 1, or `global_batch_size` is not a multiple of
+        TypeError: If an argument is not an int.
+        ValueError: If an argument is < 1, or `global_batch_size` is not a multiple of
             ``device_num * micro_batch_size`` (the message gives the nearest valid values).
 
     Supported Platforms:

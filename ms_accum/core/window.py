@@ -177,9 +177,9 @@ def check_items(owner, refused, smallest, source="returned by the loss network",
     """
     if refused:
         raise ValueError(f"For '{owner}', 'num_items' {source} must be a finite number > 0 for every micro-batch, "
-                         f"but a micro-batch of this window had {smallest} (-inf: a NaN or an infinite count). Leave "
-                         f"out micro-batches with no items, or give the item count of the data the loss averaged "
-                         f"over. The window was not applied; to go on, save the network and build {rebuild}.")
+                         f"but a micro-batch of this window had {smallest} (-inf stands for a NaN or an infinite "
+                         f"count). Leave out micro-batches with no items, or give the item count of the data the loss "
+                         f"averaged over. The window was not applied; to go on, save the network and build {rebuild}.")
 
 
 def mean_loss(counters):
