@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import mindspore as ms
+import mindspore.dataset as ds
 import mindspore.train.dataset_helper as helper_module
 import mindspore.train.model as model_module
 from mindspore import amp, nn
@@ -559,3 +560,47 @@ def test_real_sink_mode_on_gpu():
     proc = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "sink equivalence ok" in proc.stdout
+
+
+def _two_device_model(monkeypatch, rows=None):
+    """A Model_ACCU that sees 2 devices (rank 0), its AllGather of the devices' checks answering `rows` (rank 1's
+    row; rank 0's is its own): the checks' logic without msrun (test_data_parallel.py runs them on 2 ranks)."""
+    import ms_accum.trainers.model_accu as model_accu  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(model_accu, "_rank_and_world", lambda cell: (0, 2))
+    if rows is not None:
+        monkeypatch.setattr(model_accu, "gather_ints", lambda values, world: [list(values), rows(list(values))])
+    net = nn.Dense(3, 2)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
+                                       gradient_accumulation_steps=2)
+    return ms_accum.Model_ACCU(cell)
+
+
+def _sharded(num_shards, shard_id, batch=4):
+    return ds.NumpySlicesDataset({"x": np.zeros((32, 3), np.float32), "y": np.zeros((32, 2), np.float32)},
+                                 num_shards=num_shards, shard_id=shard_id, shuffle=False).batch(batch)
+
+
+def test_data_parallel_sharding_and_micro_batches_are_checked_as_they_are(monkeypatch):
+    """A new user's trial on 2 msrun ranks: num_shards=4 on 2 devices was warned of as not sharded ("every device
+    trains on every sample"), where half the data went unread; the same shard_id on both ranks passed silently
+    (every sample twice in a window); micro-batches of 4 and 2 were refused as unequal dataset sizes, with advice
+    that did not fit."""
+    model = _two_device_model(monkeypatch)
+    with pytest.warns(UserWarning, match=r"the dataset is sharded into 4 shards \(num_shards\), but there are 2 "
+                                         r"devices: each device reads 1/4 of the data, so part of the data is never "
+                                         r"trained on .* Pass num_shards=2, shard_id=<rank>\."):
+        assert not model._check_sharding("Model_ACCU.train", _sharded(4, 0))  # pylint: disable=protected-access
+    with pytest.warns(UserWarning, match=r"the dataset is not sharded over the 2 devices: unless each device reads "
+                                         r"data of its own, every device trains on every sample"):
+        model._check_sharding("Model_ACCU.train", _sharded(None, None))  # pylint: disable=protected-access
+    model = _two_device_model(monkeypatch, rows=lambda mine: mine)  # rank 1 reads shard 0 too
+    with pytest.raises(ValueError, match=r"For 'Model_ACCU.train', every device must read a shard of its own, but "
+                                         r"their shard_ids are \[0, 0\] \(by rank\): a window would hold the same "
+                                         r"samples on several devices\. Pass shard_id=<rank>"):
+        model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
+    model = _two_device_model(monkeypatch, rows=lambda mine: [8] + mine[1:3] + [2, 1])  # batched at 2 on rank 1
+    with pytest.raises(ValueError, match=r"every device's micro-batch must hold as many samples, but they hold "
+                                         r"\[4, 2\] \(by rank\).* Batch every device's data at one size\."):
+        model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
+    model = _two_device_model(monkeypatch, rows=lambda mine: mine[:4] + [1])
+    model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access

@@ -109,6 +109,16 @@ def saved_layout(params, world):
 def dataset_shards(dataset):
     """The shards of `dataset`'s source when MindSpore's distributed sampler shares it out (num_shards/shard_id,
     or a DistributedSampler), else None."""
+    return _distributed_sampling(dataset)[0]
+
+
+def dataset_shard_id(dataset):
+    """The shard `dataset`'s source reads when MindSpore's distributed sampler shares it out, else None."""
+    return _distributed_sampling(dataset)[1]
+
+
+def _distributed_sampling(dataset):
+    """(num_shards, shard_id) of `dataset`'s source's distributed sampler, or (None, None)."""
     pending = [dataset]
     while pending:
         node = pending.pop()
@@ -118,8 +128,9 @@ def dataset_shards(dataset):
             continue
         sampler = getattr(node, "sampler", None)
         if type(sampler).__name__ == "DistributedSampler":
-            return getattr(sampler, "num_shards", None) or getattr(node, "num_shards", None)
-    return None
+            return (getattr(sampler, "num_shards", None) or getattr(node, "num_shards", None),
+                    getattr(sampler, "shard_id", getattr(node, "shard_id", None)))
+    return None, None
 
 
 def check_same_global_batch(saved, mine, path, arg_name="resume_from"):

@@ -25,7 +25,7 @@ from ..core.checks import check_positive_int
 from ..core.schedule import STEPS_ALIASES, STEPS_NAME, shown_steps_name, steps_argument
 from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
-from .elastic import SHARDING_HINT, dataset_shards
+from .elastic import SHARDING_HINT, dataset_shard_id, dataset_shards
 from .cell_front import CellFront
 from .loop import WindowLoop, callback_list
 from .run_checks import check_lr_schedule, check_state_saving
@@ -379,11 +379,16 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         a warning when it does not (every device would read every sample, unless each reads files of its own)."""
         world = _rank_and_world(train_network(self))[1]
         shards = dataset_shards(train_dataset)
-        if world > 1 and shards != world:
-            warn(f"For '{owner}', the dataset is not sharded over the {world} devices "
-                 f"(num_shards {shards}): unless each device reads data of its own, every device trains on "
-                 f"every sample and a window holds the same samples {world} times. To share them out, "
-                 f"{SHARDING_HINT}.", UserWarning)
+        if world > 1 and shards is None:
+            warn(f"For '{owner}', the dataset is not sharded over the {world} devices: unless each device reads "
+                 f"data of its own, every device trains on every sample and a window holds the same samples "
+                 f"{world} times. To share them out, {SHARDING_HINT}.", UserWarning)
+        elif world > 1 and shards != world:  # a new user's num_shards=4 on 2 devices read as not sharded at all
+            unread = "part of the data is never trained on (the shards no device reads)" if shards > world else \
+                "the devices' shards overlap, and their samples are trained more than once"
+            warn(f"For '{owner}', the dataset is sharded into {shards} shards (num_shards), but there are {world} "
+                 f"devices: each device reads 1/{shards} of the data, so {unread}. Pass num_shards={world}, "
+                 f"shard_id=<rank>.", UserWarning)
         return shards == world
 
     def _check_devices_agree(self, owner, train_dataset):
@@ -395,7 +400,20 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         world = _rank_and_world(cell)[1]
         steps = cell.gradient_accumulation_steps
         shown = steps if isinstance(steps, int) else 0  # a schedule or a policy: compared by its description
-        rows = gather_ints([train_dataset.get_dataset_size(), shown, zlib.crc32(repr(steps).encode()) >> 1], world)
+        shard = dataset_shard_id(train_dataset)
+        rows = gather_ints([train_dataset.get_dataset_size(), shown, zlib.crc32(repr(steps).encode()) >> 1,
+                            train_dataset.get_batch_size(), -1 if shard is None else shard], world)
+        micro_batches = [row[3] for row in rows]
+        if len(set(micro_batches)) > 1:  # before the sizes, which it sets: their advice would not fit
+            raise ValueError(f"For '{owner}', every device's micro-batch must hold as many samples, but they hold "
+                             f"{micro_batches} (by rank): the devices' windows would hold other numbers of "
+                             f"micro-batches, and a device would wait alone at a window's gradient reduction. Batch "
+                             f"every device's data at one size.")
+        shards = [row[4] for row in rows]
+        if dataset_shards(train_dataset) == world and len(set(shards)) < world:
+            raise ValueError(f"For '{owner}', every device must read a shard of its own, but their shard_ids are "
+                             f"{shards} (by rank): a window would hold the same samples on several devices. Pass "
+                             f"shard_id=<rank> (mindspore.communication.get_rank()).")
         sizes = [row[0] for row in rows]
         if len(set(sizes)) > 1:
             raise ValueError(f"For '{owner}', every device's dataset must hold as many micro-batches, but "
