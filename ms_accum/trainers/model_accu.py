@@ -398,6 +398,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         then one failed inside MindSpore's AllReduce). The devices compare both first (one AllGather)."""
         cell = train_network(self)
         world = _rank_and_world(cell)[1]
+        if world == 1:
+            return
         steps = cell.gradient_accumulation_steps
         shown = steps if isinstance(steps, int) else 0  # a schedule or a policy: compared by its description
         shard = dataset_shard_id(train_dataset)
