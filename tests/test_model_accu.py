@@ -599,8 +599,13 @@ def test_data_parallel_sharding_and_micro_batches_are_checked_as_they_are(monkey
                                          r"samples on several devices\. Pass shard_id=<rank>"):
         model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
     model = _two_device_model(monkeypatch, rows=lambda mine: [8] + mine[1:3] + [2, 1])  # batched at 2 on rank 1
-    with pytest.raises(ValueError, match=r"every device's micro-batch must hold as many samples, but they hold "
-                                         r"\[4, 2\] \(by rank\).* Batch every device's data at one size\."):
+    with pytest.raises(ValueError, match=r"every device must run as many micro-batches an epoch and the same N, "
+                                         r"but the devices batch their data at \[4, 2\] samples \(by rank\), which "
+                                         r"gives them \[4, 8\] micro-batches.* Batch every device's data at one "
+                                         r"size\."):
         model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
+    # other sizes in windows of the same count are weighed by their samples: taken
+    model = _two_device_model(monkeypatch, rows=lambda mine: mine[:3] + [2, 1])
+    model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
     model = _two_device_model(monkeypatch, rows=lambda mine: mine[:4] + [1])
     model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access

@@ -405,18 +405,19 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         shard = dataset_shard_id(train_dataset)
         rows = gather_ints([train_dataset.get_dataset_size(), shown, zlib.crc32(repr(steps).encode()) >> 1,
                             train_dataset.get_batch_size(), -1 if shard is None else shard], world)
-        micro_batches = [row[3] for row in rows]
-        if len(set(micro_batches)) > 1:  # before the sizes, which it sets: their advice would not fit
-            raise ValueError(f"For '{owner}', every device's micro-batch must hold as many samples, but they hold "
-                             f"{micro_batches} (by rank): the devices' windows would hold other numbers of "
-                             f"micro-batches, and a device would wait alone at a window's gradient reduction. Batch "
-                             f"every device's data at one size.")
+        sizes, micro_batches = [row[0] for row in rows], [row[3] for row in rows]
+        # micro-batches of other sizes are weighed by their samples, so only windows of other counts are refused;
+        # when the sizes cause it, named first (the advice below for the counts would not fit)
+        if len(set(micro_batches)) > 1 and (len(set(sizes)) > 1 or len({row[2] for row in rows}) > 1):
+            raise ValueError(f"For '{owner}', every device must run as many micro-batches an epoch and the same N, "
+                             f"but the devices batch their data at {micro_batches} samples (by rank), which gives "
+                             f"them {sizes} micro-batches: a device whose window ends elsewhere would wait alone at "
+                             f"its gradient reduction. Batch every device's data at one size.")
         shards = [row[4] for row in rows]
         if dataset_shards(train_dataset) == world and len(set(shards)) < world:
             raise ValueError(f"For '{owner}', every device must read a shard of its own, but their shard_ids are "
                              f"{shards} (by rank): a window would hold the same samples on several devices. Pass "
                              f"shard_id=<rank> (mindspore.communication.get_rank()).")
-        sizes = [row[0] for row in rows]
         if len(set(sizes)) > 1:
             raise ValueError(f"For '{owner}', every device's dataset must hold as many micro-batches, but "
                              f"they hold {sizes} (by rank): a device with more would wait alone at a window's "
