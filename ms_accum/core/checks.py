@@ -20,12 +20,19 @@ def check_positive_int(owner, arg_name, value):
     return check_int_at_least(owner, arg_name, value, 1)
 
 
+def number_text_hint(value):
+    """' Convert a number read from a command line: int('8').' when `value` is the text of an int, else ''."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return f" Convert a number read from a command line: int({value!r})."
+    return ""
+
+
 def check_int_at_least(owner, arg_name, value, least):
     """Return `value` as an int if it is an integral number >= `least` (numpy integers too; bools and floats are
     refused), else raise TypeError or ValueError."""
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"For '{owner}', '{arg_name}' must be an int >= {least}, but got {value!r} "
-                        f"of type {type(value).__name__}.")
+                        f"of type {type(value).__name__}.{number_text_hint(value)}")
     if value < least:
         raise ValueError(f"For '{owner}', '{arg_name}' must be an int >= {least}, but got {value}.")
     return int(value)

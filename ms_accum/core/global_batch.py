@@ -3,7 +3,8 @@
 A run that names G instead of N keeps its learning dynamics when its device count changes: each device derives its
 own N, so a window holds G samples on 1, 2 or 8 devices (see ``docs/resume_and_checkpoints.md``).
 """
-from .schedule import STEPS_NAME, is_int, steps_argument
+from .checks import check_positive_int
+from .schedule import STEPS_NAME, steps_argument
 
 GLOBAL_BATCH_NAME = "global_batch_size"
 DERIVED_STEPS_NAME = "N = global_batch_size / (devices x micro-batch)"  # N's name in messages when G gave it
@@ -18,16 +19,6 @@ def data_parallel_size():
         return 1
     from mindspore.communication import get_group_size  # pylint: disable=import-outside-toplevel
     return get_group_size()
-
-
-def _check_count(owner, name, value):
-    if not is_int(value):  # a TypeError, as every count's: N's, the planner's G
-        hint = f" Convert a number read from a command line: int({value!r})." if isinstance(value, str) else ""
-        raise TypeError(f"For '{owner}', '{name}' must be an int >= 1, but got {value!r} of type "
-                        f"{type(value).__name__}.{hint}")
-    if value < 1:
-        raise ValueError(f"For '{owner}', '{name}' must be an int >= 1, but got {value!r}.")
-    return int(value)
 
 
 def steps_for_global_batch(global_batch_size, micro_batch_size, device_num=None, owner="steps_for_global_batch",
@@ -67,9 +58,9 @@ def steps_for_global_batch(global_batch_size, micro_batch_size, device_num=None,
         >>> ms_accum.steps_for_global_batch(256, 32, device_num=1)
         8
     """
-    global_batch_size = _check_count(owner, arg_name, global_batch_size)
-    micro_batch_size = _check_count(owner, "micro_batch_size", micro_batch_size)
-    device_num = _check_count(owner, "device_num", data_parallel_size() if device_num is None else device_num)
+    global_batch_size = check_positive_int(owner, arg_name, global_batch_size)
+    micro_batch_size = check_positive_int(owner, "micro_batch_size", micro_batch_size)
+    device_num = check_positive_int(owner, "device_num", data_parallel_size() if device_num is None else device_num)
     unit = device_num * micro_batch_size
     if global_batch_size % unit:
         below = global_batch_size // unit * unit

@@ -8,6 +8,7 @@ window would take). Each window is still exactly the large-batch step of its own
 import bisect
 import numbers
 
+from .checks import number_text_hint
 from .open_window import epoch_end_action
 
 
@@ -215,10 +216,9 @@ def check_steps(owner, arg_name, value):
     if is_schedule(value):
         return
     if isinstance(value, str):
-        fix = f"Convert a number read from a command line: int({value!r})." if value.strip().isdigit() else \
-            "Pass the number of micro-batches per update, such as 4."
+        fix = number_text_hint(value) or " Pass the number of micro-batches per update, such as 4."
         raise TypeError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, or a schedule such as "
-                        f"'0:1,2:2' as text, but got {value!r} of type str. {fix}")
+                        f"'0:1,2:2' as text, but got {value!r} of type str.{fix}")
     if not is_int(value):
         raise TypeError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, a schedule {{first_update: "
                         f"N}} (or its text, '0:1,2:2') or an AdaptiveAccumulation or GoodputAccumulation policy, but "

@@ -109,16 +109,12 @@ def saved_layout(params, world):
 def dataset_shards(dataset):
     """The shards of `dataset`'s source when MindSpore's distributed sampler shares it out (num_shards/shard_id,
     or a DistributedSampler), else None."""
-    return _distributed_sampling(dataset)[0]
+    return dataset_sharding(dataset)[0]
 
 
-def dataset_shard_id(dataset):
-    """The shard `dataset`'s source reads when MindSpore's distributed sampler shares it out, else None."""
-    return _distributed_sampling(dataset)[1]
-
-
-def _distributed_sampling(dataset):
-    """(num_shards, shard_id) of `dataset`'s source's distributed sampler, or (None, None)."""
+def dataset_sharding(dataset):
+    """(num_shards, shard_id) of `dataset`'s source when MindSpore's distributed sampler shares it out, else
+    (None, None)."""
     pending = [dataset]
     while pending:
         node = pending.pop()

@@ -25,7 +25,7 @@ from ..core.checks import check_positive_int
 from ..core.schedule import STEPS_ALIASES, STEPS_NAME, shown_steps_name, steps_argument
 from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
-from .elastic import SHARDING_HINT, dataset_shard_id, dataset_shards
+from .elastic import SHARDING_HINT, dataset_sharding, dataset_shards
 from .cell_front import CellFront
 from .loop import WindowLoop, callback_list
 from .run_checks import check_lr_schedule, check_state_saving
@@ -402,7 +402,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             return
         steps = cell.gradient_accumulation_steps
         shown = steps if isinstance(steps, int) else 0  # a schedule or a policy: compared by its description
-        shard = dataset_shard_id(train_dataset)
+        num_shards, shard = dataset_sharding(train_dataset)
         rows = gather_ints([train_dataset.get_dataset_size(), shown, zlib.crc32(repr(steps).encode()) >> 1,
                             train_dataset.get_batch_size(), -1 if shard is None else shard], world)
         sizes, micro_batches = [row[0] for row in rows], [row[3] for row in rows]
@@ -414,7 +414,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                              f"them {sizes} micro-batches: a device whose window ends elsewhere would wait alone at "
                              f"its gradient reduction. Batch every device's data at one size.")
         shards = [row[4] for row in rows]
-        if dataset_shards(train_dataset) == world and len(set(shards)) < world:
+        if num_shards == world and len(set(shards)) < world:
             raise ValueError(f"For '{owner}', every device must read a shard of its own, but their shard_ids are "
                              f"{shards} (by rank): a window would hold the same samples on several devices. Pass "
                              f"shard_id=<rank> (mindspore.communication.get_rank()).")
