@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import mindspore as ms
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
 import ms_accum
 from helpers import (OPTIMIZERS, accumulate_train, assert_equals_large_batch, build, concat, micro_batches, params_of,
@@ -277,6 +277,28 @@ class TestBadInput:
                                                  r"prefix='grad_sum', init='zeros'\)"):
                 make()
         np.testing.assert_array_equal(net.w.asnumpy(), [1.0, 2.0])
+
+    def test_grad_sum_narrower_than_its_parameters_is_refused(self):
+        """A new user's trial: float16 buffers for float32 parameters were taken in silence, rounding every
+        micro-batch's gradient (440 times farther from the large batch) and overflowing under a loss scale where
+        float32 buffers did not. Buffers of the parameter's type, or a wider float's, are taken."""
+        net = LinearLoss()
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        narrow = ParameterTuple([Parameter(Tensor(np.zeros(2, np.float16)), name="grad_sum.w")])
+        for owner, make in (("TrainForwardBackward", lambda: ms_accum.TrainForwardBackward(net, opt, narrow)),
+                            ("TrainOptim", lambda: ms_accum.TrainOptim(opt, narrow))):
+            with pytest.raises(ValueError, match=rf"For '{owner}', 'grad_sum' must hold each gradient in its "
+                                                 r"parameter's type or a wider float, but its buffer 'grad_sum.w' is "
+                                                 r"Float16 for the Float32 parameter 'w'.*Build it with "
+                                                 r"optimizer.parameters.clone\(prefix='grad_sum', init='zeros'\)"):
+                make()
+        half = nn.SGD([Parameter(Tensor(np.ones(2, np.float16)), name="h")], 0.1)
+        for dtype in (np.float16, np.float32):  # the parameter's own type, and the wider float32
+            buffers = ParameterTuple([Parameter(Tensor(np.zeros(2, dtype)), name=f"grad_sum.h.{dtype.__name__}")])
+            assert ms_accum.TrainOptim(half, buffers).grad_sum is buffers
+        bf16 = ParameterTuple([Parameter(Tensor(np.zeros(2, np.float32)).astype(ms.bfloat16), name="grad_sum.b")])
+        with pytest.raises(ValueError, match=r"its buffer 'grad_sum.b' is BFloat16 for the Float16 parameter 'h'"):
+            ms_accum.TrainOptim(half, bf16)
 
     def test_clear_alone_on_the_weights_is_refused_before_it_zeroes_them(self, exec_mode):
         net = LinearLoss()

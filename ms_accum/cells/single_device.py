@@ -73,9 +73,10 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
             ParameterTuple, `average` is not a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is
             none of the loss-scale forms.
         ValueError: If none of the optimizer's parameters is a parameter of `network` (some not: a warning), one has
-            ``requires_grad=False``, `grad_sum` does not match the optimizer's parameters or holds the network's or
-            optimizer's own Parameters, `sens` is zero or not finite, `average`, `scale_sense` or `noise_scale`
-            differs from another cell built on the same `grad_sum`, `noise_scale` is a str other than ``"first"`` or
+            ``requires_grad=False``, `grad_sum` does not match the optimizer's parameters, holds a gradient in a
+            narrower float type than its parameter's or holds the network's or optimizer's own Parameters, `sens`
+            is zero or not finite, `average`, `scale_sense` or `noise_scale` differs from another cell built on the
+            same `grad_sum`, `noise_scale` is a str other than ``"first"`` or
             is set with ``average=False``, or `scale_sense` is a Tensor of shape other than () or (1,) or starts
             from a scale that is not a finite number > 0; at the first
             call, if the loss is not a scalar or (without `num_items`) the inputs' leading dimensions disagree, or
@@ -186,8 +187,9 @@ class TrainOptim(WindowEngine, nn.Cell):
     Raises:
         TypeError: If `optimizer` is not an optimizer, `grad_sum` is not a ParameterTuple, `average` is not a
             bool, or `noise_scale` is neither a bool nor a str.
-        ValueError: If `grad_sum` does not match the optimizer's parameters or holds its own Parameters, one of the
-            optimizer's parameters has ``requires_grad=False``, `clip_norm` is not a finite number > 0, `average`,
+        ValueError: If `grad_sum` does not match the optimizer's parameters, holds a gradient in a narrower float
+            type than its parameter's or holds the optimizer's own Parameters, one of the optimizer's parameters
+            has ``requires_grad=False``, `clip_norm` is not a finite number > 0, `average`,
             `scale_sense` or `noise_scale` differs from the :class:`TrainForwardBackward` on the same `grad_sum`, or
             `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or `nonfinite` is not
             ``"skip"`` with `scale_sense`; when called, if a micro-batch of the window reported ``num_items`` <= 0

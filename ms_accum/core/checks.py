@@ -6,12 +6,14 @@ import math
 import numbers
 
 from mindspore import Parameter, ParameterTuple
+from mindspore import dtype as mstype
 from mindspore.nn import Cell
 
 from ..compat import BatchNormBase
 from .user_warning import warn
 
 GRAD_SUM_RECIPE = "optimizer.parameters.clone(prefix='grad_sum', init='zeros')"
+FLOAT_BYTES = {mstype.float16: 2, mstype.bfloat16: 2, mstype.float32: 4, mstype.float64: 8}
 
 
 def check_positive_int(owner, arg_name, value):
@@ -149,10 +151,26 @@ def check_grad_sum(owner, grad_sum, optimizer=None, network=None, arg_name="grad
         if got != expected:
             raise ValueError(f"For '{owner}', '{arg_name}' must match the optimizer's parameters one for one "
                              f"(shapes {expected}), but got shapes {got}. Build it with {GRAD_SUM_RECIPE}.")
+        _check_buffer_dtypes(owner, arg_name, grad_sum, optimizer.parameters)
     if network is not None:
         owned += list(network.get_parameters())
     check_not_aliased(owner, arg_name, grad_sum, owned)
     return grad_sum
+
+
+def _check_buffer_dtypes(owner, arg_name, buffers, params):
+    """Raise if a buffer holds its float parameter's gradients in a narrower or another float type than the
+    parameter's (float16 for a float32 parameter, bfloat16 for a float16 one): each micro-batch's gradient would be
+    rounded to it as it is added, and a loss-scaled gradient would overflow where the parameter's type holds it."""
+    for buffer, param in zip(buffers, params):
+        want = FLOAT_BYTES.get(param.dtype)
+        if want is None or buffer.dtype == param.dtype or FLOAT_BYTES.get(buffer.dtype, 0) > want:
+            continue
+        raise ValueError(f"For '{owner}', '{arg_name}' must hold each gradient in its parameter's type or a wider "
+                         f"float, but its buffer '{buffer.name}' is {buffer.dtype} for the {param.dtype} parameter "
+                         f"'{param.name}': every micro-batch's gradient would be rounded to {buffer.dtype} as it is "
+                         f"added. Build it with {GRAD_SUM_RECIPE} (float32 buffers for float16 parameters are "
+                         f"taken too).")
 
 
 def check_not_aliased(owner, arg_name, buffers, owned):
