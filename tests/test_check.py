@@ -1,4 +1,5 @@
 """ms_accum.check: the equivalence check users run on their own model, as a function and as a command."""
+import math
 import os
 import subprocess
 import sys
@@ -69,6 +70,21 @@ def test_batchnorm_model_fails_and_names_the_parameters(optimizer):
                             "micro-batch with that micro-batch's own statistics"), cause
 
 
+def test_a_report_that_compared_no_update_gives_no_figure_for_it():
+    """A new user's trial: on a BatchNorm network every element was left out of the updates' comparison (the table's
+    '-'), yet max_param_relative read 0.0, which code comparing it with rtol takes for a pass. It is NaN then, the
+    verdict's line says '-', and max_relative is the applied gradient's; a parameter fully left out beside one
+    compared does not count."""
+    nothing = ms_accum.EquivalenceReport(1e-5, rows=[ParameterCheck("w", 2e-6, 0.0, 4, 4),
+                                                     ParameterCheck("b", 1e-6, 0.0, 2, 2)])
+    assert math.isnan(nothing.max_param_relative) and nothing.max_relative == 2e-6 and nothing.passed
+    assert str(nothing).splitlines()[-1] == ("PASS: largest relative difference 2.000e-06 <= rtol 1e-05 (applied "
+                                             "gradient 2.000e-06, updated parameters -)")
+    some = ms_accum.EquivalenceReport(1e-5, rows=[ParameterCheck("w", 2e-6, 0.0, 4, 4),
+                                                  ParameterCheck("b", 1e-6, 3e-6, 0, 2)])
+    assert some.max_param_relative == 3e-6 and some.max_relative == 3e-6
+
+
 def test_the_report_gives_the_micro_batches_and_names_batchnorm_only_where_it_is():
     """A batch that N does not divide is split into unequal micro-batches, which the report shows; a failing
     network without BatchNorm gets no BatchNorm note."""
@@ -91,10 +107,12 @@ class FrozenStatisticsNet(BatchNormNet):
 def test_batchnorm_on_its_moving_statistics_is_not_blamed():
     """A BatchNorm built with use_batch_statistics=False normalises as in evaluation, so accumulation can equal the
     large batch through it: the network passes, and a failure of another cause (a sum loss) is not put on that
-    layer (a new user's trial: the report blamed it for reduction='sum', a masked loss and average=False alike)."""
+    layer (a new user's trial: the report blamed it for reduction='sum', a masked loss and average=False alike);
+    the sum is named by the cells' warning instead."""
     assert ms_accum.check_equivalence(FrozenStatisticsNet, LOSS, OPTIMIZERS["sgd"], batch(), 4).passed
     summed = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="sum")
-    report = ms_accum.check_equivalence(FrozenStatisticsNet, summed, OPTIMIZERS["sgd"], batch(), 4)
+    with pytest.warns(UserWarning, match=r"loss function, SoftmaxCrossEntropyWithLogits, reduces by 'sum'"):
+        report = ms_accum.check_equivalence(FrozenStatisticsNet, summed, OPTIMIZERS["sgd"], batch(), 4)
     assert not report.passed and report.batch_norm_layers == [] and "BatchNorm" not in str(report), str(report)
 
 

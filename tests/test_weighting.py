@@ -1,5 +1,6 @@
 """Item-weighted windows: a loss that returns (loss, num_items) is weighed by its items on every path; inputs
 whose batch is not on axis 0 are refused unless the loss says what it averaged over."""
+import warnings
 from functools import partial
 
 import numpy as np
@@ -10,8 +11,8 @@ from mindspore import Tensor, nn, ops
 
 import ms_accum
 import paths
-from helpers import (assert_equals_large_batch, build_tagger, params_of, rounding_rtol, token_batches, token_reference,
-                     update_errors)
+from helpers import (assert_equals_large_batch, build_tagger, concat, micro_batches, params_of, rounding_rtol,
+                     token_batches, token_reference, update_errors)
 from test_model_accu import fake_device  # noqa: F401  (fixture)
 
 REAL_TOKENS = (15, 4, 9, 11, 2, 17)  # of 18 token slots per micro-batch
@@ -70,6 +71,44 @@ def test_averaging_micro_batch_means_would_be_wrong_here(optimizer):
         f"sample weighting came within {worst:.2g} of the token mean's update: the test data are too even"
     got, _ = train("three_cells", optimizer, windows()[0])
     assert_equals_large_batch(got, reference, windows()[:1], context=f"token weighting, {optimizer}")
+
+
+def summed_loss_model(seed=3):
+    """A small classifier in a WithLossCell whose cross-entropy is summed over the micro-batch, and its SGD."""
+    ms.set_seed(seed)
+    net = nn.SequentialCell(nn.Flatten(), nn.Dense(36, 4))
+    loss_net = nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="sum"))
+    return net, loss_net, nn.SGD(net.trainable_params(), 0.01)
+
+
+def summed_loss_reference(windows_):
+    """The large batch's summed-loss steps, one TrainOneStepCell step per window (no ms_accum)."""
+    net, loss_net, opt = summed_loss_model()
+    step = nn.TrainOneStepCell(loss_net, opt)
+    for window in windows_:
+        step(*map(Tensor, concat(window)))
+    return params_of(net)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_summed_loss_is_warned_of_when_averaged_and_trains_as_the_large_batch_sum_when_summed(path, exec_mode):
+    """A new user's trial: a WithLossCell whose loss reduces by 'sum' trained 1/N of the large batch's step, in
+    silence. Averaged, every path that takes a loss network warns, naming the loss function and both ways out;
+    with average=False, the warning's second way, it equals the large batch's summed-loss steps, unequal
+    micro-batches included."""
+    batches = micro_batches((3, 5, 4, 4))
+    _, loss_net, opt = summed_loss_model()
+    with pytest.warns(UserWarning, match=r"the loss network's loss function, SoftmaxCrossEntropyWithLogits, reduces "
+                                         r"by 'sum'.*1/N of the large batch's summed gradient. Use reduction='mean' "
+                                         r".*or average=False"):
+        paths.train(path, loss_net, opt, batches, 2)
+    net, loss_net, opt = summed_loss_model()
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*reduces by 'sum'")
+        trained = paths.train(path, loss_net, opt, batches, 2, average=False)
+    assert len(trained.windows) == 2
+    assert_equals_large_batch(params_of(net), summed_loss_reference, [batches[:2], batches[2:]],
+                              context=f"{path}, {exec_mode}")
 
 
 def test_check_equivalence_weighs_items():

@@ -44,6 +44,7 @@ from .progress_lr import (ProgressState, advance_progress, prepare_window_rate, 
                           rewire_learning_rate)
 from .runtime_checks import assert_in_graph
 from .schedule import STEPS_NAME, AccumulationSchedule, check_steps, shown_steps_name
+from .weighting import LossAndItems, warn_summed_loss
 
 WINDOW_PREFIX = "accu_window"
 NONFINITE_POLICIES = ("skip", "raise", "apply")
@@ -150,6 +151,8 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self.accu_steps = Parameter(Tensor(1, mstype.int32), name=f"{state.prefix}.steps",
                                     requires_grad=False) if count_windows else None
         self.clip_norm, self.average = clip_norm, average
+        if average and isinstance(getattr(self, "network", None), LossAndItems):
+            warn_summed_loss(owner, self.network.network)
         self.divide_in_place = divide_in_place
         self.window_map = ops.HyperMap()
         self._init_noise(noise)

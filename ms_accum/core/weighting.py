@@ -16,6 +16,7 @@ from mindspore import Tensor, context, nn, ops
 from mindspore import dtype as mstype
 
 from ..compat import forget_pynative_recording, keep_cell_config_visible
+from .user_warning import warn
 
 
 def _leading_dims(inputs):
@@ -129,6 +130,22 @@ class LossAndItems(nn.Cell):
             self.items = items
             return loss
         return loss, ops.stop_gradient(_as_items(self.owner, items))
+
+
+def warn_summed_loss(owner, network):
+    """Warn if `network`, the user's loss network, is a :class:`mindspore.nn.WithLossCell` whose loss function
+    reduces by ``'sum'``: its loss is taken as the mean over its micro-batch and the window's mean is weighted by
+    samples, so an update would be 1/N of the large batch's summed gradient with N equal micro-batches (and no
+    multiple of it with unequal ones). Called by the engine when it averages. Returns whether it warned."""
+    loss_fn = getattr(network, "_loss_fn", None) if isinstance(network, nn.WithLossCell) else None
+    if not isinstance(loss_fn, nn.LossBase) or not getattr(loss_fn, "reduce", False) or \
+            getattr(loss_fn, "average", True):
+        return False
+    warn(f"For '{owner}', the loss network's loss function, {type(loss_fn).__name__}, reduces by 'sum', but a loss "
+         f"network's loss is taken as the mean over its micro-batch: averaged over the window, an update would be "
+         f"1/N of the large batch's summed gradient. Use reduction='mean' to train on the large batch's mean, or "
+         f"average=False (the micro-batches' gradients summed) to train on its sum.")
+    return True
 
 
 def micro_batch_forward(network, inputs, eager):
