@@ -216,6 +216,22 @@ def test_num_items_that_is_no_scalar_is_named_as_the_calls_argument(num_items, g
     assert not any(b.asnumpy().any() for b in accumulator.inner_grads), "a refused call added gradients"
 
 
+@pytest.mark.parametrize("count", [np.int64, np.float32], ids=["int64", "float32"])
+def test_numpy_scalars_are_numbers_of_items(count):
+    """A new user's trial: np.int64(8), an array's element or length as NumPy gives it, was refused as 'a scalar
+    Tensor or a number, but got int64'. It weighs as the number it is; a NumPy bool is still refused."""
+    batches = micro_batches((5, 3, 4, 2) * 2, seed=12)
+    net, loss, opt = build("sgd", 0)
+    grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
+    accumulator = ms_accum.Accumulator(opt, 4)
+    for x, y in batches:
+        accumulator(grad_fn(Tensor(x), Tensor(y))[1], count(len(x)))
+    assert_equals_large_batch(params_of(net), large_batch("sgd"), [batches[:4], batches[4:]], context=count.__name__)
+    with pytest.raises(TypeError, match=r"'num_items', the call's second argument, must be a scalar Tensor or a "
+                                        r"number \(the micro-batch's item count\), but got bool\.$"):
+        accumulator(tuple(ms.ops.zeros_like(p) for p in opt.parameters), np.bool_(True))
+
+
 def test_accumulate_step_is_checked():
     _, _, opt = build("sgd")
     with pytest.raises(ValueError, match="For 'Accumulator', 'gradient_accumulation_steps' must be an int >= 1, but "

@@ -9,6 +9,7 @@ decides, in either computation; those elements are counted and reported, not fai
 
 The command-line front end is ``python -m ms_accum.check`` (check.py).
 """
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -23,6 +24,11 @@ from ..cells.single_device import TrainClear, TrainForwardBackward, TrainOptim
 
 CELLS = ("three_cells", "accu_steps")
 NOISE = 1e-5  # a gradient element below NOISE * the parameter's largest gradient element is always noise
+
+
+def _figure(relative):
+    """A relative difference as the report prints it: '-' where nothing was compared (NaN)."""
+    return "-" if math.isnan(relative) else format(relative, ".3e")
 
 
 @dataclass
@@ -86,13 +92,16 @@ class EquivalenceReport:
 
     @property
     def max_param_relative(self):
-        """The largest relative difference of the updated parameters (noise elements left out)."""
-        return max((row.param_relative for row in self.rows), default=0.0)
+        """The largest relative difference of the updated parameters (noise elements left out); NaN when every
+        element was left out, so that no update was compared."""
+        compared = [row.param_relative for row in self.rows if row.noise_elements < row.elements]
+        return max(compared) if compared else math.nan
 
     @property
     def max_relative(self):
-        """The larger of the two."""
-        return max(self.max_grad_relative, self.max_param_relative)
+        """The larger of the two (the applied gradient's when no update was compared)."""
+        param = self.max_param_relative
+        return self.max_grad_relative if math.isnan(param) else max(self.max_grad_relative, param)
 
     @property
     def failing(self):
@@ -119,7 +128,7 @@ class EquivalenceReport:
         if self.passed:
             lines.append(f"PASS: largest relative difference {self.max_relative:.3e} <= rtol {self.rtol:g} "
                          f"(applied gradient {self.max_grad_relative:.3e}, updated parameters "
-                         f"{self.max_param_relative:.3e})")
+                         f"{_figure(self.max_param_relative)})")
         else:
             worst = sorted(self.failing, key=lambda f: f[1])
             named = ", ".join(f"{name} ({what})" for name, what in worst[:5])
