@@ -69,6 +69,40 @@ def test_the_csv_is_closed_with_its_rows_when_training_raises(trainer, tmp_path)
         assert [int(row["update"]) for row in csv.DictReader(f)] == [1, 2]
 
 
+def test_a_resumed_run_keeps_the_rows_of_the_updates_before_it(tmp_path):
+    """A new user's trial: a run killed at update 69 and resumed with the same --telemetry_csv left rows 69-94 only,
+    elapsed_s from zero again. The resumed run keeps the rows of the updates before its first (those of the update
+    it trains again replaced), and its skipped and elapsed_s go on from them; a file that is no telemetry CSV is
+    replaced."""
+    path, state = str(tmp_path / "telemetry.csv"), str(tmp_path / "state.ckpt")
+    data = numpy_dataset(micro_batches([4] * 8))
+
+    def run(stop=None, resume=False):
+        net, loss, opt = build("momentum")
+        callbacks = [ms_accum.WindowTelemetry(csv_path=path)] + ([StopAt(stop, RuntimeError("killed"))] if stop else [])
+        ms_accum.GradientAccumulation(net, loss, opt).train_process(
+            1, data, 2, callbacks=callbacks, ckpt_path=None, log_every=0, state_path=state, save_state_every=2,
+            resume_from=state if resume else None)
+
+    def rows():
+        with open(path, encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+
+    with pytest.raises(RuntimeError, match="killed"):
+        run(stop=3)  # the state holds updates 1-2; the CSV has a row for update 3 too
+    first = rows()
+    assert [int(row["update"]) for row in first] == [1, 2, 3]
+    run(resume=True)
+    resumed = rows()
+    assert [int(row["update"]) for row in resumed] == [1, 2, 3, 4]
+    assert resumed[:2] == first[:2], "the rows before the resumed run's first update are kept as written"
+    assert float(resumed[2]["elapsed_s"]) >= float(resumed[1]["elapsed_s"]), "elapsed_s starts again from zero"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("update,note\n1,another file\n")
+    run()
+    assert [int(row["update"]) for row in rows()] == [1, 2, 3, 4] and "note" not in rows()[0]
+
+
 def test_the_pace_leaves_out_the_first_update(capsys):
     """The first update compiles: its line gives its time, and the throughput and time left start after it."""
     net, loss, optimizer = build("sgd")

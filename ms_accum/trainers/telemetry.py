@@ -172,7 +172,8 @@ class WindowTelemetry(Callback):
     micro-batches still to run), both measured from the end of the run's first update so that its compilation does
     not count (the first update's line gives its time instead); the CSV gets one row per update
     (columns: the fields of :class:`WindowRecord`, then ``skipped`` and ``elapsed_s``, seconds since training
-    began), flushed as it goes.
+    began), flushed as it goes. A run resumed from a training state keeps the rows its CSV holds for the updates
+    before its first, and counts ``skipped`` and ``elapsed_s`` on from them.
 
     Args:
         csv_path (str, optional): CSV file to write; its directory is created. Default: ``None``.
@@ -212,14 +213,24 @@ class WindowTelemetry(Callback):
         self._start = self._items = 0.0
         self._warm = None  # (time, items, update, done) at the end of this run's first update
         self._last = None  # (time, done, in all) at the newest update
+        self._elapsed_before = 0.0
 
     def on_train_begin(self, run_context):
         self._start, self._items = time.time(), 0.0
         self._warm = self._last = None
-        if self.csv_path:
-            self._file = _open_csv(self.csv_path, "w")
-            self._writer = csv.writer(self._file)
-            self._writer.writerow(self.COLUMNS)
+        self._elapsed_before = 0.0  # elapsed_s of the last row a resumed run keeps (_open_at)
+
+    def _open_at(self, update):
+        """Open the CSV at this run's first update, `update`. A run resumed there keeps the rows the earlier run
+        wrote for the updates before it (from a file with these columns), and its ``skipped`` and ``elapsed_s`` go
+        on from the last of them; the rows of updates it trains again, and any other file, are replaced."""
+        kept = _rows_before(self.csv_path, update, self.COLUMNS)
+        self._file = _open_csv(self.csv_path, "w")
+        self._writer = csv.writer(self._file)
+        self._writer.writerow(self.COLUMNS)
+        self._writer.writerows(kept)
+        if kept:
+            self.skipped, self._elapsed_before = int(kept[-1][-2]), float(kept[-1][-1])
 
     def on_train_step_end(self, run_context):
         cb_params = run_context.original_args()
@@ -228,6 +239,8 @@ class WindowTelemetry(Callback):
             raise RuntimeError("For 'WindowTelemetry', the trainer must provide window records: use it with "
                                "ms_accum.GradientAccumulation.train_process or ms_accum.Model_ACCU.train.")
         record = make_record()
+        if self.csv_path and self._file is None:
+            self._open_at(record.update)
         self.records.append(record)
         self.skipped += record.overflow
         self._items += record.items
@@ -238,7 +251,8 @@ class WindowTelemetry(Callback):
             self._warm = (now, self._items, record.update, progress[0])
         self._last = (now, *progress)
         if self._writer:
-            self._writer.writerow(list(asdict(record).values()) + [self.skipped, round(elapsed, 3)])
+            self._writer.writerow(list(asdict(record).values()) + [self.skipped,
+                                                                   round(self._elapsed_before + elapsed, 3)])
             self._file.flush()
         if self.print_every and record.update % self.print_every == 0:
             total = _updates_in_all(cb_params)
@@ -294,6 +308,23 @@ class WindowTelemetry(Callback):
         if self._file:
             self._file.close()
             self._file = self._writer = None
+
+
+def _rows_before(path, update, columns):
+    """The rows of the CSV at `path` for the updates before `update`, where it is a telemetry CSV with `columns`;
+    none where there is no such file."""
+    try:
+        with open(path, newline="", encoding="utf-8") as file:
+            rows = list(csv.reader(file))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []
+    if not rows or rows[0] != columns:
+        return []
+    at = columns.index("update")
+    try:
+        return [row for row in rows[1:] if len(row) == len(columns) and int(row[at]) < update]
+    except ValueError:  # a row that is not a telemetry row: the file is someone else's
+        return []
 
 
 def _updates_in_all(cb_params):
