@@ -37,7 +37,8 @@ def read_rows(path):
 
 
 def plot(columns, out_path):
-    """Draw the four panels into `out_path` (PNG)."""
+    """Draw the four panels (five with the noise scale) into `out_path` (PNG; ``.png`` added to a name without a
+    suffix, as matplotlib does); return the path written."""
     import matplotlib  # pylint: disable=import-outside-toplevel
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=import-outside-toplevel
@@ -59,9 +60,12 @@ def plot(columns, out_path):
     axes[-1].set_xlabel("update")
     fig.suptitle("ms_accum window telemetry")
     fig.tight_layout()
+    if not os.path.splitext(out_path)[1]:  # what matplotlib writes for a name without a suffix
+        out_path += ".png"
     os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
     fig.savefig(out_path, dpi=100)
     plt.close(fig)
+    return out_path
 
 
 def _plot_noise(axis, x, columns):
@@ -84,8 +88,7 @@ def main(argv=None):
     parser.add_argument("--csv", required=True, help="telemetry CSV written by train.py --telemetry_csv")
     parser.add_argument("--out", required=True, help="PNG file to write")
     args = parser.parse_args(argv)
-    plot(read_rows(args.csv), args.out)
-    print(f"wrote {args.out}")
+    print(f"wrote {plot(read_rows(args.csv), args.out)}")
     return 0
 
 

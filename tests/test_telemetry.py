@@ -250,6 +250,10 @@ def test_plot_script_writes_a_png(tmp_path):
         3, numpy_dataset(batches), 2, callbacks=ms_accum.WindowTelemetry(csv_path=path), ckpt_path=None, log_every=0)
     run_script("plot_telemetry.py", "--csv", path, "--out", tmp_path / "plot.png")
     assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a name without a suffix (here an existing directory's): matplotlib writes it with .png, which is what is told
+    (tmp_path / "plots").mkdir()
+    _, out, _ = run_script("plot_telemetry.py", "--csv", path, "--out", tmp_path / "plots")
+    assert out.strip() == f"wrote {tmp_path / 'plots.png'}" and (tmp_path / "plots.png").read_bytes()[:4] == b"\x89PNG"
     code, _, err = run_script("plot_telemetry.py", "--csv", tmp_path / "none.csv", "--out", tmp_path / "x.png",
                               check=False)
     assert code == 2 and "'--csv' must be a telemetry CSV file" in err and "Traceback" not in err
