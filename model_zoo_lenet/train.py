@@ -65,7 +65,7 @@ from ms_accum.core.progress_lr import ProgressLearningRate
 from ms_accum.core.schedule import AccumulationSchedule, schedule_argument
 from ms_accum.trainers.elastic import saved_layout
 from ms_accum.trainers.run_checks import check_window_fits
-from ms_accum.trainers.state import WORLD, is_state_file
+from ms_accum.trainers.state import WORLD, is_state_file, read_state
 
 STATE_FILE = "train_state.ckpt"
 FLAGS_FILE = "train_flags.json"  # beside the exact state: the flags an exact resume must keep
@@ -556,7 +556,7 @@ def check_same_flags(state_path, args):
 def check_same_run(optimizer, state_path, run_global_batch, trainer_kind):
     """An exact resume continues the same run: its trainer (whose state holds its own buffers), its global batch,
     its learning-rate schedule and its learning-rate rule's G0 (or no rule) must be this run's."""
-    params = ms_accum.read_checkpoint(state_path)
+    params = read_state(state_path, "--resume")
     written = STATE_TRAINERS.get(buffer_prefix(params))
     if written is not None and written != trainer_kind:
         raise ValueError(f"'--resume' {state_path!r} is the exact state of a '--trainer {written}' run, whose "

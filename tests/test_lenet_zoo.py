@@ -587,6 +587,23 @@ class TestCommandLineErrors:
         assert_one_line_error(run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", broken, check=False),
                               "could not be read (truncated or not a checkpoint)")
 
+    def test_a_truncated_state_names_resume_and_the_state_kept_before_it(self, trained, tmp_path):
+        """A new user's trial: a truncated train_state.ckpt under '--resume DIR' was refused naming 'ckpt_path', an
+        argument train.py has not, and said nothing of train_state.prev.ckpt beside it, from which the run resumes."""
+        run_dir, _ = trained
+        for name in ("train_state.ckpt", "train_state.prev.ckpt", "train_flags.json"):
+            shutil.copy(run_dir / name, tmp_path / name)
+        data = (tmp_path / "train_state.ckpt").read_bytes()
+        (tmp_path / "train_state.ckpt").write_bytes(data[: len(data) // 2])
+        flags = ("--epoch_size", 10, "--batch_size", 32, "--accumulation_steps", 4, "--lr", 0.1, "--lr_schedule",
+                 "constant")  # the run's (`trained`)
+        assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, "--resume", tmp_path, *flags,
+                                         check=False),
+                              f"'--resume' must be a complete MindSpore checkpoint, but "
+                              f"'{tmp_path / 'train_state.ckpt'}' could not be read",
+                              f"The state written before it is kept beside it: resume from "
+                              f"'{tmp_path / 'train_state.prev.ckpt'}'")
+
     def test_checkpoint_of_another_network(self, tmp_path):
         other = str(tmp_path / "dense.ckpt")
         ms.save_checkpoint(nn.Dense(3, 2), other)

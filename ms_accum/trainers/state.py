@@ -204,11 +204,24 @@ def save_training_state(cell, state_path, micro_batches_done=None, updates_done=
                                   keep_previous=previous_generation(state_path), append_dict=entries)
 
 
+def read_state(path, arg_name):
+    """The contents of the state file `path` (named by the argument `arg_name`); a CheckpointError that names the
+    generation kept before it, where there is one, if the file cannot be read."""
+    try:
+        return read_checkpoint(path, arg_name=arg_name)
+    except CheckpointError as error:
+        previous = previous_generation(path) if path.endswith(".ckpt") else None
+        if previous is None or previous == path or not os.path.isfile(previous):
+            raise
+        raise CheckpointError(f"{error} The state written before it is kept beside it: resume from {previous!r} "
+                              f"(the updates since are trained again).") from error
+
+
 def _generation(path, rank, world, may_move, arg_name):
     """(micro-batches done, contents) of one state file, checked against this process's rank and world; with
     `may_move` a state of another world is let through (to be checked against the run's layout). `arg_name`: the
     argument that named the file."""
-    params = read_checkpoint(path, arg_name=arg_name)
+    params = read_state(path, arg_name)
     if not is_state_file(params):
         raise CheckpointError(f"'{arg_name}' must be a training state file (written with 'state_path'), but "
                               f"{path!r} does not record the position in the data.")
