@@ -787,6 +787,12 @@ def main(argv=None):
         raise ValueError(f"'--epoch_size' must exceed the {initial_epoch} epochs done in {resume!r}, but got "
                          f"{args.epoch_size}.")
     directory = args.ckpt_path if world == 1 else os.path.join(args.ckpt_path, f"rank_{rank}")
+    try:  # made before the run starts, so that a path that cannot be made is told as the flag's
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise ValueError(f"'--ckpt_path' must be a directory the run can write its checkpoints to, but "
+                         f"{directory!r} cannot be made: {error.strerror or error}. Pass a directory you can write "
+                         f"to.") from error
     print(f"training {NETWORKS[args.network]} on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, "
           f"rank {rank} of {world}): {steps} micro-batches of {args.batch_size} per epoch, "
           f"{describe(policy, plan, args, world)}, epochs {initial_epoch + 1}..{args.epoch_size}{schedule_line}",

@@ -65,6 +65,24 @@ class TestDataset:
         with pytest.raises(DataError, match="'--data_path' must be a directory holding train/ and test/"):
             create_dataset(str(tmp_path / "nope"))
 
+    def test_a_file_given_as_the_data_directory_is_told_as_a_file(self, tmp_path):
+        """A new user's trial: a file given as --data_path was said not to exist; eval.py's test split was asked for
+        train/ too."""
+        (tmp_path / "afile").write_text("x")
+        with pytest.raises(DataError, match=r"'--data_path' must be a directory holding train/ and test/, but "
+                                            r"'.*afile' is a file\."):
+            create_dataset(str(tmp_path / "afile"))
+        with pytest.raises(DataError, match=r"'--data_path' must be a directory holding test/, but '.*nope' does "
+                                            r"not exist\."):
+            create_dataset(str(tmp_path / "nope"), split="test")
+
+    def test_too_few_samples_taken_name_num_samples(self):
+        """A new user's trial: --num_samples 10 was refused as if the directory held 10 samples (it holds 3000)."""
+        with pytest.raises(DataError, match=r"must hold at least one batch of 16 samples \(--batch_size\), but it "
+                                            r"holds 3000, of which --num_samples takes 10\. Pass a smaller "
+                                            r"--batch_size, or more samples \(--num_samples\)\.$"):
+            create_dataset(SAMPLE, batch_size=16, num_samples=10)
+
     def test_directory_without_idx_files_names_them(self, tmp_path):
         os.makedirs(tmp_path / "train")
         with pytest.raises(DataError, match="must contain the MNIST-format files train-images-idx3-ubyte and "
@@ -630,6 +648,12 @@ class TestCommandLineErrors:
         assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "a_file",
                                          check=False),
                               "'--ckpt_path' must be a directory for the run's checkpoints, but")
+        # a path that cannot be made (a new user's trial: a bare "[Errno 2] ...", after the run's first line)
+        _, out, _ = result = run_script("train.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "a_file" / "d",
+                                        check=False)
+        assert_one_line_error(result, "'--ckpt_path' must be a directory the run can write its checkpoints to, but "
+                                      f"'{tmp_path / 'a_file' / 'd'}' cannot be made: ")
+        assert "training LeNet5" not in out
 
     def test_an_exact_state_of_another_trainer_or_other_flags_names_them(self, tmp_path):
         """The trainer, and the flags that decide the run's course beyond its state (another --seed resumed the

@@ -41,8 +41,10 @@ def create_dataset(data_path, batch_size=32, split="train", shuffle=None, num_pa
     if split not in ("train", "test"):
         raise ValueError(f"For 'create_dataset', 'split' must be 'train' or 'test', but got {split!r}.")
     if not os.path.isdir(data_path):
-        raise DataError(f"'--data_path' must be a directory holding train/ and test/, but {data_path!r} "
-                        f"does not exist. Lay out Fashion-MNIST there with 'bash scripts/fashion_mnist.sh "
+        holding = "train/ and test/" if split == "train" else "test/"
+        found = "is a file" if os.path.exists(data_path) else "does not exist"
+        raise DataError(f"'--data_path' must be a directory holding {holding}, but {data_path!r} "
+                        f"{found}. Lay out Fashion-MNIST there with 'bash scripts/fashion_mnist.sh "
                         f".venv/bin/python' (data/fashion-mnist) or 'model_zoo_lenet/prepare_data.py --source DIR "
                         f"--dest {data_path}', or use the bundled sample: --data_path model_zoo_lenet/data/"
                         f"fashion_mnist_sample.")
@@ -55,9 +57,11 @@ def create_dataset(data_path, batch_size=32, split="train", shuffle=None, num_pa
     if num_samples is not None:
         usable = min(usable, num_samples)
     if usable == 0 or (drop_remainder and usable < batch_size):
+        held = f"{usable}" if num_samples is None or usable == count // (num_shards or 1) else \
+            f"{count // (num_shards or 1)}, of which --num_samples takes {usable}"
         raise DataError(f"'{directory}' must hold at least one batch of {batch_size} samples (--batch_size)"
-                        f"{' per shard' if num_shards else ''}, but it holds {usable}. Pass a smaller --batch_size, "
-                        f"or more samples.")
+                        f"{' per shard' if num_shards else ''}, but it holds {held}. Pass a smaller --batch_size, "
+                        f"or more samples{'' if held == f'{usable}' else ' (--num_samples)'}.")
     if seed is not None:
         ds.config.set_seed(seed)
     mnist = ds.MnistDataset(directory, usage="all", shuffle=shuffle, num_samples=num_samples,
