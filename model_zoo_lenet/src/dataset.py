@@ -53,15 +53,13 @@ def create_dataset(data_path, batch_size=32, split="train", shuffle=None, num_pa
     train = split == "train"
     shuffle = train if shuffle is None else shuffle
     drop_remainder = train if drop_remainder is None else drop_remainder
-    usable = count // (num_shards or 1)
-    if num_samples is not None:
-        usable = min(usable, num_samples)
+    held = count // (num_shards or 1)
+    usable = held if num_samples is None else min(held, num_samples)
     if usable == 0 or (drop_remainder and usable < batch_size):
-        held = f"{usable}" if num_samples is None or usable == count // (num_shards or 1) else \
-            f"{count // (num_shards or 1)}, of which --num_samples takes {usable}"
+        taken = "" if usable == held else f", of which --num_samples takes {usable}"
         raise DataError(f"'{directory}' must hold at least one batch of {batch_size} samples (--batch_size)"
-                        f"{' per shard' if num_shards else ''}, but it holds {held}. Pass a smaller --batch_size, "
-                        f"or more samples{'' if held == f'{usable}' else ' (--num_samples)'}.")
+                        f"{' per shard' if num_shards else ''}, but it holds {held}{taken}. Pass a smaller "
+                        f"--batch_size, or more samples{' (--num_samples)' if taken else ''}.")
     if seed is not None:
         ds.config.set_seed(seed)
     mnist = ds.MnistDataset(directory, usage="all", shuffle=shuffle, num_samples=num_samples,
