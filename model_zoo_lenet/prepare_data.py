@@ -12,7 +12,7 @@ import sys
 
 from ms_accum.tools.argtypes import OneLineParser, positive_int
 from src.cli import run_cli
-from src.idx import DataError, copy_split
+from src.idx import DataError, copy_split, find_split
 
 DEBIAN_FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
@@ -33,6 +33,12 @@ def main(argv=None):
     if os.path.exists(args.dest) and not os.path.isdir(args.dest):
         raise DataError(f"'--dest' must be a directory to lay train/ and test/ out in, but {args.dest!r} is a file: "
                         f"pass a directory (it is made if missing).")
+    if find_split(args.source, "train") is None and all(
+            os.path.isdir(os.path.join(args.source, split)) and find_split(os.path.join(args.source, split), split)
+            for split in ("train", "test")):
+        raise DataError(f"'--source' must be a directory of MNIST-format files, but {args.source!r} holds them "
+                        f"laid out already, in train/ and test/: nothing to prepare, pass it to train.py and eval.py "
+                        f"as '--data_path {args.source}'.")
     for split, limit in (("train", args.train_limit), ("test", args.test_limit)):
         copy_split(args.source, os.path.join(args.dest, split), split, limit)
     print(f"prepared {args.dest}/train and {args.dest}/test from {args.source}")

@@ -505,6 +505,18 @@ def describe(policy, plan, args, world):
     return f"{n} per update (effective batch {args.batch_size * n * world})"
 
 
+def run_telemetry(csv_path, print_every):
+    """The run's :class:`ms_accum.WindowTelemetry`, made before the run's first line, so that a ``--telemetry_csv``
+    that cannot be written is refused as the flag's."""
+    try:
+        return ms_accum.WindowTelemetry(csv_path=csv_path, print_every=print_every)
+    except ValueError as error:
+        cause = error.__cause__
+        reason = (cause.strerror or cause) if isinstance(cause, OSError) else error
+        raise ValueError(f"'--telemetry_csv' must be a file the run can write, but {csv_path!r} cannot be: "
+                         f"{reason}. Pass a file in a directory you can write to.") from error
+
+
 def run_flags(args):
     """This run's :data:`RUN_FLAGS`, as JSON values."""
     def plain(value):
@@ -793,6 +805,7 @@ def main(argv=None):
         raise ValueError(f"'--ckpt_path' must be a directory the run can write its checkpoints to, but "
                          f"{directory!r} cannot be made: {error.strerror or error}. Pass a directory you can write "
                          f"to.") from error
+    telemetry = run_telemetry(args.telemetry_csv, 0 if trainer_kind == "functional" else args.log_every)
     print(f"training {NETWORKS[args.network]} on {args.data_path}/train with '{trainer_kind}' ({args.parallel_mode}, "
           f"rank {rank} of {world}): {steps} micro-batches of {args.batch_size} per epoch, "
           f"{describe(policy, plan, args, world)}, epochs {initial_epoch + 1}..{args.epoch_size}{schedule_line}",
@@ -805,8 +818,7 @@ def main(argv=None):
                                 args.clip_norm, initial_epoch, args.log_every, noise_scale=args.noise_scale,
                                 average=not args.raw_sum, partial_window=args.partial_window,
                                 initial_updates=before[initial_epoch], nonfinite=args.nonfinite,
-                                telemetry=ms_accum.WindowTelemetry(csv_path=args.telemetry_csv)
-                                if args.telemetry_csv else None)
+                                telemetry=telemetry if args.telemetry_csv else None)
         print(f"last checkpoint: {last}", flush=True)
         return 0
     state_path = os.path.join(directory, STATE_FILE)
@@ -815,7 +827,6 @@ def main(argv=None):
     if save_state_every and not args.measure_micro_batch:
         write_run_flags(directory, args, files.prefix)
     checkpoints = EpochCheckpoint(state_cell, files, before if policy is None else None, exact)
-    telemetry = ms_accum.WindowTelemetry(csv_path=args.telemetry_csv, print_every=args.log_every)
     callbacks = [checkpoints, EpochSummary(telemetry), telemetry]
     if args.measure_micro_batch:  # the run's own callbacks too: its epoch checkpoint's writing is part of its peak
         speed = SpeedAfterFirstWindow(args.batch_size * n * world)

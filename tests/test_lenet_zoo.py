@@ -648,6 +648,15 @@ class TestCommandLineErrors:
         assert_one_line_error(run_script("train.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "a_file",
                                          check=False),
                               "'--ckpt_path' must be a directory for the run's checkpoints, but")
+        assert_one_line_error(run_script("prepare_data.py", "--source", SAMPLE, "--dest", tmp_path / "d",
+                                         check=False),
+                              f"{SAMPLE!r} holds them laid out already, in train/ and test/: nothing to prepare, pass "
+                              f"it to train.py and eval.py as '--data_path {SAMPLE}'")
+        code, out, err = run_script("train.py", "--data_path", SAMPLE, "--num_samples", 256, "--ckpt_path",
+                                    tmp_path / "ckpt", "--telemetry_csv", tmp_path, check=False)
+        assert "training" not in out, out  # refused before the run's first line
+        assert_one_line_error((code, out, err), f"'--telemetry_csv' must be a file the run can write, but "
+                                                f"{str(tmp_path)!r} cannot be: Is a directory. Pass a file in")
         # a path that cannot be made (a new user's trial: a bare "[Errno 2] ...", after the run's first line)
         _, out, _ = result = run_script("train.py", "--data_path", SAMPLE, "--ckpt_path", tmp_path / "a_file" / "d",
                                         check=False)
