@@ -251,6 +251,39 @@ class TestBadInput:
             ms_accum.TrainForwardBackward(net, opt, grad_sum, sens=sens)
         assert ms_accum.TrainForwardBackward(net, opt, grad_sum, sens=np.float32(2.0)).sens == 2.0
 
+    def test_train_optim_on_buffers_no_forward_adds_into_is_refused(self):
+        """A new user's trial gave TrainOptim buffers cloned apart from TrainForwardBackward's: every call found an
+        empty window and returned 0, and four windows trained nothing, in silence."""
+        net = LinearLoss()
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
+        other = opt.parameters.clone(prefix="other", init="zeros")
+        forward_backward = ms_accum.TrainForwardBackward(net, opt, grad_sum)
+        optim = ms_accum.TrainOptim(opt, other)
+        forward_backward(Tensor(np.ones((2, 2), np.float32)))
+        with pytest.raises(ValueError, match=r"For 'TrainOptim', 'grad_sum' must be the buffers a TrainForwardBackward "
+                                             r"adds the micro-batches' gradients into, but none was built on 'other'.*"
+                                             r"Pass TrainOptim the grad_sum given to TrainForwardBackward"):
+            optim()
+        before = net.w.asnumpy().copy()
+        ms_accum.TrainOptim(opt, grad_sum)()  # the right buffers: the window is applied
+        assert not np.array_equal(net.w.asnumpy(), before)
+
+    def test_cells_on_one_grad_sum_must_step_the_same_parameters(self):
+        """The same trial's buffers of another network's optimizer, alike in shapes and names and holding a window
+        of that network's, were applied to this one's weights; an optimizer over the same Parameters is taken."""
+        nets = [LinearLoss(), LinearLoss()]
+        opts = [nn.SGD(net.trainable_params(), 0.1) for net in nets]
+        grad_sum = opts[0].parameters.clone(prefix="grad_sum", init="zeros")
+        ms_accum.TrainForwardBackward(nets[0], opts[0], grad_sum)
+        ms_accum.TrainOptim(nn.SGD(nets[0].trainable_params(), 0.2), grad_sum)
+        with pytest.raises(ValueError, match=r"For 'TrainOptim', 'optimizer' must update the Parameters whose "
+                                             r"gradients the buffers 'grad_sum' hold, those of the other cells built "
+                                             r"on this grad_sum \(1 Parameter: 'w'\), but it updates other Parameters "
+                                             r"\(1 Parameter: 'w'\). Build TrainForwardBackward and TrainOptim on "
+                                             r"one grad_sum"):
+            ms_accum.TrainOptim(opts[1], grad_sum)
+
     def test_average_must_agree_between_cells_on_the_same_buffers(self):
         net = LinearLoss()
         opt = nn.SGD(net.trainable_params(), 0.1)

@@ -76,9 +76,9 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
             ``requires_grad=False``, `grad_sum` does not match the optimizer's parameters, holds a gradient in a
             narrower float type than its parameter's or holds the network's or optimizer's own Parameters, `sens`
             is zero or not finite, `average`, `scale_sense` or `noise_scale` differs from another cell built on the
-            same `grad_sum`, `noise_scale` is a str other than ``"first"`` or
-            is set with ``average=False``, or `scale_sense` is a Tensor of shape other than () or (1,) or starts
-            from a scale that is not a finite number > 0; at the first
+            same `grad_sum` or its optimizer updates other Parameters than that cell's, `noise_scale` is a str
+            other than ``"first"`` or is set with ``average=False``, or `scale_sense` is a Tensor of shape other
+            than () or (1,) or starts from a scale that is not a finite number > 0; at the first
             call, if the loss is not a scalar or (without `num_items`) the inputs' leading dimensions disagree, or
             with MindSpore's compile cache on, if its stored graphs were compiled with other settings; when called,
             if :class:`TrainOptim` applied the buffers and :class:`TrainClear` has not cleared them since.
@@ -104,7 +104,8 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
         super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
         self.grad_sum = check_grad_sum(owner, grad_sum, optimizer, network)
         self.average = check_bool(owner, "average", average)
-        state = _bind_window(owner, grad_sum, average)
+        state = _bind_window(owner, grad_sum, average, optimizer)
+        state.forward_built = True
         kind = scale_kind(owner, scale_sense)
         _, scale = shared_scale(owner, state, scale_sense, kind)
         self._init_engine(owner, self.grad_sum, state, average=self.average,
@@ -190,11 +191,13 @@ class TrainOptim(WindowEngine, nn.Cell):
         ValueError: If `grad_sum` does not match the optimizer's parameters, holds a gradient in a narrower float
             type than its parameter's or holds the optimizer's own Parameters, one of the optimizer's parameters
             has ``requires_grad=False``, `clip_norm` is not a finite number > 0, `average`,
-            `scale_sense` or `noise_scale` differs from the :class:`TrainForwardBackward` on the same `grad_sum`, or
-            `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or `nonfinite` is not
-            ``"skip"`` with `scale_sense`; when called, if a micro-batch of the window reported ``num_items`` <= 0
-            (the optimizer is not stepped), or if the buffers were applied and :class:`TrainClear` has not cleared
-            them since; at the first call, with MindSpore's compile cache on, if its stored graphs were compiled with
+            `scale_sense` or `noise_scale` differs from the :class:`TrainForwardBackward` on the same `grad_sum`
+            or its optimizer updates other Parameters than that cell's, or `noise_scale` is a str other than
+            ``"first"`` or is set with ``average=False``, or `nonfinite` is not ``"skip"`` with `scale_sense`;
+            when called, if a micro-batch of the window reported ``num_items`` <= 0
+            (the optimizer is not stepped), if the buffers were applied and :class:`TrainClear` has not cleared
+            them since, or if the window is empty and no :class:`TrainForwardBackward` was built on `grad_sum`; at
+            the first call, with MindSpore's compile cache on, if its stored graphs were compiled with
             other settings; if `lr_scaling` is not a rule, is a rule with ``average=False`` (the raw sum grows with N
             by itself), is ``"adascale"`` without `noise_scale` or for an optimizer it does not know,
             `reference_batch` is not a number > 0 or is given with ``"none"``, or the optimizer does not read its
@@ -220,7 +223,7 @@ class TrainOptim(WindowEngine, nn.Cell):
         self.grad_sum = check_grad_sum(owner, grad_sum, optimizer)
         self.average = check_bool(owner, "average", average)
         self.clip_norm = check_clip_norm(owner, clip_norm)
-        state = _bind_window(owner, grad_sum, average)
+        state = _bind_window(owner, grad_sum, average, optimizer)
         kind = scale_kind(owner, scale_sense)
         updater, scale = shared_scale(owner, state, scale_sense, kind)
         self._init_engine(owner, self.grad_sum, state, clip_norm=self.clip_norm, average=self.average,
@@ -237,6 +240,11 @@ class TrainOptim(WindowEngine, nn.Cell):
         since are refused."""
         self.window.check_cleared("TrainOptim")
         if int(self.accu_micro_steps.asnumpy()) == 0:
+            if not self.window.forward_built:
+                raise ValueError(f"For 'TrainOptim', 'grad_sum' must be the buffers a TrainForwardBackward adds "
+                                 f"the micro-batches' gradients into, but none was built on "
+                                 f"'{self.window.prefix}': its windows stay empty and no update can come. Pass "
+                                 f"TrainOptim the grad_sum given to TrainForwardBackward.")
             loss = Tensor(0.0, mstype.float32)
             if self.scale_kind is None:
                 return loss
@@ -318,10 +326,12 @@ class TrainClear(WindowEngine, nn.Cell):
         return through_a_branch(cleared) if self._branched else cleared
 
 
-def _bind_window(owner, grad_sum, average):
-    """The WindowState of the cells on `grad_sum`, after checking they agree on `average`."""
+def _bind_window(owner, grad_sum, average, optimizer):
+    """The WindowState of the cells on `grad_sum`, after checking they agree on `average` and on the Parameters
+    their optimizers update."""
     state = window.window_state(grad_sum)
     state.bind(owner, "average", average, "Pass the same 'average' to TrainForwardBackward and TrainOptim.")
+    state.bind_weights(owner, optimizer)
     state.verified = True
     return state
 

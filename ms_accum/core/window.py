@@ -74,6 +74,8 @@ class WindowState:
         self.verified = False  # a cell with the optimizer checked the buffers are separate from its parameters
         self.loss_scale = None  # (update cell or None, the scale Parameter), shared by the cells on the buffers
         self.applied = False  # TrainOptim applied the buffers and TrainClear has not cleared them since (host-side)
+        self.weights = None  # the Parameters the buffers hold the gradients of: the first optimizer's (host-side)
+        self.forward_built = False  # a TrainForwardBackward adds into the buffers (host-side)
 
     @property
     def last(self):
@@ -108,6 +110,21 @@ class WindowState:
             raise ValueError(f"For '{owner}', '{name}' must match the other cells built on this grad_sum "
                              f"({_describe(bound)}), but got {got}. {hint}")
 
+    def bind_weights(self, owner, optimizer):
+        """Record the Parameters the buffers hold the gradients of, `optimizer`'s, or raise if another cell on the
+        same buffers was built with an optimizer of other Parameters: the buffers' gradients would be applied to
+        Parameters they are not the gradients of (optimizers over the same Parameters are taken)."""
+        weights = tuple(optimizer.parameters)
+        if self.weights is None:
+            self.weights = weights
+        elif len(weights) != len(self.weights) or any(a is not b for a, b in zip(weights, self.weights)):
+            raise ValueError(f"For '{owner}', 'optimizer' must update the Parameters whose gradients the buffers "
+                             f"'{self.prefix}' hold, those of the other cells built on this grad_sum "
+                             f"({_names(self.weights)}), but it updates other Parameters ({_names(weights)}). Build "
+                             f"TrainForwardBackward and TrainOptim on one grad_sum = "
+                             f"optimizer.parameters.clone(prefix='grad_sum', init='zeros') with optimizers over the "
+                             f"same Parameters.")
+
     def check_cleared(self, owner):
         """Raise if :class:`TrainOptim` applied the buffers and :class:`TrainClear` has not cleared them since:
         adding to them, or applying them again, would apply the old window's gradients a second time. Set by the
@@ -117,6 +134,13 @@ class WindowState:
                              f"TrainOptim applied, but TrainClear was not called since: they still hold that "
                              f"window's gradients, which would be applied again. Call TrainClear(grad_sum)() right "
                              f"after every TrainOptim call.")
+
+
+def _names(parameters, shown=3):
+    """The first `shown` of `parameters`' names, and how many there are."""
+    names = ", ".join(repr(p.name) for p in parameters[:shown])
+    return f"{len(parameters)} Parameter{'s' if len(parameters) != 1 else ''}: {names}" \
+        f"{', ...' if len(parameters) > shown else ''}"
 
 
 def _describe(value):
