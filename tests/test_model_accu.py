@@ -575,6 +575,34 @@ def _two_device_model(monkeypatch, rows=None):
     return ms_accum.Model_ACCU(cell)
 
 
+def test_data_parallel_devices_must_take_one_learning_rate_rule(monkeypatch):
+    """A new user's trial on 2 msrun ranks built rank 0's cell with reference_batch 40 and rank 1's with 80: both
+    trained to the end, their weights apart, in silence. Each rank's rule and G0 are gathered with N."""
+    import ms_accum.trainers.model_accu as model_accu  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(model_accu, "_rank_and_world", lambda cell: (0, 2))
+    net = nn.Dense(3, 2)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
+                                       gradient_accumulation_steps=2, lr_scaling="linear", reference_batch=40)
+    model = ms_accum.Model_ACCU(cell)
+    rows = {}
+    monkeypatch.setattr(model_accu, "gather_ints",
+                        lambda values, world: [list(values), rows["rank 1"](list(values))])
+    eighty = int(np.float32(80).view(np.int32))
+    for rank_1, shown in (([1, eighty], "'linear' at reference_batch=40, 'linear' at reference_batch=80"),
+                          ([2, eighty], "'linear' at reference_batch=40, 'sqrt' at reference_batch=80"),
+                          ([0, 0], "'linear' at reference_batch=40, 'none' at reference_batch=None "
+                                   "\\(the first window's items\\)")):
+        rows["rank 1"] = lambda mine, rank_1=rank_1: mine[:4] + [1] + rank_1  # its own shard, another rule
+        with pytest.raises(ValueError, match=rf"For 'Model_ACCU.train', the learning-rate rule \('lr_scaling' and "
+                                             rf"'reference_batch'\) must be the same on every device, but they take "
+                                             rf"{shown} \(by rank\): the devices would step the same reduced "
+                                             rf"gradient at other rates.*Build every device's cell with the same "
+                                             rf"'lr_scaling' and 'reference_batch'\."):
+            model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
+    rows["rank 1"] = lambda mine: mine[:4] + [1] + mine[5:]  # the same rule and G0, its own shard: taken
+    model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
+
+
 def _sharded(num_shards, shard_id, batch=4):
     return ds.NumpySlicesDataset({"x": np.zeros((32, 3), np.float32), "y": np.zeros((32, 2), np.float32)},
                                  num_shards=num_shards, shard_id=shard_id, shuffle=False).batch(batch)
@@ -598,14 +626,14 @@ def test_data_parallel_sharding_and_micro_batches_are_checked_as_they_are(monkey
                                          r"their shard_ids are \[0, 0\] \(by rank\): a window would hold the same "
                                          r"samples on several devices\. Pass shard_id=<rank>"):
         model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
-    model = _two_device_model(monkeypatch, rows=lambda mine: [8] + mine[1:3] + [2, 1])  # batched at 2 on rank 1
+    model = _two_device_model(monkeypatch, rows=lambda mine: [8] + mine[1:3] + [2, 1] + mine[5:])  # batched at 2
     with pytest.raises(ValueError, match=r"every device must run as many micro-batches an epoch and the same N, "
                                          r"but the devices batch their data at \[4, 2\] samples \(by rank\), which "
                                          r"gives them \[4, 8\] micro-batches.* Batch every device's data at one "
                                          r"size\."):
         model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
     # other sizes in windows of the same count are weighed by their samples: taken
-    model = _two_device_model(monkeypatch, rows=lambda mine: mine[:3] + [2, 1])
+    model = _two_device_model(monkeypatch, rows=lambda mine: mine[:3] + [2, 1] + mine[5:])
     model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
-    model = _two_device_model(monkeypatch, rows=lambda mine: mine[:4] + [1])
+    model = _two_device_model(monkeypatch, rows=lambda mine: mine[:4] + [1] + mine[5:])
     model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access

@@ -11,6 +11,8 @@ private names and the methods it overrides are checked in ``_compat.py`` when ms
 import math
 import zlib
 
+import numpy as np
+
 from mindspore.dataset import Dataset
 from mindspore.train.callback import Callback, RunContext
 from mindspore.train.dataset_helper import DatasetHelper, connect_network_with_dataset
@@ -22,6 +24,7 @@ from ..compat import (callbacks_of, check_model_internals, check_network_mode, e
                       register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
                       set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.checks import check_positive_int
+from ..core.lr_scaling import SCALING_RULES
 from ..core.schedule import STEPS_ALIASES, STEPS_NAME, shown_steps_name, steps_argument
 from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
@@ -403,8 +406,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         steps = cell.gradient_accumulation_steps
         shown = steps if isinstance(steps, int) else 0  # a schedule or a policy: compared by its description
         num_shards, shard = dataset_sharding(train_dataset)
+        reference = 0.0 if cell.lr_state is None else float(cell.lr_state.reference_batch.asnumpy())
         rows = gather_ints([train_dataset.get_dataset_size(), shown, zlib.crc32(repr(steps).encode()) >> 1,
-                            train_dataset.get_batch_size(), -1 if shard is None else shard], world)
+                            train_dataset.get_batch_size(), -1 if shard is None else shard,
+                            SCALING_RULES.index(cell.lr_scaling), int(np.float32(reference).view(np.int32))], world)
         sizes, micro_batches = [row[0] for row in rows], [row[3] for row in rows]
         # micro-batches of other sizes are weighed by their samples, so only windows of other counts are refused;
         # when the sizes cause it, named first (the advice below for the counts would not fit)
@@ -429,6 +434,12 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                              f"but they take {by_rank} (by rank; this device {steps!r}): a device whose window ends "
                              f"elsewhere would wait alone at its gradient reduction. Give every device the same N, "
                              f"or the same 'global_batch_size'.")
+        if len({(row[5], row[6]) for row in rows}) > 1:
+            rules = ", ".join(f"{SCALING_RULES[row[5]]!r} at {_reference_shown(row[6])}" for row in rows)
+            raise ValueError(f"For '{owner}', the learning-rate rule ('lr_scaling' and 'reference_batch') must be "
+                             f"the same on every device, but they take {rules} (by rank): the devices would step "
+                             f"the same reduced gradient at other rates, and their weights would part in silence. "
+                             f"Build every device's cell with the same 'lr_scaling' and 'reference_batch'.")
 
     def _check_sink_mode(self, run, sink_size):
         """What dataset sink mode cannot carry, refused before training on every device (a script tried on CPU,
@@ -584,3 +595,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         """Tell the backend how many steps `phase` sinks; read when that phase is first compiled."""
         register_sink_loop(dataset, loop, phase)
 
+
+def _reference_shown(bits):
+    """A rule's G0 as :meth:`Model_ACCU._check_devices_agree` gathers it (a float32's bits as an int32)."""
+    reference = float(np.array(bits, np.int32).view(np.float32))
+    return f"reference_batch={reference:g}" if reference else "reference_batch=None (the first window's items)"
