@@ -264,8 +264,8 @@ def test_no_items_names_the_accumulator(nonfinite):
     grad_fn = ms.value_and_grad(nn.WithLossCell(net, loss), None, opt.parameters)
     x, y = micro_batches((4,))[0]
     with pytest.raises(ValueError, match=r"For 'Accumulator', 'num_items' must be a finite number > 0 for every "
-                                         r"micro-batch of a window, .* but 0 of this window's 1 micro-batches had "
-                                         r"none .* and its smallest num_items, those counted as 1, was 0.*build a new "
+                                         r"micro-batch of a window, .* but of this window's 1 micro-batches 0 had "
+                                         r"none .* and the smallest num_items was 0.*build a new "
                                          r"Accumulator"):
         ms_accum.Accumulator(opt, 1, nonfinite=nonfinite)(grad_fn(Tensor(x), Tensor(y))[1], 0)
 
@@ -290,8 +290,8 @@ def test_items_that_are_not_finite_are_refused_not_skipped(given, bad):
         items = float(bad)
     step(Tensor(x), Tensor(y), 4.0 if given == "number" else Tensor(4.0, ms.float32))
     with pytest.raises(ValueError, match=r"'num_items' must be a finite number > 0 for every micro-batch of a "
-                                         r"window, .* its smallest num_items, those counted as 1, was -inf "
-                                         r"\(-inf stands for a NaN or an infinite one\)"):
+                                         r"window, .* the smallest num_items was -inf \(omitted ones counted as "
+                                         r"1; -inf stands for a NaN or an infinite one\)"):
         step(Tensor(x2), Tensor(y2), items)
     assert_params_equal(params_of(net), before, context="nothing applied")
     assert opt.global_step.asnumpy()[0] == 0
@@ -377,8 +377,8 @@ def test_a_window_mixing_given_and_omitted_items_is_refused(style, ends_with):
     weighed(Tensor(x), Tensor(y))
     unweighed(Tensor(x2), Tensor(y2))
     message = (r"For 'Accumulator', 'num_items' must be a finite number > 0 for every micro-batch of a window, and "
-               r"given for every micro-batch or for none, but 1 of this window's 2 micro-batches had none .* and its "
-               r"smallest num_items, those counted as 1, was 1.*The window was not applied")
+               r"given for every micro-batch or for none, but of this window's 2 micro-batches 1 had none .* and the "
+               r"smallest num_items was 1.*The window was not applied")
     with pytest.raises(ValueError, match=message.replace(" 2 ", " 3 ") if ends_with == "update" else message):
         if ends_with == "update":
             weighed(Tensor(x3), Tensor(y3))

@@ -99,8 +99,8 @@ def test_a_summed_loss_is_warned_of_when_averaged_and_trains_as_the_large_batch_
     batches = micro_batches((3, 5, 4, 4))
     _, loss_net, opt = summed_loss_model()
     with pytest.warns(UserWarning, match=r"the loss network's loss function, SoftmaxCrossEntropyWithLogits, reduces "
-                                         r"by 'sum'.*1/N of the large batch's summed gradient. Use reduction='mean' "
-                                         r".*or average=False"):
+                                         r"by 'sum'.*1/N of the large batch's summed gradient \(with N equal "
+                                         r"micro-batches\)\. Use reduction='mean' .*or average=False"):
         paths.train(path, loss_net, opt, batches, 2)
     net, loss_net, opt = summed_loss_model()
     with warnings.catch_warnings():

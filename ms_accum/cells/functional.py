@@ -248,13 +248,13 @@ class Accumulator(WindowEngine, nn.Cell):
         smallest, unweighted, micro_steps = shown
         if refused:
             raise ValueError(f"For 'Accumulator', 'num_items' must be a finite number > 0 for every micro-batch of "
-                             f"a window, and given for every micro-batch or for none, but {unweighted} of this "
-                             f"window's {micro_steps} micro-batches had none (an omitted num_items weighs 1 beside the "
-                             f"others' item counts) and its smallest num_items, those counted as 1, was {smallest} "
-                             f"(-inf stands for a NaN or an infinite one). Leave out micro-batches with no items, "
-                             f"and pass num_items on every call (for example the micro-batch's sample count, "
-                             f"x.shape[0]). The window was not applied; to go on, save the network and build a new "
-                             f"Accumulator.")
+                             f"a window, and given for every micro-batch or for none, but of this window's "
+                             f"{micro_steps} micro-batches {unweighted} had none (an omitted num_items weighs 1 beside "
+                             f"the others' item counts) and the smallest num_items was {smallest} (omitted ones "
+                             f"counted as 1; -inf stands for a NaN or an infinite one). Leave out micro-batches with "
+                             f"no items, and pass num_items on every call (for example the micro-batch's sample "
+                             f"count, x.shape[0]). The window was not applied; to go on, save the network and build a "
+                             f"new Accumulator.")
 
 
 _shape_of = ops.MultitypeFuncGraph("shape_of")

@@ -143,8 +143,8 @@ def warn_summed_loss(owner, network):
         return False
     warn(f"For '{owner}', the loss network's loss function, {type(loss_fn).__name__}, reduces by 'sum', but a loss "
          f"network's loss is taken as the mean over its micro-batch: averaged over the window, an update would be "
-         f"1/N of the large batch's summed gradient. Use reduction='mean' to train on the large batch's mean, or "
-         f"average=False (the micro-batches' gradients summed) to train on its sum.")
+         f"1/N of the large batch's summed gradient (with N equal micro-batches). Use reduction='mean' to train on "
+         f"the large batch's mean, or average=False (the micro-batches' gradients summed) to train on its sum.")
     return True
 
 
