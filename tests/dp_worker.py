@@ -15,9 +15,11 @@ the noise scale, its outputs each window's (grad_sq, noise_trace). 'mean_false' 
 trains 'plain', then an Accumulator in a jit step on a second copy of the network (saved as
 'accumulator:<name>'); 'uneven_flush' trains only such an Accumulator, rank 0 on one micro-batch more than rank 1,
 and flushes on both; 'uneven_epochs' gives Model_ACCU one micro-batch more on rank 0 and saves the refusal's
-message as 'refusal'; 'plan' plans a micro-batch on both ranks (:func:`plan_on_every_rank`); 'rule_<RULE>' trains
-test_lr_engine's softmax regression with N by its schedule and lr_scaling=RULE (:func:`train_rule`; WINDOWS and STEPS
-are not read).
+message as 'refusal' ('uneven_steps' gives rank 1 twice rank 0's N); 'driver' is 'plain''s network trained by
+GradientAccumulation.train_process on a dataset of the rank's micro-batches, and 'driver_uneven_steps' is it given
+'uneven_steps''s N and data (its refusal saved); 'plan' plans a micro-batch on both ranks
+(:func:`plan_on_every_rank`); 'rule_<RULE>' trains test_lr_engine's softmax regression with N by its schedule and
+lr_scaling=RULE (:func:`train_rule`; WINDOWS and STEPS are not read).
 """
 import os
 import sys
@@ -115,17 +117,29 @@ def run_scenario(rank, world, cell_kind, windows, steps, overflow):
     else:
         net, loss, opt = build("momentum")
         loss_net = nn.WithLossCell(net, loss)
-    if cell_kind == "uneven_steps":  # rank 1 given twice rank 0's N
+    if cell_kind in ("uneven_steps", "driver_uneven_steps"):  # rank 1 given twice rank 0's N
         steps *= 1 + rank
-    if cell_kind in ("plain", "tokens", "clip", "model_accu", "noise", "mean_false", "uneven_flush", "uneven_epochs",
-                     "uneven_steps"):
+    if cell_kind in ("driver", "driver_uneven_steps"):  # the driver builds its cell, and trains it on the data
+        trainer = ms_accum.GradientAccumulation(loss_net, None, opt)
+        cell = trainer.cell
+        data = rank_batches(rank, world, windows, 2)[:windows * 2] if cell_kind == "driver_uneven_steps" else \
+            rank_batches(rank, world, windows, steps)
+        try:
+            trainer.train_process(1, numpy_dataset(data), steps, ckpt_path=None)
+        except ValueError as error:
+            refusal = str(error)
+        outputs = []
+    elif cell_kind in ("plain", "tokens", "clip", "model_accu", "noise", "mean_false", "uneven_flush", "uneven_epochs",
+                       "uneven_steps"):
         cell = ms_accum.TrainAccuStepsCell(loss_net, opt, accumulation_steps=steps,
                                            clip_norm=CLIP_NORM if cell_kind == "clip" else None,
                                            noise_scale=cell_kind == "noise")
     else:
         cell = ms_accum.TrainAccuStepsWithLossScaleCell(
             loss_net, opt, nn.DynamicLossScaleUpdateCell(2.0 ** 10, 2, 1000), accumulation_steps=steps)
-    if cell_kind == "model_accu":
+    if cell_kind in ("driver", "driver_uneven_steps"):
+        pass
+    elif cell_kind == "model_accu":
         ms_accum.Model_ACCU(cell).train(1, numpy_dataset(rank_batches(rank, world, windows, steps)),
                                         dataset_sink_mode=False)
         outputs = []

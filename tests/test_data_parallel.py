@@ -38,8 +38,10 @@ UNEVEN_STEPS = scenario("graph", "uneven_steps", 2, 2)  # rank 0 N 2, rank 1 N 4
 CLIP = scenario("graph", "clip", 2, 3)
 PLAN = scenario("graph", "plan", 0, 0)
 RULES = {rule: scenario("graph", f"rule_{rule}", 0, 0) for rule in ("linear", "sqrt", "adascale")}
+DRIVER = scenario("graph", "driver", 3, 3)
+DRIVER_UNEVEN_STEPS = scenario("graph", "driver_uneven_steps", 2, 2)  # rank 0 N 2, rank 1 N 4
 SCENARIOS = (PLAIN, OVERFLOW["graph"], TOKENS, NOISE, MEAN_FALSE, UNEVEN_FLUSH, UNEVEN_EPOCHS, UNEVEN_STEPS, CLIP, PLAN,
-             *RULES.values(), OVERFLOW["pynative"])
+             *RULES.values(), DRIVER, DRIVER_UNEVEN_STEPS, OVERFLOW["pynative"])
 
 
 def params(rank_arrays):
@@ -61,13 +63,34 @@ def plain_graph_run(worker_runs):
     return worker_runs, load(worker_runs, PLAIN)
 
 
-def test_two_ranks_equal_single_process_training_on_their_union(plain_graph_run):
-    _, ranks = plain_graph_run
+def assert_ranks_trained_their_union(ranks, windows, steps, context):
+    """Both ranks' parameters alike and the large batch's `windows` steps on the union of their micro-batches,
+    every window applied and the buffers left empty."""
     for name, value in params(ranks[0]).items():
         np.testing.assert_array_equal(params(ranks[1])[name], value, err_msg=f"{name} differs between ranks")
-    assert_equals_large_batch(params(ranks[0]), partial(reference_train, "momentum"), union_windows(3, 3),
-                              context="two ranks against one process on their union")
-    assert all(r["global_step"][0] == 3 and bool(r["accu_grads_zero"]) for r in ranks)
+    assert_equals_large_batch(params(ranks[0]), partial(reference_train, "momentum"), union_windows(windows, steps),
+                              context=context)
+    assert all(r["global_step"][0] == windows and bool(r["accu_grads_zero"]) for r in ranks)
+
+
+def test_two_ranks_equal_single_process_training_on_their_union(plain_graph_run):
+    assert_ranks_trained_their_union(plain_graph_run[1], 3, 3, "two ranks against one process on their union")
+
+
+def test_the_driver_on_two_ranks_equals_one_process_on_their_union(worker_runs):
+    """GradientAccumulation.train_process under msrun: each rank's dataset of its own micro-batches, the windows'
+    gradients reduced across the ranks, the large batch's steps on their union (a new user's trial found it so,
+    where the docs said one device)."""
+    assert_ranks_trained_their_union(load(worker_runs, DRIVER), 3, 3,
+                                     "the driver on two ranks against one process on their union")
+
+
+def test_the_driver_refuses_devices_given_another_n_before_training(worker_runs):
+    ranks = load(worker_runs, DRIVER_UNEVEN_STEPS)
+    for rank in ranks:
+        assert "For 'GradientAccumulation.train_process', 'gradient_accumulation_steps' must be the same on every " \
+               "device, but they take 2, 4 (by rank" in str(rank["refusal"]), str(rank["refusal"])
+        assert rank["global_step"][0] == 0
 
 
 def test_accumulation_graph_has_no_allreduce_and_no_optimizer(plain_graph_run):

@@ -16,6 +16,7 @@ from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckp
 
 import ms_accum
 from ms_accum.compat import cell_graph_executor
+from ms_accum.trainers.devices import check_devices_agree, check_sharding
 from helpers import (FLOAT16_GAIN, FLOAT16_ROUNDING, FLOAT32_ROUNDING, ROUNDING_GAIN, assert_equals_large_batch,
                      assert_noise_records_match, assert_params_equal, build, large_batch, micro_batches,
                      noise_reference, numpy_dataset, params_of, reference_train, windows_of_sizes)
@@ -562,30 +563,29 @@ def test_real_sink_mode_on_gpu():
     assert "sink equivalence ok" in proc.stdout
 
 
-def _two_device_model(monkeypatch, rows=None):
-    """A Model_ACCU that sees 2 devices (rank 0), its AllGather of the devices' checks answering `rows` (rank 1's
-    row; rank 0's is its own): the checks' logic without msrun (test_data_parallel.py runs them on 2 ranks)."""
-    import ms_accum.trainers.model_accu as model_accu  # pylint: disable=import-outside-toplevel
-    monkeypatch.setattr(model_accu, "_rank_and_world", lambda cell: (0, 2))
+def _two_device_cell(monkeypatch, rows=None):
+    """A TrainAccuStepsCell that sees 2 devices (rank 0), its AllGather of the devices' checks answering `rows`
+    (rank 1's row; rank 0's is its own): the checks' logic without msrun (test_data_parallel.py runs them on 2
+    ranks)."""
+    import ms_accum.trainers.devices as devices  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(devices, "rank_and_world", lambda cell: (0, 2))
     if rows is not None:
-        monkeypatch.setattr(model_accu, "gather_ints", lambda values, world: [list(values), rows(list(values))])
+        monkeypatch.setattr(devices, "gather_ints", lambda values, world: [list(values), rows(list(values))])
     net = nn.Dense(3, 2)
-    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
+    return ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
                                        gradient_accumulation_steps=2)
-    return ms_accum.Model_ACCU(cell)
 
 
 def test_data_parallel_devices_must_take_one_learning_rate_rule(monkeypatch):
     """A new user's trial on 2 msrun ranks built rank 0's cell with reference_batch 40 and rank 1's with 80: both
     trained to the end, their weights apart, in silence. Each rank's rule and G0 are gathered with N."""
-    import ms_accum.trainers.model_accu as model_accu  # pylint: disable=import-outside-toplevel
-    monkeypatch.setattr(model_accu, "_rank_and_world", lambda cell: (0, 2))
+    import ms_accum.trainers.devices as devices  # pylint: disable=import-outside-toplevel
+    monkeypatch.setattr(devices, "rank_and_world", lambda cell: (0, 2))
     net = nn.Dense(3, 2)
     cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
                                        gradient_accumulation_steps=2, lr_scaling="linear", reference_batch=40)
-    model = ms_accum.Model_ACCU(cell)
     rows = {}
-    monkeypatch.setattr(model_accu, "gather_ints",
+    monkeypatch.setattr(devices, "gather_ints",
                         lambda values, world: [list(values), rows["rank 1"](list(values))])
     eighty = int(np.float32(80).view(np.int32))
     for rank_1, shown in (([1, eighty], "'linear' at reference_batch=40, 'linear' at reference_batch=80"),
@@ -598,9 +598,9 @@ def test_data_parallel_devices_must_take_one_learning_rate_rule(monkeypatch):
                                              rf"{shown} \(by rank\): the devices would step the same reduced "
                                              rf"gradient at other rates.*Build every device's cell with the same "
                                              rf"'lr_scaling' and 'reference_batch'\."):
-            model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
+            check_devices_agree("Model_ACCU.train", cell, _sharded(2, 0))
     rows["rank 1"] = lambda mine: mine[:4] + [1] + mine[5:]  # the same rule and G0, its own shard: taken
-    model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
+    check_devices_agree("Model_ACCU.train", cell, _sharded(2, 0))
 
 
 def _sharded(num_shards, shard_id, batch=4):
@@ -613,27 +613,27 @@ def test_data_parallel_sharding_and_micro_batches_are_checked_as_they_are(monkey
     trains on every sample"), where half the data went unread; the same shard_id on both ranks passed silently
     (every sample twice in a window); micro-batches of 4 and 2 were refused as unequal dataset sizes, with advice
     that did not fit."""
-    model = _two_device_model(monkeypatch)
+    cell = _two_device_cell(monkeypatch)
     with pytest.warns(UserWarning, match=r"the dataset is sharded into 4 shards \(num_shards\), but there are 2 "
                                          r"devices: each device reads 1/4 of the data, so part of the data is never "
                                          r"trained on .* Pass num_shards=2, shard_id=<rank>\."):
-        assert not model._check_sharding("Model_ACCU.train", _sharded(4, 0))  # pylint: disable=protected-access
+        assert not check_sharding("Model_ACCU.train", cell, _sharded(4, 0))
     with pytest.warns(UserWarning, match=r"the dataset is not sharded over the 2 devices: unless each device reads "
                                          r"data of its own, every device trains on every sample"):
-        model._check_sharding("Model_ACCU.train", _sharded(None, None))  # pylint: disable=protected-access
-    model = _two_device_model(monkeypatch, rows=lambda mine: mine)  # rank 1 reads shard 0 too
+        check_sharding("Model_ACCU.train", cell, _sharded(None, None))
+    cell = _two_device_cell(monkeypatch, rows=lambda mine: mine)  # rank 1 reads shard 0 too
     with pytest.raises(ValueError, match=r"For 'Model_ACCU.train', every device must read a shard of its own, but "
                                          r"their shard_ids are \[0, 0\] \(by rank\): a window would hold the same "
                                          r"samples on several devices\. Pass shard_id=<rank>"):
-        model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
-    model = _two_device_model(monkeypatch, rows=lambda mine: [8] + mine[1:3] + [2, 1] + mine[5:])  # batched at 2
+        check_devices_agree("Model_ACCU.train", cell, _sharded(2, 0))
+    cell = _two_device_cell(monkeypatch, rows=lambda mine: [8] + mine[1:3] + [2, 1] + mine[5:])  # batched at 2
     with pytest.raises(ValueError, match=r"every device must run as many micro-batches an epoch and the same N, "
                                          r"but the devices batch their data at \[4, 2\] samples \(by rank\), which "
                                          r"gives them \[4, 8\] micro-batches.* Batch every device's data at one "
                                          r"size\."):
-        model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
+        check_devices_agree("Model_ACCU.train", cell, _sharded(2, 0))
     # other sizes in windows of the same count are weighed by their samples: taken
-    model = _two_device_model(monkeypatch, rows=lambda mine: mine[:3] + [2, 1] + mine[5:])
-    model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
-    model = _two_device_model(monkeypatch, rows=lambda mine: mine[:4] + [1] + mine[5:])
-    model._check_devices_agree("Model_ACCU.train", _sharded(2, 0))  # pylint: disable=protected-access
+    cell = _two_device_cell(monkeypatch, rows=lambda mine: mine[:3] + [2, 1] + mine[5:])
+    check_devices_agree("Model_ACCU.train", cell, _sharded(2, 0))
+    cell = _two_device_cell(monkeypatch, rows=lambda mine: mine[:4] + [1] + mine[5:])
+    check_devices_agree("Model_ACCU.train", cell, _sharded(2, 0))

@@ -10,7 +10,7 @@ from ..core.checks import check_ckpt_path, check_cell
 from ..core.deprecation import renamed
 from .cell_front import CellFront
 from .checkpoint import save_checkpoint_atomic
-from .elastic import dataset_shards
+from .devices import check_devices_agree, check_sharding, rank_and_world
 from .loop import WindowLoop
 from .out_of_memory import MicroBatchHalving
 from .run_plan import RunSettings, plan_run
@@ -66,8 +66,9 @@ class TrainState(nn.Cell):
 
 class GradientAccumulation:
     r"""
-    Trains a network with gradient accumulation on one device: N micro-batches per optimizer step, a fixed number,
-    a schedule over the updates, or chosen from the measured noise scale.
+    Trains a network with gradient accumulation on one device, or in data parallel on several (launched with msrun,
+    each device its own micro-batches, each window's gradient reduced once): N micro-batches per optimizer step, a
+    fixed number, a schedule over the updates, or chosen from the measured noise scale.
 
     Builds the loss network and one engine cell, ``cell`` (a :class:`TrainAccuStepsCell`, or a
     :class:`TrainAccuStepsWithLossScaleCell` with `scale_sense`, its buffers named ``grad_sum``), and runs it over a
@@ -233,7 +234,8 @@ class GradientAccumulation:
             callbacks (Union[Callback, list[Callback]], optional): MindSpore callbacks. Default: ``None``.
             partial_window (str): ``"flush"``, ``"drop"`` or ``"carry"``. Default: ``"flush"``.
             ckpt_path (str, optional): Where to save the network and optimizer state at the end (written
-                atomically); ``None`` to skip. Default: ``"gradient_accumulation.ckpt"``.
+                atomically; in data parallel by rank 0 alone, every device holding the same); ``None`` to skip.
+                Default: ``"gradient_accumulation.ckpt"``.
             log_every (int): Print ``epoch: E step: S loss is L`` every this many updates, S counting the
                 epoch's updates (as an uninterrupted run counts them after a resume, except in an
                 :class:`AdaptiveAccumulation` run resumed inside an epoch, whose earlier N are not saved: S then
@@ -282,8 +284,9 @@ class GradientAccumulation:
                 :class:`AdaptiveAccumulation` without ``noise_scale=True``, `global_batch_size` is not a multiple
                 of the dataset's batch size, the dataset's columns are more or fewer than the loss network takes,
                 the optimizer's learning-rate list is shorter than the run's updates (with `lr_scaling`, than
-                the reference steps the run reaches), or, before the first step,
-                with MindSpore's compile cache on, if its stored graphs were compiled with other settings.
+                the reference steps the run reaches), in data parallel if the devices' micro-batches an epoch,
+                N, shards or learning-rate rule differ or `on_out_of_memory` is ``"halve"``, or, before the first
+                step, with MindSpore's compile cache on, if its stored graphs were compiled with other settings.
         """
         owner = "GradientAccumulation.train_process"
         if isinstance(log_every, bool) or not isinstance(log_every, int) or log_every < 0:
@@ -294,18 +297,25 @@ class GradientAccumulation:
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
             global_batch_size, plan, partial_window, initial_epoch, resume_from, state_path, save_state_every,
             max_nonfinite_windows, callbacks, on_out_of_memory)
-        run_plan = plan_run(owner, self.cell, settings, required_steps=True,
-                            sharded=lambda dataset: dataset_shards(dataset) == 1,
+        rank, world = rank_and_world(self.cell)
+        if world > 1 and on_out_of_memory == "halve":
+            raise ValueError(f"For '{owner}', 'on_out_of_memory' must be 'raise' in data parallel, but got 'halve': "
+                             f"a device rerunning its window with halved micro-batches would reach the window's "
+                             f"gradient reduction at another count than the others. Plan the micro-batch for the "
+                             f"memory instead (ms_accum.plan_micro_batch, which takes every device's peaks).")
+        run_plan = plan_run(owner, self.cell, settings, required_steps=True, world=world, rank=rank,
+                            sharded=lambda dataset: check_sharding(owner, self.cell, dataset),
                             columns_hint="" if self.loss_network is not self.network else (
                                 " With loss_fn=None, 'network' is the loss network: its construct takes every column "
                                 "(the data, the labels and any mask or weights) and returns the loss, or (loss, "
                                 "num_items) (docs/weighting.md)."))
+        check_devices_agree(owner, self.cell, settings.dataset)
         self.cell._on_first_call()  # pylint: disable=protected-access  (the compile cache's settings, first)
         run_plan.start(self.cell)
         self.cell.set_train(True)
         run = _Run(self, run_plan, log_every)
         run.loop(train_dataset)
-        if ckpt_path is not None:
+        if ckpt_path is not None and rank == 0:
             save_checkpoint_atomic(self.train_state, ckpt_path)
         return [float(loss.asnumpy()) for loss in run.history]
 

@@ -9,9 +9,6 @@ Written against the Model internals of MindSpore 2.7 to 2.10 (train/model.py `_t
 private names and the methods it overrides are checked in ``_compat.py`` when ms_accum is imported.
 """
 import math
-import zlib
-
-import numpy as np
 
 from mindspore.dataset import Dataset
 from mindspore.train.callback import Callback, RunContext
@@ -24,17 +21,16 @@ from ..compat import (callbacks_of, check_model_internals, check_network_mode, e
                       register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
                       set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.checks import check_positive_int
-from ..core.lr_scaling import SCALING_RULES
-from ..core.schedule import STEPS_ALIASES, STEPS_NAME, shown_steps_name, steps_argument
+from ..core.schedule import STEPS_ALIASES, STEPS_NAME, steps_argument
 from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
-from .elastic import SHARDING_HINT, dataset_sharding, dataset_shards
 from .cell_front import CellFront
 from .loop import WindowLoop, callback_list
 from .run_checks import check_lr_schedule, check_state_saving
 from .run_plan import RunSettings, plan_run
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
-from .state import dataset_starting_at, gather_ints
+from .devices import check_devices_agree, check_sharding, rank_and_world
+from .state import dataset_starting_at
 
 check_model_internals(Model)
 
@@ -119,14 +115,6 @@ def _give_callbacks_the_optimizer(cb_params, cell):
     cell's."""
     if cb_params.optimizer is None:
         cb_params.optimizer = cell.optimizer
-
-
-def _rank_and_world(cell):
-    """This process's rank and the number of processes the cell reduces over (0 and 1 on one device)."""
-    if not cell.is_distributed:
-        return 0, 1
-    from mindspore.communication import get_group_size, get_rank  # pylint: disable=import-outside-toplevel
-    return get_rank(), get_group_size()
 
 
 class _ModelFront(CellFront):
@@ -363,83 +351,19 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         """Plan the run (`settings`, checked once), then `launch(epochs, callbacks)` Model's training with the plan
         carried in the callbacks; the cell's mode is restored afterwards."""
         cell = train_network(self)
-        rank, world = _rank_and_world(cell)
+        rank, world = rank_and_world(cell)
         run = plan_run(owner, cell, settings, required_steps=False, world=world, rank=rank,
-                       sharded=lambda dataset: self._check_sharding(owner, dataset), trained=self._trained,
+                       sharded=lambda dataset: check_sharding(owner, cell, dataset), trained=self._trained,
                        carry_hint=" (without sink mode)", check_learning_rate=not dataset_sink_mode)
         if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead
             self._check_sink_mode(run, sink_size)
-        self._check_devices_agree(owner, settings.dataset)
+        check_devices_agree(owner, cell, settings.dataset)
         mode = cell.accumulation
         try:
             return launch(run.epochs, [_Carrier(run), *callback_list(settings.callbacks)])
         finally:
             self._trained = True
             cell.accumulation = mode
-
-    def _check_sharding(self, owner, train_dataset):
-        """Whether MindSpore's distributed sampler shares the data out over this run's devices; in data parallel,
-        a warning when it does not (every device would read every sample, unless each reads files of its own)."""
-        world = _rank_and_world(train_network(self))[1]
-        shards = dataset_shards(train_dataset)
-        if world > 1 and shards is None:
-            warn(f"For '{owner}', the dataset is not sharded over the {world} devices: unless each device reads "
-                 f"data of its own, every device trains on every sample and a window holds the same samples "
-                 f"{world} times. To share them out, {SHARDING_HINT}.", UserWarning)
-        elif world > 1 and shards != world:  # a new user's num_shards=4 on 2 devices read as not sharded at all
-            unread = "part of the data is never trained on (the shards no device reads)" if shards > world else \
-                "the devices' shards overlap, and their samples are trained more than once"
-            warn(f"For '{owner}', the dataset is sharded into {shards} shards (num_shards), but there are {world} "
-                 f"devices: each device reads 1/{shards} of the data, so {unread}. Pass num_shards={world}, "
-                 f"shard_id=<rank>.", UserWarning)
-        return shards == world
-
-    def _check_devices_agree(self, owner, train_dataset):
-        """In data parallel every device must run as many micro-batches an epoch and the same windows (the same N):
-        a device with more micro-batches, or whose window ends elsewhere, would wait alone at a window's gradient
-        reduction until MindSpore's collective timeout (a new user's ranks given N 2 and 4 trained mixed windows,
-        then one failed inside MindSpore's AllReduce). The devices compare both first (one AllGather)."""
-        cell = train_network(self)
-        world = _rank_and_world(cell)[1]
-        if world == 1:
-            return
-        steps = cell.gradient_accumulation_steps
-        shown = steps if isinstance(steps, int) else 0  # a schedule or a policy: compared by its description
-        num_shards, shard = dataset_sharding(train_dataset)
-        reference = 0.0 if cell.lr_state is None else float(cell.lr_state.reference_batch.asnumpy())
-        rows = gather_ints([train_dataset.get_dataset_size(), shown, zlib.crc32(repr(steps).encode()) >> 1,
-                            train_dataset.get_batch_size(), -1 if shard is None else shard,
-                            SCALING_RULES.index(cell.lr_scaling), int(np.float32(reference).view(np.int32))], world)
-        sizes, micro_batches = [row[0] for row in rows], [row[3] for row in rows]
-        # micro-batches of other sizes are weighed by their samples, so only windows of other counts are refused;
-        # when the sizes cause it, named first (the advice below for the counts would not fit)
-        if len(set(micro_batches)) > 1 and (len(set(sizes)) > 1 or len({row[2] for row in rows}) > 1):
-            raise ValueError(f"For '{owner}', every device must run as many micro-batches an epoch and the same N, "
-                             f"but the devices batch their data at {micro_batches} samples (by rank), which gives "
-                             f"them {sizes} micro-batches: a device whose window ends elsewhere would wait alone at "
-                             f"its gradient reduction. Batch every device's data at one size.")
-        shards = [row[4] for row in rows]
-        if num_shards == world and len(set(shards)) < world:
-            raise ValueError(f"For '{owner}', every device must read a shard of its own, but their shard_ids are "
-                             f"{shards} (by rank): a window would hold the same samples on several devices. Pass "
-                             f"shard_id=<rank> (mindspore.communication.get_rank()).")
-        if len(set(sizes)) > 1:
-            raise ValueError(f"For '{owner}', every device's dataset must hold as many micro-batches, but "
-                             f"they hold {sizes} (by rank): a device with more would wait alone at a window's "
-                             f"gradient reduction until MindSpore's collective timeout. To share the data out evenly, "
-                             f"{SHARDING_HINT}; or cut every device's data to {min(sizes)} batches.")
-        if len({row[2] for row in rows}) > 1:
-            by_rank = ", ".join(str(row[1]) if row[1] else "a schedule or policy" for row in rows)
-            raise ValueError(f"For '{owner}', {shown_steps_name(cell.steps_name)} must be the same on every device, "
-                             f"but they take {by_rank} (by rank; this device {steps!r}): a device whose window ends "
-                             f"elsewhere would wait alone at its gradient reduction. Give every device the same N, "
-                             f"or the same 'global_batch_size'.")
-        if len({(row[5], row[6]) for row in rows}) > 1:
-            rules = ", ".join(f"{SCALING_RULES[row[5]]!r} at {_reference_shown(row[6])}" for row in rows)
-            raise ValueError(f"For '{owner}', the learning-rate rule ('lr_scaling' and 'reference_batch') must be "
-                             f"the same on every device, but they take {rules} (by rank): the devices would step "
-                             f"the same reduced gradient at other rates, and their weights would part in silence. "
-                             f"Build every device's cell with the same 'lr_scaling' and 'reference_batch'.")
 
     def _check_sink_mode(self, run, sink_size):
         """What dataset sink mode cannot carry, refused before training on every device (a script tried on CPU,
@@ -595,8 +519,3 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         """Tell the backend how many steps `phase` sinks; read when that phase is first compiled."""
         register_sink_loop(dataset, loop, phase)
 
-
-def _reference_shown(bits):
-    """A rule's G0 as :meth:`Model_ACCU._check_devices_agree` gathers it (a float32's bits as an int32)."""
-    reference = float(np.array(bits, np.int32).view(np.float32))
-    return f"reference_batch={reference:g}" if reference else "reference_batch=None (the first window's items)"
