@@ -268,8 +268,9 @@ class GradientAccumulation:
                 accepted in its place (keyword only).
 
         Returns:
-            list[float], the mean loss of every update's window, in order. They are read from the device at the
-            end (and when printed), so the loop does not wait for every update to finish.
+            list[float], the mean loss of every update's window this call made, in order (a resumed run's from the
+            resume on; the telemetry CSV keeps the earlier ones). They are read from the device at the end (and
+            when printed), so the loop does not wait for every update to finish.
 
         Raises:
             TypeError: If `epoch` is not an int, `train_dataset` is not a mindspore.dataset.Dataset,
