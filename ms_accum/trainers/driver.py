@@ -10,7 +10,6 @@ from ..core.checks import check_ckpt_path, check_cell
 from ..core.deprecation import renamed
 from .cell_front import CellFront
 from .checkpoint import save_checkpoint_atomic
-from .devices import check_devices_agree, check_sharding, rank_and_world
 from .loop import WindowLoop
 from .out_of_memory import MicroBatchHalving
 from .run_plan import RunSettings, plan_run
@@ -298,25 +297,17 @@ class GradientAccumulation:
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step),
             global_batch_size, plan, partial_window, initial_epoch, resume_from, state_path, save_state_every,
             max_nonfinite_windows, callbacks, on_out_of_memory)
-        rank, world = rank_and_world(self.cell)
-        if world > 1 and on_out_of_memory == "halve":
-            raise ValueError(f"For '{owner}', 'on_out_of_memory' must be 'raise' in data parallel, but got 'halve': "
-                             f"a device rerunning its window with halved micro-batches would reach the window's "
-                             f"gradient reduction at another count than the others. Plan the micro-batch for the "
-                             f"memory instead (ms_accum.plan_micro_batch, which takes every device's peaks).")
-        run_plan = plan_run(owner, self.cell, settings, required_steps=True, world=world, rank=rank,
-                            sharded=lambda dataset: check_sharding(owner, self.cell, dataset),
+        run_plan = plan_run(owner, self.cell, settings, required_steps=True,
                             columns_hint="" if self.loss_network is not self.network else (
                                 " With loss_fn=None, 'network' is the loss network: its construct takes every column "
                                 "(the data, the labels and any mask or weights) and returns the loss, or (loss, "
                                 "num_items) (docs/weighting.md)."))
-        check_devices_agree(owner, self.cell, settings.dataset)
         self.cell._on_first_call()  # pylint: disable=protected-access  (the compile cache's settings, first)
         run_plan.start(self.cell)
         self.cell.set_train(True)
         run = _Run(self, run_plan, log_every)
         run.loop(train_dataset)
-        if ckpt_path is not None and rank == 0:
+        if ckpt_path is not None and run_plan.rank == 0:
             save_checkpoint_atomic(self.train_state, ckpt_path)
         return [float(loss.asnumpy()) for loss in run.history]
 

@@ -29,7 +29,6 @@ from .loop import WindowLoop, callback_list
 from .run_checks import check_lr_schedule, check_state_saving
 from .run_plan import RunSettings, plan_run
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
-from .devices import check_devices_agree, check_sharding, rank_and_world
 from .state import dataset_starting_at
 
 check_model_internals(Model)
@@ -351,13 +350,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         """Plan the run (`settings`, checked once), then `launch(epochs, callbacks)` Model's training with the plan
         carried in the callbacks; the cell's mode is restored afterwards."""
         cell = train_network(self)
-        rank, world = rank_and_world(cell)
-        run = plan_run(owner, cell, settings, required_steps=False, world=world, rank=rank,
-                       sharded=lambda dataset: check_sharding(owner, cell, dataset), trained=self._trained,
+        run = plan_run(owner, cell, settings, required_steps=False, trained=self._trained,
                        carry_hint=" (without sink mode)", check_learning_rate=not dataset_sink_mode)
         if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead
             self._check_sink_mode(run, sink_size)
-        check_devices_agree(owner, cell, settings.dataset)
         mode = cell.accumulation
         try:
             return launch(run.epochs, [_Carrier(run), *callback_list(settings.callbacks)])

@@ -16,6 +16,7 @@ from ..core.compiled import write_parameter
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
 from ..core.user_warning import warn
+from . import devices
 from .elastic import RunLayout
 from ..core.open_window import PARTIAL_WINDOW_POLICIES
 from .loop import check_loss_monitor, check_rate_callbacks
@@ -220,19 +221,18 @@ def run_steps(owner, cell, settings, world, required, trained=False):
     return steps, name
 
 
-def plan_run(owner, cell, settings, *, required_steps, sharded, world=1, rank=0, trained=False, columns_hint="",
-             carry_hint="", check_learning_rate=True):
+def plan_run(owner, cell, settings, *, required_steps, trained=False, columns_hint="", carry_hint="",
+             check_learning_rate=True):
     """
-    Check a run's arguments once, set its N on `cell` and lay its windows out over its epochs.
+    Check a run's arguments once, set its N on `cell` and lay its windows out over its epochs. In data parallel
+    (the devices `cell` reduces over), also compare what every device must agree on (:mod:`.devices`, one
+    AllGather, after N is set).
 
     Args:
         owner (str): The trainer's method, named in messages.
         cell (Cell): The engine cell (a TrainAccuStepsCell or its loss-scale variant).
         settings (RunSettings): What the caller gave.
         required_steps (bool): Whether N must be given (the driver) or defaults to the cell's (Model_ACCU).
-        world, rank (int): Data-parallel devices, and this one.
-        sharded (Callable): Whether MindSpore's sampler shares the dataset's data out over the devices, asked of the
-            dataset once it is checked.
         trained (bool): Whether the cell has trained already (its N then stays).
         columns_hint (str): Ends the message of a dataset whose columns do not fit the loss network.
         carry_hint (str): Follows "pass partial_window='carry'" in the message of a window longer than an epoch.
@@ -251,6 +251,12 @@ def plan_run(owner, cell, settings, *, required_steps, sharded, world=1, rank=0,
                          f"{initial!r}.")
     check_choice(owner, "partial_window", settings.partial_window, PARTIAL_WINDOW_POLICIES)
     check_choice(owner, "on_out_of_memory", settings.on_out_of_memory, OOM_POLICIES)
+    rank, world = devices.rank_and_world(cell)
+    if world > 1 and settings.on_out_of_memory == "halve":
+        raise ValueError(f"For '{owner}', 'on_out_of_memory' must be 'raise' in data parallel, but got 'halve': a "
+                         f"device rerunning its window with halved micro-batches would reach the window's gradient "
+                         f"reduction at another count than the others. Plan the micro-batch for the memory instead "
+                         f"(ms_accum.plan_micro_batch, which takes every device's peaks).")
     check_positive_int(owner, "max_nonfinite_windows", settings.max_nonfinite_windows)
     check_state_saving(owner, settings.state_path, settings.save_state_every)
     check_resume_or_initial_epoch(owner, settings.resume_from, initial)
@@ -274,6 +280,7 @@ def plan_run(owner, cell, settings, *, required_steps, sharded, world=1, rank=0,
                                 trained=trained, micro_batch_items=settings.dataset.get_batch_size() * world,
                                 lr_scaling=cell.lr_scaling)
     layout = RunLayout(world, settings.dataset.get_batch_size(), micro_batches, n if isinstance(n, int) else 0,
-                       settings.partial_window, sharded(settings.dataset))
+                       settings.partial_window, devices.check_sharding(owner, cell, settings.dataset))
+    devices.check_devices_agree(owner, cell, settings.dataset)
     return RunPlan(owner, settings, micro_batches, world, rank, layout, before, updates, cell.accumulation_schedule,
                    earlier_schedule)
