@@ -1,8 +1,6 @@
 """ms_accum.check: the equivalence check users run on their own model, as a function and as a command."""
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,7 +11,7 @@ from mindspore import nn, ops
 import ms_accum
 from ms_accum.tools.equivalence import ParameterCheck
 from conftest import ROOT
-from helpers import BatchNormNet, ConvPoolNet, SmallConvNet
+from helpers import BatchNormNet, ConvPoolNet, SmallConvNet, run_python
 
 
 def batch(size=12, seed=0):
@@ -278,9 +276,10 @@ def test_a_half_precision_network_is_named_with_the_tolerance_its_rounding_needs
 
 
 def run_check(*args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.join(ROOT, "tests")]))
-    return subprocess.run([sys.executable, "-m", "ms_accum.check", *args], capture_output=True, text=True, env=env,
-                          timeout=300, check=False)
+    """``python -m ms_accum.check args`` (helpers.run_python), with the tests' models importable; its
+    (returncode, stdout, stderr)."""
+    tests = os.pathsep.join([ROOT, os.path.join(ROOT, "tests")])
+    return run_python(["-m", "ms_accum.check", *args], env={"PYTHONPATH": tests}, timeout=300)
 
 
 @pytest.mark.slow

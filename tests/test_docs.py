@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from conftest import DOC_FENCE, DOC_PAGES, ROOT
+from helpers import run_python
 
 pytestmark = pytest.mark.slow
 SKIP = "<!-- not run by tests/test_docs.py"
@@ -37,13 +38,14 @@ def test_every_docs_page_opens_with_an_example():
 @pytest.mark.parametrize("page, index, language, code", EXAMPLES,
                          ids=[f"{page}#{index}" for page, index, _, _ in EXAMPLES])
 def test_example_runs_as_written(page, index, language, code, tmp_path):
-    env = dict(os.environ, PYTHONPATH=ROOT, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
-    if language == "python":
+    path = {"PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    if language == "python":  # as `python example.py` (helpers.run_python); not depending on the directory
         script = tmp_path / "example.py"
         script.write_text(code, encoding="utf-8")
-        cmd, cwd = [sys.executable, str(script)], tmp_path  # Python examples must not depend on the directory
-    else:
-        cmd, cwd = ["bash", "-euo", "pipefail", "-c", code], ROOT  # commands run from the repository root
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600, check=False)
+        proc = run_python([script], env=path, cwd=tmp_path)
+    else:  # commands run from the repository root
+        proc = subprocess.run(["bash", "-euo", "pipefail", "-c", code], cwd=ROOT,
+                              env=dict(os.environ, PYTHONPATH=ROOT, **path), capture_output=True, text=True,
+                              timeout=600, check=False)
     assert proc.returncode == 0, f"{page} block {index} failed:\n{code}\n--- stdout\n{proc.stdout[-3000:]}\n" \
                                  f"--- stderr\n{proc.stderr[-3000:]}"
