@@ -106,14 +106,16 @@ def test_resume_from_any_micro_batch_matches_an_uninterrupted_run(stop_after, un
     assert int(resumed.optimizer.global_step.asnumpy()[0]) == len(losses)
 
 
+@pytest.mark.parametrize("every", [100, 0])
 @pytest.mark.parametrize("update", [4, 3])  # mid-epoch 2, and epoch 1's last window
-def test_a_requested_stop_writes_the_state_so_that_a_resume_loses_nothing(update, uninterrupted, tmp_path):
-    """save_state_every=100 would write nothing in this run; the stop writes the state where it stops."""
+def test_a_requested_stop_writes_the_state_so_that_a_resume_loses_nothing(update, every, uninterrupted, tmp_path):
+    """save_state_every=100 would write nothing in this run, nor 0 (a state_path alone; a new user's trial found
+    no file after the stop, in silence, until the resume was refused); the stop writes the state where it stops."""
     expected = uninterrupted[0]
     state = str(tmp_path / "state.ckpt")
     trainer, _ = make_trainer(seed=1)
     trainer.train_process(EPOCHS, data(), N, callbacks=[StopAt(update)], ckpt_path=None, log_every=0,
-                          state_path=state, save_state_every=100)
+                          state_path=state, save_state_every=every)
     saved = ms.load_checkpoint(state)
     assert int(saved["ms_accum_updates_done"].asnumpy()) == update
     assert int(saved["ms_accum_micro_steps_done"].asnumpy()) == {4: 14, 3: 10}[update]

@@ -244,7 +244,9 @@ class GradientAccumulation:
                 order an uninterrupted run would. Default: ``0``.
             state_path (str, optional): Where to keep the exact training state (network, optimizer, gradient
                 buffers, window counters and the position in the data), written atomically. Default: ``None``.
-            save_state_every (int): Write `state_path` every this many micro-batches (0: never). Default: ``0``.
+            save_state_every (int): Write `state_path` every this many micro-batches; with 0, only where training
+                stops early: on a callback's ``run_context.request_stop()`` and before :class:`NonFiniteWindowError`.
+                Default: ``0``.
             resume_from (str, optional): A state file written through `state_path`: training continues at the
                 exact micro-batch where it was written, and ends with the parameters of an uninterrupted run
                 (given deterministic data order and kernels; dropout masks are not restored). Default: ``None``.

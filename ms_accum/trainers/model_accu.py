@@ -183,10 +183,11 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             parameters, a half-filled window included, and the position in the data), written atomically with
             the previous generation kept beside it. In data parallel each rank passes its own path. Default:
             ``None``.
-        save_state_every (int): Write `state_path` every this many micro-batches (0: never); in data parallel
-            at the first update boundary after every this many micro-batches, so that the ranks' files never
-            differ by more than one generation. Resume with ``train(..., resume_from=state_path)``.
-            Default: ``0``.
+        save_state_every (int): Write `state_path` every this many micro-batches; in data parallel at the first
+            update boundary after every this many micro-batches, so that the ranks' files never differ by more
+            than one generation. With 0, only where training stops early: on a callback's
+            ``run_context.request_stop()`` and before :class:`NonFiniteWindowError`. Resume with
+            ``train(..., resume_from=state_path)``. Default: ``0``.
         metrics, eval_network, eval_indexes, kwargs: As in :class:`mindspore.train.Model`. `loss_fn` and
             `optimizer` must be left ``None``: the cell holds them. So do Model's training settings: `amp_level` and
             `boost_level` must stay ``"O0"`` (convert the network with ``mindspore.amp.auto_mixed_precision``

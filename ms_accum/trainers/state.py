@@ -493,9 +493,10 @@ class StateWriter:
         return due
 
     def on_stop(self, micro_done, updates_done):
-        """Training stops at an update boundary on request: write the state there, when it is being kept
-        (`every` > 0) and not written at this position already."""
-        if self.every and self.state_path and micro_done != self.last and micro_done < self.total:
+        """Training stops at an update boundary on request: write the state there, when there is a `state_path`
+        (with `every` 0 too: the state is then written at such stops only) and it is not written at this position
+        already."""
+        if self.state_path and micro_done != self.last and micro_done < self.total:
             self.save_now(micro_done, updates_done)
 
     def save_now(self, micro_done, updates_done):
