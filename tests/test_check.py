@@ -316,6 +316,16 @@ def test_command_passes_and_fails_with_exit_codes():
     (("--lr", "nan"), "argument --lr: must be a finite number > 0, but got 'nan'"),
     (("--network", "helpers:OPTIMIZERS"), "'--network' 'helpers:OPTIMIZERS' must name what builds the network (a "
                                           "Cell class or a function returning a new Cell), but it is a dict."),
+    # a new user's trial: a factory returning no Cell was told as a bad '--input-shape', and N over the batch by
+    # check_equivalence's 'gradient_accumulation_steps'
+    (("--network", "builtins:int"), "'--network' 'builtins:int' must build a mindspore.nn.Cell, but calling it "
+                                    "returned a value of type int. Name a Cell class or a function that returns a "
+                                    "new Cell."),
+    (("--network", "json:dumps"), "'--network' 'json:dumps' could not build the network: calling it with no "
+                                  "arguments raised TypeError: "),
+    (("--batch-size", "4", "--accumulation-steps", "8"), "'--gradient-accumulation-steps' must be <= '--batch-size' "
+                                                         "4 (each micro-batch holds at least one sample), but got 8. "
+                                                         "Pass --batch-size 8 or more"),
 ])
 def test_command_refuses_bad_arguments_naming_the_flag(args, message):
     defaults = {"--network": "helpers:SmallConvNet", "--input-shape": "1,6,6", "--num-classes": "4"}

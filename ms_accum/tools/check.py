@@ -38,6 +38,20 @@ def _load(spec):
     return factory
 
 
+def _build(factory, spec):
+    """A network built by `factory`, or a ValueError naming '--network' if it raises or builds no Cell."""
+    try:
+        network = factory()
+    except Exception as err:  # pylint: disable=broad-except  (the user's code: any error is told, naming the flag)
+        raise ValueError(f"'--network' {spec!r} could not build the network: calling it with no arguments raised "
+                         f"{type(err).__name__}: {first_line(err).rstrip('.')}. Name a Cell class or a function "
+                         f"that returns a new Cell when called with no arguments.") from err
+    if not isinstance(network, nn.Cell):
+        raise ValueError(f"'--network' {spec!r} must build a mindspore.nn.Cell, but calling it returned a value of "
+                         f"type {type(network).__name__}. Name a Cell class or a function that returns a new Cell.")
+    return network
+
+
 def _shape(text):
     """argparse type: one sample's shape, comma-separated ints >= 1."""
     try:
@@ -75,7 +89,11 @@ def main(argv=None):
         rng = np.random.default_rng(args.seed)
         images = rng.normal(size=(args.batch_size,) + shape).astype(np.float32)
         labels = rng.integers(0, args.num_classes, size=args.batch_size).astype(np.int32)
-        logits = _probe(factory(), images[:1], shape)
+        if args.accumulation_steps > args.batch_size:
+            raise ValueError(f"'--gradient-accumulation-steps' must be <= '--batch-size' {args.batch_size} (each "
+                             f"micro-batch holds at least one sample), but got {args.accumulation_steps}. Pass "
+                             f"--batch-size {args.accumulation_steps} or more, or fewer accumulation steps.")
+        logits = _probe(_build(factory, args.network), images[:1], shape)
         outputs = logits.shape[-1] if isinstance(logits, ms.Tensor) and logits.ndim else args.num_classes
         if args.num_classes > outputs:
             raise ValueError(f"'--num-classes' must be at most the network's {outputs} outputs (the labels are "
