@@ -30,7 +30,7 @@ def micro_batches_with_equal_means(n, size=4, seed=0):
     return out
 
 
-def moving_mean_after_window(adjust, steps=4):
+def moving_mean_after_window(adjust, steps=4, batches=None):
     net = BNLoss()
     net.set_train(True)
     if adjust:
@@ -40,7 +40,7 @@ def moving_mean_after_window(adjust, steps=4):
     opt = nn.SGD(net.trainable_params(), 0.1)
     grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
     forward_backward = ms_accum.TrainForwardBackward(net, opt, grad_sum)
-    for x in micro_batches_with_equal_means(steps):
+    for x in micro_batches_with_equal_means(steps) if batches is None else batches:
         forward_backward(Tensor(x))
     return net.bn.moving_mean.asnumpy()
 
@@ -53,6 +53,22 @@ def test_micro_batches_decay_moving_statistics_too_fast(exec_mode):
 
 def test_adjusted_momentum_matches_the_large_batch(exec_mode):
     np.testing.assert_allclose(moving_mean_after_window(adjust=True), 0.1 * np.array([1, 2, 3]), rtol=1e-5)
+
+
+def test_adjusted_moving_mean_weighs_later_micro_batches_more():
+    """docs/models.md: with unequal micro-batch means the window adds sum_k (1 - m') m'^(N-1-k) mean_k (m' = m^(1/N):
+    weights summing to 1 - m, the last micro-batch's 1.08 times the first's), not the large batch's (1 - m) times
+    their mean (a new user's trial read the docstring's 'average' as the plain one)."""
+    steps, momentum = 4, 0.9 ** 0.25
+    rng = np.random.default_rng(3)
+    batches = [rng.normal(loc=2.0 * k, size=(4, 3)).astype(np.float32) for k in range(steps)]
+    means = np.stack([x.mean(axis=0) for x in batches]).astype(np.float64)
+    weights = (1 - momentum) * momentum ** np.arange(steps - 1, -1, -1)
+    assert weights.sum() == pytest.approx(0.1)
+    moving = moving_mean_after_window(adjust=True, steps=steps, batches=batches)
+    np.testing.assert_allclose(moving, weights @ means, rtol=1e-5)
+    large_batch = 0.1 * means.mean(axis=0)
+    assert np.abs(moving - large_batch).max() > 100 * 1e-5 * np.abs(large_batch).max()
 
 
 def test_accumulation_steps_is_checked():

@@ -19,8 +19,10 @@ def adjust_batchnorm_momentum(network, accumulation_steps):
 
     After a window of N micro-batches the old moving statistics then carry the weight m, as after one
     large-batch step, instead of m ** N. With micro-batches of equal batch mean the moving mean equals the
-    large batch's exactly; in general it is the average of the micro-batch statistics with the large batch's
-    decay. Call it before the first training step: the momentum is frozen into the compiled graph in both modes
+    large batch's exactly. In general the window adds sum_k (1 - m') m' ** (N - 1 - k) mean_k (m' = m ** (1 / N),
+    k = 0 .. N - 1): weights summing to 1 - m, as the large batch's, but the later micro-batches weigh more
+    (the last m' ** -(N - 1) times the first: 1.08 for m = 0.9, N = 4), where the large batch weighs them
+    alike. Call it before the first training step: the momentum is frozen into the compiled graph in both modes
     (ms_accum's cells compile their steps in PYNATIVE_MODE too), so a later call changes nothing in cells that
     have run, though it returns the new momenta. The momentum each layer had before the first call is
     remembered: calling it again sets m ** (1 / N) from that momentum (it never compounds), and N = 1 restores
