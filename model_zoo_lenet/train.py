@@ -51,7 +51,7 @@ from mindspore.train import Callback
 import ms_accum
 from src.cli import run_cli, set_device
 from src.cpu_speed import set_cpu_threads, set_mode, tuned
-from src.dataset import create_dataset
+from src.dataset import check_data_path, create_dataset
 from src.epoch_files import EpochFiles
 from src.functional_train import train_functional
 from src.network import NETWORKS, checkpoint_stem, create_network
@@ -728,6 +728,7 @@ def main(argv=None):
               f"{threads}{blocking}")
     rank, world = init_parallel(args.parallel_mode)
     if args.batch_size == "auto":
+        check_data_path(args.data_path)  # before the measuring processes, each of which would fail on it
         args.batch_size = plan_micro_batch(os.path.abspath(__file__), argv, args, world).micro_batch
         args.on_out_of_memory = args.on_out_of_memory or "halve"
     if args.measure_micro_batch:

@@ -827,6 +827,12 @@ def test_train_py_plans_the_micro_batch_for_a_memory_budget(tmp_path):
                             "'--gradient_accumulation_steps' was given too: pass one of them.")):
         code, out, err = run_script("train.py", "--data_path", SAMPLE, *flags, check=False)
         assert code == 2 and message in err and "plan:" not in out + err, out + err
+    # a missing data directory before the measuring processes (a new user's trial: told inside the first one's
+    # failure, "'--batch_size auto' could not plan: For 'FreshProcessMeasure', measuring micro-batch 1 failed")
+    code, out, err = run_script("train.py", "--data_path", tmp_path / "none", "--global_batch_size", "64",
+                                "--batch_size", "auto", "--max_memory", "1GiB", check=False)
+    assert_one_line_error((code, out, err), "'--data_path' must be a directory holding train/ and test/, but")
+    assert "plan:" not in out + err and "measuring" not in err, out + err
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """plan_micro_batch: the memory model's fit, the plan's choice and its errors; the trainers taking a plan (on two
 devices: test_planner_data_parallel.py; a window rerun with half the micro-batch after a device out-of-memory
 error: test_out_of_memory.py)."""
+import gc
 import os
 import sys
 from functools import partial
@@ -11,6 +12,7 @@ import pytest
 import mindspore as ms
 
 import ms_accum
+from ms_accum.trainers.memory_probe import reset_peak_memory
 from ms_accum.trainers.planner import MemoryModel, format_bytes, micro_batch_candidates, parse_memory
 from helpers import assert_equals_large_batch, build, micro_batches, numpy_dataset, params_of, reference_train
 
@@ -138,8 +140,12 @@ def test_a_budget_below_a_kibibyte_is_shown_in_bytes():
 
 
 @pytest.mark.parametrize("value, error, message", [
-    ("3 gigs", ValueError, r"'max_memory' must be a size such as '3GiB', '512MiB' or '2.5G', but got '3 gigs'"),
+    ("3 gigs", ValueError, r"'max_memory' must be a size such as '3GiB', '512MiB' or '2.5G' \(powers of 1024\), "
+                           r"'3GB' \(of 1000\), or a whole number of bytes, but got '3 gigs'"),
     ("0MiB", ValueError, r"'max_memory' must be > 0, but got '0MiB'"),
+    # a new user's trial: '-1GiB' was told as no size, and '1.5B' taken as 1 byte
+    ("-1GiB", ValueError, r"'max_memory' must be > 0, but got '-1GiB'"),
+    ("1.5B", ValueError, r"'max_memory' must be a whole number of bytes, but '1.5B' is 1.5 bytes"),
     (3.5, TypeError, r"'max_memory' must be an int \(bytes\) or a str such as '3GiB', but got float"),
 ])
 def test_bad_memory_sizes_are_refused(value, error, message):
@@ -277,3 +283,30 @@ def test_a_measuring_process_reads_its_own_peak_not_its_parents():
     child = ms_accum.FreshProcessMeasure([sys.executable, "-c", script, "{micro_batch}"])(1).peak
     del held
     assert child < parent - 400 * MIB, (child / MIB, parent / MIB)
+
+
+def allocating_run_at(mib_per_sample):
+    """A `run_at` for InProcessMeasure that touches `mib_per_sample` MiB a sample, frees it, and returns the samples:
+    its peak grows with b exactly, with nothing left behind."""
+    def run_at(b):
+        held = np.ones(b * mib_per_sample * MIB // 8)  # written: resident
+        del held
+        return b
+    return run_at
+
+
+def test_in_process_sizes_each_read_their_own_peak_and_plan_as_in_fresh_processes():
+    """A new user's trial planned planning.md's MLP in this process at a tight budget and got micro-batch 1, 40 times
+    slower than 32: the process's peak never fell, so every size measured after a larger one read that one's peak
+    (486, 509, 531, 553 MiB in measuring order). Each size now reads its own peak: 8 MiB after 64 MiB here, and the
+    plan under a budget between 32 and 64 samples of 2 MiB is 32, the largest that fits."""
+    measure = ms_accum.InProcessMeasure(allocating_run_at(1))
+    gc.collect()
+    large, small = measure(64).peak, measure(8).peak
+    assert small < large - 40 * MIB, (small / MIB, large / MIB)
+    gc.collect()
+    base = ms_accum.trainers.memory_probe.resident_peak() if reset_peak_memory() else None
+    assert base is not None, "/proc/self/clear_refs could not be written: the peak cannot be reset here"
+    plan = ms_accum.plan_micro_batch(ms_accum.InProcessMeasure(allocating_run_at(2)), 64, base + 100 * MIB,
+                                     verbose=False)
+    assert (plan.micro_batch, plan.steps) == (32, 2), plan

@@ -11,6 +11,20 @@ from .idx import DataError, check_split_dir
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
 
+def check_data_path(data_path, split="train"):
+    """The samples of `data_path/<split>/`, or a DataError naming '--data_path' if it is missing or malformed (what
+    :func:`create_dataset` checks first; train.py checks it before planning the micro-batch too)."""
+    if not os.path.isdir(data_path):
+        holding = "train/ and test/" if split == "train" else "test/"
+        found = "is a file" if os.path.exists(data_path) else "does not exist"
+        raise DataError(f"'--data_path' must be a directory holding {holding}, but {data_path!r} "
+                        f"{found}. Lay out Fashion-MNIST there with 'bash scripts/fashion_mnist.sh "
+                        f".venv/bin/python' (data/fashion-mnist) or 'model_zoo_lenet/prepare_data.py --source DIR "
+                        f"--dest {data_path}', or use the bundled sample: --data_path model_zoo_lenet/data/"
+                        f"fashion_mnist_sample.")
+    return check_split_dir(os.path.join(data_path, split), split)
+
+
 def create_dataset(data_path, batch_size=32, split="train", shuffle=None, num_parallel_workers=1,
                    drop_remainder=None, num_samples=None, num_shards=None, shard_id=None, seed=None):
     """
@@ -40,16 +54,8 @@ def create_dataset(data_path, batch_size=32, split="train", shuffle=None, num_pa
         raise ValueError(f"For 'create_dataset', 'batch_size' must be an int >= 1, but got {batch_size!r}.")
     if split not in ("train", "test"):
         raise ValueError(f"For 'create_dataset', 'split' must be 'train' or 'test', but got {split!r}.")
-    if not os.path.isdir(data_path):
-        holding = "train/ and test/" if split == "train" else "test/"
-        found = "is a file" if os.path.exists(data_path) else "does not exist"
-        raise DataError(f"'--data_path' must be a directory holding {holding}, but {data_path!r} "
-                        f"{found}. Lay out Fashion-MNIST there with 'bash scripts/fashion_mnist.sh "
-                        f".venv/bin/python' (data/fashion-mnist) or 'model_zoo_lenet/prepare_data.py --source DIR "
-                        f"--dest {data_path}', or use the bundled sample: --data_path model_zoo_lenet/data/"
-                        f"fashion_mnist_sample.")
+    count = check_data_path(data_path, split)
     directory = os.path.join(data_path, split)
-    count = check_split_dir(directory, split)
     train = split == "train"
     shuffle = train if shuffle is None else shuffle
     drop_remainder = train if drop_remainder is None else drop_remainder

@@ -5,6 +5,7 @@ with :func:`report_measurement`; :class:`InProcessMeasure` runs a step in this p
 MindSpore's peak device memory on GPU and Ascend, and the peak resident memory (``VmHWM``) on CPU
 (:func:`peak_memory`, :func:`resident_peak`).
 """
+import gc
 import json
 import os
 import resource
@@ -14,6 +15,7 @@ import time
 import weakref
 from dataclasses import dataclass
 
+from ..core.user_warning import warn
 from . import preloaded_run
 
 
@@ -170,6 +172,22 @@ def peak_memory():
     return resident_peak()
 
 
+def reset_peak_memory():
+    """Start the figure :func:`peak_memory` reads afresh, at what this process holds now: on GPU and Ascend
+    ``mindspore.runtime.reset_max_memory_allocated()``, on CPU Linux's ``/proc/self/clear_refs`` (``5`` resets the
+    process's ``VmHWM``). Returns False where it cannot be reset (the peak then never falls)."""
+    import mindspore as ms  # pylint: disable=import-outside-toplevel
+    if ms.get_context("device_target") != "CPU":
+        ms.runtime.reset_max_memory_allocated()
+        return True
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+            refs.write("5")
+    except OSError:  # not Linux, or not writable here: the caller is told by the False
+        return False
+    return True
+
+
 def report_measurement(samples, seconds):
     """
     In a measuring process (:class:`FreshProcessMeasure`): print its peak memory (:func:`peak_memory`) and its
@@ -189,10 +207,11 @@ class InProcessMeasure:
     Measures micro-batch sizes in this process: ``run_at(b)`` trains a few steps at micro-batch b; the measure is
     the peak memory after it (:func:`peak_memory`) and the samples per second of a second call (which counts
     whatever ``run_at`` does: a ``run_at`` that builds and compiles its trainer each time reads a speed of
-    building, so keep the trainer of each size between its two calls for a speed of training). On CPU the peak
-    resident memory never falls, so sizes must be measured in increasing order (:func:`plan_micro_batch` does,
-    but for the sizes it measures again lower once one is over the budget: those read at least the larger
-    size's peak, which errs towards the smaller micro-batch).
+    building, so keep the trainer of each size between its two calls for a speed of training). Before each size
+    it collects the garbage of the sizes before and starts the peak afresh (:func:`reset_peak_memory`), so a size
+    reads its own peak over what the process holds then (what earlier sizes left, their compiled graphs, counts;
+    a fresh process per size, :class:`FreshProcessMeasure`, leaves that out). Where the peak cannot be reset it
+    never falls, and a size measured after a larger one reads at least the larger one's peak (with a warning).
 
     Args:
         run_at (Callable[[int], int]): Trains a few steps at micro-batch b; returns the samples trained.
@@ -213,9 +232,16 @@ class InProcessMeasure:
     def __init__(self, run_at):
         if not callable(run_at):
             raise TypeError(f"For 'InProcessMeasure', 'run_at' must be callable, but got {type(run_at).__name__}.")
-        self.run_at = run_at
+        self.run_at, self._told = run_at, False
 
     def __call__(self, micro_batch):
+        gc.collect()
+        if not reset_peak_memory() and not self._told:
+            self._told = True
+            warn("For 'InProcessMeasure', this process's peak memory cannot be reset here (/proc/self/clear_refs is "
+                 "not writable), so a micro-batch measured after a larger one reads at least the larger one's peak, "
+                 "and a plan near the budget errs towards smaller micro-batches. Use FreshProcessMeasure for a plan "
+                 "that measures each size alone.", UserWarning)
         self.run_at(micro_batch)  # compiles and warms up
         start = time.perf_counter()
         samples = self.run_at(micro_batch)
