@@ -1,9 +1,10 @@
-"""Elastic resume through the API: Model_ACCU with a global batch, on msrun ranks or on one device.
+"""Elastic resume through the API: Model_ACCU (or the driver) with a global batch, on msrun ranks or on one device.
 
 As a script, one msrun rank: ``elastic_worker.py OUT ROLE [ROLE ...]``, the roles run one after another in the
 same processes (one launch); ROLE ``full`` trains the whole run, ``cut`` the same run stopped by a callback after
 CUT_AT updates (its state written at that boundary), ``resume=RESUME`` the run resumed from the state file RESUME;
-``full@RULE`` and ``cut@RULE`` train with the learning-rate rule RULE and G0 = RULE_REFERENCE (:func:`train`).
+``full@RULE`` and ``cut@RULE`` train with the learning-rate rule RULE and G0 = RULE_REFERENCE (:func:`train`);
+``driver-full`` and ``driver-cut`` train as ``full`` and ``cut`` with ``GradientAccumulation.train_process``.
 Each saves its final parameters to OUT/<role>_rank_<r>.npz. The test module
 imports the same pieces to run them on one device (test_elastic.py).
 
@@ -78,19 +79,29 @@ class LossLog(Callback):
         self.losses.append(float(run_context.original_args().net_outputs.asnumpy()))
 
 
-def train(rank, world, state_path=None, save_state_every=0, resume_from=None, stop_at=None, rule=None):
-    """One run of Model_ACCU with global_batch_size=GLOBAL; its network's parameters, and under "losses" the loss
-    of every update. With `rule` (a learning-rate rule) G0 is RULE_REFERENCE and the rates are laid out over the
-    run's reference steps; "progress" and "applied_rate" are saved too."""
+def train(rank, world, state_path=None, save_state_every=0, resume_from=None, stop_at=None, rule=None,
+          trainer="model_accu"):
+    """One run of Model_ACCU (`trainer` "model_accu") or of the driver ("driver") with global_batch_size=GLOBAL;
+    its network's parameters, and under "losses" the loss of every update. With `rule` (a learning-rate rule) G0
+    is RULE_REFERENCE and the rates are laid out over the run's reference steps; "progress" and "applied_rate" are
+    saved too."""
     net = network()
     steps = rule_steps() if rule else UPDATES
     optimizer = nn.Momentum(net.trainable_params(), learning_rate=learning_rates(steps), momentum=0.9)
     scaling = dict(lr_scaling=rule, reference_batch=RULE_REFERENCE) if rule else {}
-    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, **scaling)
-    model = ms_accum.Model_ACCU(cell, state_path=state_path, save_state_every=save_state_every)
     log = LossLog()
-    model.train(EPOCHS, dataset(rank, world), callbacks=[log] + ([StopAt(stop_at)] if stop_at else []),
-                resume_from=resume_from, partial_window="drop", global_batch_size=GLOBAL)
+    callbacks = [log] + ([StopAt(stop_at)] if stop_at else [])
+    if trainer == "driver":
+        driver = ms_accum.GradientAccumulation(net, nn.MSELoss(), optimizer, **scaling)
+        cell = driver.cell
+        driver.train_process(EPOCHS, dataset(rank, world), callbacks=callbacks, partial_window="drop",
+                             ckpt_path=None, log_every=0, state_path=state_path, save_state_every=save_state_every,
+                             resume_from=resume_from, global_batch_size=GLOBAL)
+    else:
+        cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), optimizer, **scaling)
+        model = ms_accum.Model_ACCU(cell, state_path=state_path, save_state_every=save_state_every)
+        model.train(EPOCHS, dataset(rank, world), callbacks=callbacks, resume_from=resume_from,
+                    partial_window="drop", global_batch_size=GLOBAL)
     params = {p.name: p.asnumpy() for p in net.trainable_params()}
     params["losses"] = np.array(log.losses)
     if rule:
@@ -109,8 +120,9 @@ def main(out, *roles):
         role, _, resume = argument.partition("=")
         name, _, rule = role.partition("@")
         state = os.path.join(out, role, f"rank_{rank}", "state.ckpt")
+        trainer, _, name = name.rpartition("-")
         params = train(rank, world, state_path=state, save_state_every=1, resume_from=resume or None,
-                       stop_at=CUT_AT if name == "cut" else None, rule=rule or None)
+                       stop_at=CUT_AT if name == "cut" else None, rule=rule or None, trainer=trainer or "model_accu")
         np.savez(os.path.join(out, f"{role}_rank_{rank}.npz"), **params)
         print(f"rank {rank}/{world}: {role} done", flush=True)
     release()

@@ -361,6 +361,24 @@ class _Crash(Exception):
     pass
 
 
+def _crash_one_device_run(state_path, trainer="model_accu"):
+    """Train on one device (here) with the state written every 5 micro-batches, crashed 3 micro-batches into a
+    window: the newest state is at micro-batch 35, 3 into window 8 (from 0)."""
+    real_call, calls = ms_accum.TrainAccuStepsCell.__call__, []
+
+    def call(cell, *inputs):
+        if len(calls) == 4 * 9 + 3:
+            raise _Crash()
+        calls.append(1)
+        return real_call(cell, *inputs)
+    ms_accum.TrainAccuStepsCell.__call__ = call
+    try:
+        with pytest.raises(_Crash):
+            ew.train(0, 1, state_path=state_path, save_state_every=5, trainer=trainer)
+    finally:
+        ms_accum.TrainAccuStepsCell.__call__ = real_call
+
+
 @pytest.fixture(scope="module")
 def api_runs(tmp_path_factory):
     """On 2 msrun devices: the whole run and the run stopped after CUT_AT updates. On one device (here): the whole
@@ -369,19 +387,7 @@ def api_runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("elastic_api")
     ms.set_context(mode=ms.GRAPH_MODE)
     one_full = ew.train(0, 1)
-    real_call, calls = ms_accum.TrainAccuStepsCell.__call__, []
-
-    def call(cell, *inputs):
-        if len(calls) == 4 * 9 + 3:  # the newest state is at micro-batch 35, 3 into window 8 (from 0)
-            raise _Crash()
-        calls.append(1)
-        return real_call(cell, *inputs)
-    ms_accum.TrainAccuStepsCell.__call__ = call
-    try:
-        with pytest.raises(_Crash):
-            ew.train(0, 1, state_path=str(out / "one" / "state.ckpt"), save_state_every=5)
-    finally:
-        ms_accum.TrainAccuStepsCell.__call__ = real_call
+    _crash_one_device_run(str(out / "one" / "state.ckpt"))
     # the three runs on 2 devices in one launch (each launch costs both workers MindSpore's start)
     resumed_logs = run_local(out / "two", os.path.join(HERE, "elastic_worker.py"), out, "full", "cut",
                              f"resume={out / 'one' / 'state.ckpt'}")
@@ -423,6 +429,44 @@ def test_a_state_of_one_device_written_inside_a_window_resumes_on_two(api_runs):
     assert "at epoch 1 with 16 of its 31 micro-batches done on each device" in api_runs["resumed_logs"]
     for rank in range(2):
         assert _relative(api_runs["two_resumed"][rank], api_runs["one_full"]) <= 1e-5, f"rank {rank}"
+
+
+@pytest.fixture(scope="module")
+def driver_runs(tmp_path_factory):
+    """The runs of `api_runs` through the driver (GradientAccumulation.train_process): on 2 msrun devices the whole
+    run, the run stopped after CUT_AT updates and the one-device crash's state resumed; on one device (here) the
+    crash and the 2-device state resumed."""
+    out = tmp_path_factory.mktemp("elastic_driver")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    _crash_one_device_run(str(out / "one" / "state.ckpt"), trainer="driver")
+    logs = run_local(out / "two", os.path.join(HERE, "elastic_worker.py"), out, "driver-full", "driver-cut",
+                     f"driver-resume={out / 'one' / 'state.ckpt'}")
+    two_to_one = ew.train(0, 1, resume_from=str(out / "driver-cut" / "rank_1" / "state.ckpt"), trainer="driver")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    load = lambda name: dict(np.load(out / name))  # noqa: E731
+    return dict(out=out, two_full=[load(f"driver-full_rank_{r}.npz") for r in range(2)],
+                two_cut=load("driver-cut_rank_0.npz"),
+                two_resumed=[load(f"driver-resume_rank_{r}.npz") for r in range(2)], two_to_one=two_to_one, logs=logs)
+
+
+@pytest.mark.slow
+def test_the_driver_resumes_on_another_device_count_with_the_global_batch_kept(driver_runs):
+    """The driver in data parallel, elastic both ways: its 2-device run equals the large batch built without
+    ms_accum, the state it wrote on 2 devices after CUT_AT updates resumes on 1 device, and the state of a one-device
+    run crashed inside a window resumes on 2, each ending as the large batch's run (until f610fd1 the driver took
+    itself for one device under msrun; its elastic resume was tested through Model_ACCU only)."""
+    windows = _large_batch_windows()
+    reference = _large_batch_reference(windows)
+    for rank in range(2):
+        assert_equals_large_batch(_parameters(driver_runs["two_full"][rank]), _large_batch_reference, windows,
+                                  context=f"the driver on 2 devices, rank {rank}")
+    assert _relative(driver_runs["two_cut"], reference) > 1e-2, "the cut run was not cut"
+    saved = ms_accum.read_checkpoint(str(driver_runs["out"] / "driver-cut" / "rank_1" / "state.ckpt"))
+    assert int(saved["ms_accum_world"].asnumpy()) == 2 and int(saved["ms_accum_updates_done"].asnumpy()) == ew.CUT_AT
+    assert _relative(driver_runs["two_to_one"], reference) <= 1e-5
+    assert "it was written 3 micro-batches into a window, which runs again from its start" in driver_runs["logs"]
+    for rank in range(2):
+        assert _relative(driver_runs["two_resumed"][rank], reference) <= 1e-5, f"rank {rank}"
 
 
 @pytest.fixture(scope="module")
