@@ -16,6 +16,7 @@ from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckp
 
 import ms_accum
 from ms_accum.compat import cell_graph_executor
+from ms_accum.core.global_batch import DERIVED_STEPS_NAME
 from ms_accum.trainers.devices import check_devices_agree, check_sharding
 from helpers import (FLOAT16_GAIN, FLOAT16_ROUNDING, FLOAT32_ROUNDING, ROUNDING_GAIN, assert_equals_large_batch,
                      assert_noise_records_match, assert_params_equal, build, large_batch, micro_batches,
@@ -601,6 +602,18 @@ def test_data_parallel_devices_must_take_one_learning_rate_rule(monkeypatch):
             check_devices_agree("Model_ACCU.train", cell, _sharded(2, 0))
     rows["rank 1"] = lambda mine: mine[:4] + [1] + mine[5:]  # the same rule and G0, its own shard: taken
     check_devices_agree("Model_ACCU.train", cell, _sharded(2, 0))
+
+
+def test_data_parallel_devices_given_other_global_batches_are_told_each_ones(monkeypatch):
+    """Ranks given global_batch_size 16 and 32 (micro-batches of 4 on 2 devices: N 2 and 4) were refused naming the
+    N each derived, not the global batch each was given (the last stop's note)."""
+    cell = _two_device_cell(monkeypatch, rows=lambda mine: mine[:1] + [4, mine[2] + 1, 4, 1] + mine[5:])
+    cell.set_gradient_accumulation_steps(2, arg_name=DERIVED_STEPS_NAME)
+    with pytest.raises(ValueError, match=r"For 'Model_ACCU.train', 'N = global_batch_size / \(devices x "
+                                         r"micro-batch\)' must be the same on every device, but they take 2 "
+                                         r"\(global_batch_size 16\), 4 \(global_batch_size 32\) \(by rank; this "
+                                         r"device 2\)"):
+        check_devices_agree("Model_ACCU.train", cell, _sharded(2, 0))
 
 
 def _sharded(num_shards, shard_id, batch=4):

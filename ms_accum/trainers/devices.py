@@ -7,6 +7,7 @@ import zlib
 
 import numpy as np
 
+from ..core.global_batch import DERIVED_STEPS_NAME
 from ..core.lr_scaling import SCALING_RULES
 from ..core.schedule import shown_steps_name
 from ..core.user_warning import warn
@@ -75,7 +76,9 @@ def check_devices_agree(owner, cell, train_dataset):
                          f"gradient reduction until MindSpore's collective timeout. To share the data out evenly, "
                          f"{SHARDING_HINT}; or cut every device's data to {min(sizes)} batches.")
     if len({row[2] for row in rows}) > 1:
-        by_rank = ", ".join(str(row[1]) if row[1] else "a schedule or policy" for row in rows)
+        derived = cell.steps_name == DERIVED_STEPS_NAME  # each device's own G: its N x devices x micro-batch
+        by_rank = ", ".join((f"{row[1]} (global_batch_size {row[1] * world * row[3]})" if derived else str(row[1]))
+                            if row[1] else "a schedule or policy" for row in rows)
         raise ValueError(f"For '{owner}', {shown_steps_name(cell.steps_name)} must be the same on every device, "
                          f"but they take {by_rank} (by rank; this device {steps!r}): a device whose window ends "
                          f"elsewhere would wait alone at its gradient reduction. Give every device the same N, "
