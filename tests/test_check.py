@@ -295,6 +295,13 @@ def test_command_passes_and_fails_with_exit_codes():
     differs = run_check("--network", "helpers:BatchNormNet", "--input-shape", "1,6,6", "--num-classes", "4",
                         "--batch-size", "16", "--accumulation-steps", "4", "--optimizer", "sgd", "--lr", "0.5")
     assert differs.returncode == 1 and "\nFAIL:" in differs.stdout, differs.stdout + differs.stderr
+    # a regression loss (the last stop's note: the command took classifiers only), passing and failing as above
+    mse = run_check("--network", "helpers:SmallConvNet", "--input-shape", "1,6,6", "--loss", "mse", "--batch-size",
+                    "16", "--accumulation-steps", "4", "--optimizer", "sgd")
+    assert mse.returncode == 0 and "sgd, lr 0.01, pynative, three_cells, mse)" in mse.stdout, mse.stdout + mse.stderr
+    mse_bn = run_check("--network", "helpers:BatchNormNet", "--input-shape", "1,6,6", "--loss", "mse",
+                       "--batch-size", "16", "--accumulation-steps", "4", "--optimizer", "sgd", "--lr", "0.5")
+    assert mse_bn.returncode == 1 and "\nFAIL:" in mse_bn.stdout, mse_bn.stdout + mse_bn.stderr
     bad = run_check("--network", "helpers:NoSuchNet", "--input-shape", "1,6,6", "--num-classes", "4")
     assert bad.returncode == 2 and "'--network' 'helpers:NoSuchNet' could not be loaded" in bad.stderr
     # a new user's 50 classes for a 4-way head ended in MindSpore's label error, exit code 1 ("not equivalent")
@@ -323,6 +330,8 @@ def test_command_passes_and_fails_with_exit_codes():
                                     "new Cell."),
     (("--network", "json:dumps"), "'--network' 'json:dumps' could not build the network: calling it with no "
                                   "arguments raised TypeError: "),
+    (("--num-classes", None), "the following arguments are required with --loss cross_entropy: --num-classes (or "
+                              "pass --loss mse for a regression network)"),
     (("--batch-size", "4", "--accumulation-steps", "8"), "'--gradient-accumulation-steps' must be <= '--batch-size' "
                                                          "4 (each micro-batch holds at least one sample), but got 8. "
                                                          "Pass --batch-size 8 or more"),
@@ -330,5 +339,5 @@ def test_command_passes_and_fails_with_exit_codes():
 def test_command_refuses_bad_arguments_naming_the_flag(args, message):
     defaults = {"--network": "helpers:SmallConvNet", "--input-shape": "1,6,6", "--num-classes": "4"}
     defaults.update(dict(zip(args[::2], args[1::2])))
-    done = run_check(*[item for pair in defaults.items() for item in pair])
+    done = run_check(*[item for flag, value in defaults.items() if value is not None for item in (flag, value)])
     assert done.returncode == 2 and message in done.stderr, done.stderr

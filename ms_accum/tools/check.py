@@ -4,7 +4,9 @@
         --batch-size 32 --accumulation-steps 4
 
 The network factory is called after the same seed for each copy; one copy takes a large-batch step on a random
-batch, another the same batch as accumulation_steps micro-batches through ms_accum. Per parameter it prints the
+batch, another the same batch as accumulation_steps micro-batches through ms_accum, with the mean cross-entropy
+over labels 0..num_classes-1 or (--loss mse) the mean squared error to normal targets of the network's output
+shape. Per parameter it prints the
 relative difference of the gradient handed to the optimizer and of the updated parameter (elements whose
 gradient is rounding noise left out, as adaptive optimizers move them by their learning rate either way), and a
 verdict. Exit code 0: equivalent within --rtol; 1: not; 2: bad arguments.
@@ -70,8 +72,12 @@ def main(argv=None):
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--network", required=True, help="factory of the network, 'package.module:callable'")
     parser.add_argument("--input-shape", type=_shape, required=True, help="one sample's shape, for example 1,32,32")
-    parser.add_argument("--num-classes", type=positive_int, required=True,
-                        help="labels are drawn from 0..num_classes-1")
+    parser.add_argument("--num-classes", type=positive_int, default=None,
+                        help="labels are drawn from 0..num_classes-1 (needed with --loss cross_entropy)")
+    parser.add_argument("--loss", choices=["cross_entropy", "mse"], default="cross_entropy",
+                        help="cross_entropy: the sparse cross-entropy of the network's outputs (logits); mse: the "
+                             "mean squared error to targets drawn from a normal distribution in the network's output "
+                             "shape, for a regression network (default: %(default)s)")
     parser.add_argument("--batch-size", type=positive_int, default=32, help="the large batch (default: %(default)s)")
     parser.add_argument("--gradient-accumulation-steps", "--accumulation-steps", dest="accumulation_steps",
                         type=positive_int, default=4, help="N, the micro-batches the batch is split into")
@@ -82,34 +88,45 @@ def main(argv=None):
     parser.add_argument("--rtol", type=positive_float, default=1e-5)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if args.loss == "cross_entropy" and args.num_classes is None:
+        parser.error("the following arguments are required with --loss cross_entropy: --num-classes (or pass "
+                     "--loss mse for a regression network)")
     shape = args.input_shape
     try:
         factory = _load(args.network)
         ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
         rng = np.random.default_rng(args.seed)
         images = rng.normal(size=(args.batch_size,) + shape).astype(np.float32)
-        labels = rng.integers(0, args.num_classes, size=args.batch_size).astype(np.int32)
+        if args.loss == "cross_entropy":  # drawn here, after the images, as before --loss was an option
+            labels = rng.integers(0, args.num_classes, size=args.batch_size).astype(np.int32)
         if args.accumulation_steps > args.batch_size:
             raise ValueError(f"'--gradient-accumulation-steps' must be <= '--batch-size' {args.batch_size} (each "
                              f"micro-batch holds at least one sample), but got {args.accumulation_steps}. Pass "
                              f"--batch-size {args.accumulation_steps} or more, or fewer accumulation steps.")
         logits = _probe(_build(factory, args.network), images[:1], shape)
-        outputs = logits.shape[-1] if isinstance(logits, ms.Tensor) and logits.ndim else args.num_classes
-        if args.num_classes > outputs:
-            raise ValueError(f"'--num-classes' must be at most the network's {outputs} outputs (the labels are "
-                             f"drawn from 0..num_classes-1 for its cross-entropy), but got {args.num_classes}. Pass "
-                             f"--num-classes {outputs} or fewer.")
+        if args.loss == "mse":
+            if not isinstance(logits, ms.Tensor):
+                raise ValueError(f"'--loss mse' needs a network that returns one Tensor, but {args.network!r} "
+                                 f"returned a {type(logits).__name__}.")
+            labels = rng.normal(size=(args.batch_size,) + tuple(logits.shape[1:])).astype(np.float32)
+            loss = nn.MSELoss()
+        else:
+            outputs = logits.shape[-1] if isinstance(logits, ms.Tensor) and logits.ndim else args.num_classes
+            if args.num_classes > outputs:
+                raise ValueError(f"'--num-classes' must be at most the network's {outputs} outputs (the labels are "
+                                 f"drawn from 0..num_classes-1 for its cross-entropy), but got {args.num_classes}. "
+                                 f"Pass --num-classes {outputs} or fewer.")
+            loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
         optimizers = {"sgd": lambda p: nn.SGD(p, args.lr), "momentum": lambda p: nn.Momentum(p, args.lr, 0.9),
                       "adam": lambda p: nn.Adam(p, args.lr),
                       "adamw": lambda p: nn.AdamWeightDecay(p, args.lr, weight_decay=0.01)}
-        report = check_equivalence(factory, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
-                                   optimizers[args.optimizer], (images, labels), args.accumulation_steps,
+        report = check_equivalence(factory, loss, optimizers[args.optimizer], (images, labels), args.accumulation_steps,
                                    seed=args.seed, rtol=args.rtol, cell=args.cell)
     except (ValueError, TypeError) as err:
         print(f"python -m ms_accum.check: error: {err}", file=sys.stderr)
         return 2
     print(f"{args.network}: one window of {args.accumulation_steps} micro-batches ({args.optimizer}, lr {args.lr}, "
-          f"{args.mode}, {args.cell})")
+          f"{args.mode}, {args.cell}{', mse' if args.loss == 'mse' else ''})")
     print(report)
     return 0 if report.passed else 1
 
