@@ -621,6 +621,34 @@ def _sharded(num_shards, shard_id, batch=4):
                                  num_shards=num_shards, shard_id=shard_id, shuffle=False).batch(batch)
 
 
+def test_one_of_several_processes_training_alone_is_warned_of(monkeypatch, recwarn):
+    """A new user's trial on 2 msrun ranks called init() (or not even that) but set no data-parallel context: both
+    trainers trained each rank alone on its shard, no gradient reduced, the ranks' weights 0.04 apart after two
+    updates, in silence. A cell on one device now warns of processes that called init() (a seam: 2 of them) and of
+    a dataset sharded for several; a whole dataset on a lone process is taken quietly."""
+    import mindspore.communication as communication  # pylint: disable=import-outside-toplevel
+    from mindspore.communication.management import GlobalComm  # pylint: disable=import-outside-toplevel
+    net = nn.Dense(3, 2)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
+                                       gradient_accumulation_steps=2)
+    with pytest.warns(UserWarning, match=r"For 'Model_ACCU.train', the dataset is sharded into 2 shards "
+                                         r"\(num_shards\), but the cell trains on one device \(no "
+                                         r"mindspore.communication.init\(\), parallel mode 'stand_alone'\): it reads "
+                                         r"1/2 of the data, alone.*on one device, pass num_shards=1\."):
+        check_sharding("Model_ACCU.train", cell, _sharded(2, 0))
+    recwarn.clear()
+    assert check_sharding("Model_ACCU.train", cell, _sharded(1, 0)) and not recwarn.list
+    check_sharding("Model_ACCU.train", cell, _sharded(None, None))
+    assert not recwarn.list
+    monkeypatch.setattr(GlobalComm, "INITED", True)
+    monkeypatch.setattr(communication, "get_group_size", lambda *args: 2)
+    with pytest.warns(UserWarning, match=r"this process is one of 2 \(mindspore.communication.init\(\) was "
+                                         r"called\), but the cell trains on one device \(parallel mode "
+                                         r"'stand_alone'\): every process trains alone on its data, no gradient is "
+                                         r"reduced across them, and their weights part.*DATA_PARALLEL"):
+        check_sharding("Model_ACCU.train", cell, _sharded(2, 0))
+
+
 def test_data_parallel_sharding_and_micro_batches_are_checked_as_they_are(monkeypatch):
     """A new user's trial on 2 msrun ranks: num_shards=4 on 2 devices was warned of as not sharded ("every device
     trains on every sample"), where half the data went unread; the same shard_id on both ranks passed silently

@@ -29,17 +29,42 @@ def check_sharding(owner, cell, train_dataset):
     sample, unless each reads files of its own)."""
     world = rank_and_world(cell)[1]
     shards = dataset_shards(train_dataset)
-    if world > 1 and shards is None:
+    if world == 1:
+        _check_alone(owner, shards)
+    elif shards is None:
         warn(f"For '{owner}', the dataset is not sharded over the {world} devices: unless each device reads "
              f"data of its own, every device trains on every sample and a window holds the same samples "
              f"{world} times. To share them out, {SHARDING_HINT}.", UserWarning)
-    elif world > 1 and shards != world:  # a new user's num_shards=4 on 2 devices read as not sharded at all
+    elif shards != world:  # a new user's num_shards=4 on 2 devices read as not sharded at all
         unread = "part of the data is never trained on (the shards no device reads)" if shards > world else \
             "the devices' shards overlap, and their samples are trained more than once"
         warn(f"For '{owner}', the dataset is sharded into {shards} shards (num_shards), but there are {world} "
              f"devices: each device reads 1/{shards} of the data, so {unread}. Pass num_shards={world}, "
              f"shard_id=<rank>.", UserWarning)
     return shards == world
+
+
+def _check_alone(owner, shards):
+    """A cell on one device warns when it looks like one of several processes meant for data parallel: processes
+    that called ``mindspore.communication.init()``, or a dataset sharded for several (a new user's two msrun ranks
+    without the data-parallel context each trained alone on its shard, their weights parting, in silence)."""
+    from mindspore.communication.management import GlobalComm  # pylint: disable=import-outside-toplevel
+    processes = 1
+    if GlobalComm.INITED:
+        from mindspore.communication import get_group_size  # pylint: disable=import-outside-toplevel
+        processes = get_group_size()
+    if processes > 1:
+        warn(f"For '{owner}', this process is one of {processes} (mindspore.communication.init() was called), but "
+             f"the cell trains on one device (parallel mode 'stand_alone'): every process trains alone on its data, "
+             f"no gradient is reduced across them, and their weights part. For data parallel, call "
+             f"mindspore.set_auto_parallel_context(parallel_mode=mindspore.ParallelMode.DATA_PARALLEL, "
+             f"gradients_mean=True) before building the cell.", UserWarning)
+    elif shards is not None and shards > 1:
+        warn(f"For '{owner}', the dataset is sharded into {shards} shards (num_shards), but the cell trains on one "
+             f"device (no mindspore.communication.init(), parallel mode 'stand_alone'): it reads 1/{shards} of the "
+             f"data, alone. Launched as several processes for data parallel? Call init() and "
+             f"mindspore.set_auto_parallel_context(parallel_mode=mindspore.ParallelMode.DATA_PARALLEL, "
+             f"gradients_mean=True) before building the cell; on one device, pass num_shards=1.", UserWarning)
 
 
 def check_devices_agree(owner, cell, train_dataset):
