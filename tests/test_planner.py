@@ -128,6 +128,7 @@ def test_bad_input_is_refused_before_anything_is_measured_or_trained():
 
 @pytest.mark.parametrize("text, size", [("3GiB", 3 * 2 ** 30), ("512MiB", 512 * MIB), ("2.5G", int(2.5 * 2 ** 30)),
                                         ("1GB", 10 ** 9), (4096, 4096), (" 64 mib ", 64 * MIB),
+                                        ("3.3GB", 33 * 10 ** 8), ("0.1G", round(0.1 * 2 ** 30)),
                                         (np.int64(2 ** 30), 2 ** 30)])
 def test_memory_sizes_are_read_as_written(text, size):
     assert parse_memory(text) == size
@@ -145,7 +146,8 @@ def test_a_budget_below_a_kibibyte_is_shown_in_bytes():
     ("0MiB", ValueError, r"'max_memory' must be > 0, but got '0MiB'"),
     # a new user's trial: '-1GiB' was told as no size, and '1.5B' taken as 1 byte
     ("-1GiB", ValueError, r"'max_memory' must be > 0, but got '-1GiB'"),
-    ("1.5B", ValueError, r"'max_memory' must be a whole number of bytes, but '1.5B' is 1.5 bytes"),
+    ("1.5B", ValueError, r"'max_memory' must be a whole number of bytes, but got '1.5B'\. Pass a size in a larger "
+                         r"unit"),
     (3.5, TypeError, r"'max_memory' must be an int \(bytes\) or a str such as '3GiB', but got float"),
 ])
 def test_bad_memory_sizes_are_refused(value, error, message):

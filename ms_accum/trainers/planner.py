@@ -53,11 +53,11 @@ def parse_memory(value, owner="plan_micro_batch", arg_name="max_memory"):
         if match is None or match.group(3).lower() not in _UNITS:
             raise ValueError(f"For '{owner}', '{arg_name}' must be a size such as '3GiB', '512MiB' or '2.5G' "
                              f"(powers of 1024), '3GB' (of 1000), or a whole number of bytes, but got {value!r}.")
-        scaled = float(match.group(2)) * _UNITS[match.group(3).lower()]
-        if scaled != int(scaled):
-            raise ValueError(f"For '{owner}', '{arg_name}' must be a whole number of bytes, but {value!r} is "
-                             f"{scaled:g} bytes. Pass a size in a larger unit, such as '512MiB'.")
-        size = -int(scaled) if match.group(1) == "-" else int(scaled)
+        unit = _UNITS[match.group(3).lower()]
+        if unit == 1 and float(match.group(2)) != int(float(match.group(2))):  # '1.5B' was taken as 1 byte
+            raise ValueError(f"For '{owner}', '{arg_name}' must be a whole number of bytes, but got {value!r}. Pass "
+                             f"a size in a larger unit, such as '512MiB'.")
+        size = round(float(match.group(2)) * unit) * (-1 if match.group(1) == "-" else 1)
     if size <= 0:
         raise ValueError(f"For '{owner}', '{arg_name}' must be > 0, but got {value!r}.")
     return size
