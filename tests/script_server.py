@@ -20,6 +20,7 @@ import os
 import runpy
 import sys
 import tempfile
+import threading
 import traceback
 
 REPLIES = os.fdopen(os.dup(1), "w", buffering=1)  # the answers; fd 1 itself is each copy's stdout
@@ -61,7 +62,11 @@ def run_copy(request):
         except BaseException:  # pylint: disable=broad-except  (Python prints it and exits 1)
             traceback.print_exc()
             code = 1
+        threading._shutdown()  # pylint: disable=protected-access  (as Python's exit: its threads, then atexit's)
         atexit._run_exitfuncs()  # pylint: disable=protected-access
+    except BaseException:  # pylint: disable=broad-except  (setting the copy up failed: told on its stderr)
+        traceback.print_exc()
+        code = 1
     finally:
         try:
             sys.stdout.flush()
