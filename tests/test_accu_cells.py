@@ -208,9 +208,13 @@ class TestBadInput:
         text = ", or a schedule such as '0:1,2:2' as text" if isinstance(value, str) else \
             ", a schedule {first_update: N} (or its text, '0:1,2:2') or an AdaptiveAccumulation or " \
             "GoodputAccumulation policy" if error is TypeError else ""
+        # a whole float (G / b, a new user's trial) is told which int to pass
+        fix = {"2": " Convert a number read from a command line: int('2').",
+               4.0: " Pass the int 4 (a float, such as the result of '/', is not taken: divide with '//')."}
+        ending = re.escape(fix[value]) + "$" if value in fix else ""
         with pytest.raises(error, match=rf"For '{cls}', 'accumulation_steps' [(]gradient_accumulation_steps[)] must be "
                                         rf"an int >= 1{re.escape(text)}, "
-                                        rf"but got {value!r}"):
+                                        rf"but got {value!r}.*{ending}"):
             getattr(ms_accum, cls)(nn.WithLossCell(net, loss), opt, *args, accumulation_steps=value)
 
     def test_loss_must_be_a_scalar(self, exec_mode):

@@ -23,9 +23,12 @@ def check_positive_int(owner, arg_name, value):
 
 
 def number_text_hint(value):
-    """' Convert a number read from a command line: int('8').' when `value` is the text of an int, else ''."""
+    """' Convert a number read from a command line: int('8').' when `value` is the text of an int, ' Pass the int
+    8 ...' when it is a whole float (the result of '/'), else ''."""
     if isinstance(value, str) and value.strip().isdigit():
         return f" Convert a number read from a command line: int({value!r})."
+    if isinstance(value, float) and value.is_integer() and value >= 1:
+        return f" Pass the int {int(value)} (a float, such as the result of '/', is not taken: divide with '//')."
     return ""
 
 

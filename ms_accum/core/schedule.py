@@ -222,7 +222,7 @@ def check_steps(owner, arg_name, value):
     if not is_int(value):
         raise TypeError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, a schedule {{first_update: "
                         f"N}} (or its text, '0:1,2:2') or an AdaptiveAccumulation or GoodputAccumulation policy, but "
-                        f"got {value!r} of type {type(value).__name__}.")
+                        f"got {value!r} of type {type(value).__name__}.{number_text_hint(value)}")
     if value < 1:
         raise ValueError(f"For '{owner}', {shown_steps_name(arg_name)} must be an int >= 1, but got {value}.")
 
