@@ -59,7 +59,9 @@ def test_a_global_batch_is_named_as_its_caller_gave_it():
     net = nn.Dense(4, 2)
     model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()),
                                                             nn.SGD(net.trainable_params(), 0.1)))
-    for value, hint in (("8", r" Convert a number read from a command line: int\('8'\)\."), (8.0, "")):
+    for value, hint in (("8", r" Convert a number read from a command line: int\('8'\)\."),
+                        (8.0, r" Pass the int 8 \(a float, such as the result of '/', is not taken: divide with "
+                              r"'//'\)\.")):
         with pytest.raises(TypeError, match=rf"^For 'Model_ACCU.train', 'global_batch_size' must be an int >= 1, "
                                             rf"but got {value!r} of type {type(value).__name__}\.{hint}$"):
             model.train(1, _dense_data(), global_batch_size=value)
@@ -212,6 +214,18 @@ def test_the_driver_takes_a_global_batch_and_its_state_refuses_another(tmp_path)
                                                        r"x 2 micro-batches x 8 samples"):
         _driver().train_process(2, _dense_data(), global_batch_size=16, ckpt_path=None, log_every=0,
                                 resume_from=state)
+    refused = _driver()  # another micro-batch too: the state would move, and its global batch is checked there
+    before = {p.name: p.asnumpy().copy() for p in refused.cell.get_parameters()}
+    with pytest.raises(ms_accum.CheckpointError, match=r"'global_batch_size' was 32 = 1 device x 4 micro-batches x "
+                                                       r"8 samples, but this run's is 16 = 1 device x 4 "
+                                                       r"micro-batches x 4 samples"):
+        refused.train_process(2, _dense_data(batch=4), global_batch_size=16, ckpt_path=None, log_every=0,
+                              resume_from=state)
+    # refused before anything was loaded (a new user's trial found the state's weights and global_step in the cell);
+    # N itself (grad_sum.steps) is the run's, set before the resume
+    for param in refused.cell.get_parameters():
+        if param.name != "grad_sum.steps":
+            np.testing.assert_array_equal(param.asnumpy(), before[param.name], err_msg=param.name)
     with pytest.raises(ms_accum.CheckpointError, match=r"'global_batch_size' was 32 .* this run's is 16.* Pass "
                                                        r"gradient_accumulation_steps=4 \(or global_batch_size=32\)"):
         _driver().train_process(2, _dense_data(), 2, ckpt_path=None, log_every=0, resume_from=state)  # N given
@@ -223,6 +237,31 @@ def test_the_driver_takes_a_global_batch_and_its_state_refuses_another(tmp_path)
     with pytest.raises(ValueError, match=r"For 'GradientAccumulation.train_process', 'global_batch_size' must be a "
                                          r"multiple of devices x micro-batch = 1 x 8 = 8"):
         _driver().train_process(1, _dense_data(), global_batch_size=36, ckpt_path=None)
+
+
+def test_a_global_batch_needs_a_dataset_that_gives_its_micro_batch():
+    """A new user's trial: a GeneratorDataset yielding micro-batches of 16 (no .batch) says get_batch_size() 1, and
+    global_batch_size=48 derived N = 48 (refused there only as longer than the epoch; a longer dataset would have
+    trained windows of 768 samples, in silence). Both trainers refuse G, and a plan, without a batch operation;
+    N itself is taken."""
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(96, 4)).astype(np.float32), rng.normal(size=(96, 2)).astype(np.float32)
+
+    def micro_batches():
+        for start in range(0, 96, 16):
+            yield x[start:start + 16], y[start:start + 16]
+    data = ds.GeneratorDataset(micro_batches, ["x", "y"], shuffle=False)
+    message = (r"'global_batch_size' derives N from the dataset's micro-batch size, which this dataset does not "
+               r"give: it has no batch operation, so its get_batch_size\(\) is 1 whatever its rows hold.* Yield "
+               r"samples and batch them with dataset.batch\(micro_batch\), or pass N itself")
+    with pytest.raises(ValueError, match=rf"For 'GradientAccumulation.train_process', {message}"):
+        _driver().train_process(1, data, global_batch_size=32, ckpt_path=None, log_every=0)
+    with pytest.raises(ValueError, match=rf"For 'Model_ACCU.train', {message}"):
+        _model_accu(nn.Dense(4, 2)).train(1, data, global_batch_size=32)
+    plan = ms_accum.plan_micro_batch(lambda b: ms_accum.Measurement(b, b, 1.0), 32, 2 ** 30, verbose=False)
+    with pytest.raises(ValueError, match=r"'plan' derives N from the dataset's micro-batch size"):
+        _driver().train_process(1, data, plan=plan, ckpt_path=None, log_every=0)
+    assert len(_driver().train_process(1, data, 2, ckpt_path=None, log_every=0)) == 3
 
 
 def _model_accu(net, state_path=None):

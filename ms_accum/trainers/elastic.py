@@ -112,6 +112,22 @@ def dataset_shards(dataset):
     return dataset_sharding(dataset)[0]
 
 
+BATCH_OPERATIONS = ("BatchDataset", "PaddedBatchDataset", "BucketBatchByLengthDataset")
+
+
+def dataset_batched(dataset):
+    """Whether `dataset`'s pipeline batches its rows (``.batch``, ``.padded_batch``,
+    ``.bucket_batch_by_length``): only then does ``get_batch_size()`` give the micro-batch (it is 1 otherwise,
+    whatever the rows hold, such as a GeneratorDataset yielding whole micro-batches)."""
+    pending = [dataset]
+    while pending:
+        node = pending.pop()
+        if type(node).__name__ in BATCH_OPERATIONS:
+            return True
+        pending.extend(getattr(node, "children", None) or [])
+    return False
+
+
 def dataset_sharding(dataset):
     """(num_shards, shard_id) of `dataset`'s source when MindSpore's distributed sampler shares it out, else
     (None, None)."""

@@ -17,7 +17,7 @@ from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
 from ..core.user_warning import warn
 from . import devices
-from .elastic import RunLayout
+from .elastic import RunLayout, dataset_batched
 from ..core.open_window import PARTIAL_WINDOW_POLICIES
 from .loop import check_loss_monitor, check_rate_callbacks
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
@@ -188,6 +188,13 @@ def run_steps(owner, cell, settings, world, required, trained=False):
     given = [name for name, value in [(STEPS_NAME, settings.steps), *settings.step_aliases.items(),
                                       (GLOBAL_BATCH_NAME, settings.global_batch_size)] if value is not None]
     batch_size = settings.dataset.get_batch_size()
+    if (settings.plan is not None or settings.global_batch_size is not None) and not dataset_batched(settings.dataset):
+        argument = "'plan'" if settings.plan is not None else f"'{GLOBAL_BATCH_NAME}'"
+        raise ValueError(f"For '{owner}', {argument} derives N from the dataset's micro-batch size, which this "
+                         f"dataset does not give: it has no batch operation, so its get_batch_size() is 1 whatever "
+                         f"its rows hold (a GeneratorDataset that yields whole micro-batches, say; a new user's of "
+                         f"16 samples got N = G). Yield samples and batch them with dataset.batch(micro_batch), or "
+                         f"pass N itself (gradient_accumulation_steps).")
     if settings.plan is not None:
         steps, name = steps_from_plan(owner, settings.plan, given, batch_size, world), "plan.steps"
         source = f"'plan' (global batch {settings.plan.global_batch_size})"

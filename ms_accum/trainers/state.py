@@ -408,6 +408,26 @@ def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1
                               f"path that wrote it, or resume from an epoch checkpoint (network and optimizer), "
                               f"which every path loads.")
     saved_format = int(params[FORMAT].asnumpy()) if FORMAT in params else 1
+    # every check of the run against the file before anything is loaded: a refused resume leaves the cell as it was
+    # (a new user's trial found a refused one's network and optimizer holding the state's values)
+    saved_updates, rerun = updates, False
+    moved = saved is not None and moves(saved, layout)
+    if moved:
+        position, updates, rerun = elastic_position(saved, layout, position, updates, open_window, path,
+                                                    arg_name)
+        if rerun and drop_window is None:
+            raise CheckpointError(f"'{arg_name}' {path!r} was written inside a window of {saved.describe()}: "
+                                  f"resuming it as {layout.describe()} needs 'drop_window' to discard that "
+                                  f"window's sums.")
+    elif saved is not None:
+        check_same_global_batch(saved, layout, path, arg_name)
+        check_same_partial_window(saved, layout, f"'{arg_name}' {path!r} continues a run whose epochs' partial "
+                                                 f"windows this run would treat otherwise")
+    if not 0 <= position < total_micro_batches:
+        longer = "raise 'epoch'" if arg_name == "resume_from" else "pass a larger 'total_micro_batches'"
+        raise CheckpointError(f"'{arg_name}' {path!r} was written after {position} micro-batches, but this run "
+                              f"ends after {total_micro_batches}, so nothing is left to train: {longer} to continue "
+                              f"it.")
     changed = _other_hyperparameters(cell, params)
     load_into(cell, params, path, arg_name=arg_name, what="a training state of this model",
               optional=lambda name: _added_since(saved_format, name))
@@ -423,28 +443,12 @@ def resume_training_state(cell, state_path, total_micro_batches, rank=0, world=1
         if param.name.endswith(ADDED_IN_FORMAT_4) and param.name not in params:
             write_parameter(param, 1.0)  # the buffers it wrote hold item-weighted sums
     if saved_format < 5:
-        _from_earlier_formats(cell, params, updates)
-    moved = saved is not None and moves(saved, layout)
+        _from_earlier_formats(cell, params, saved_updates)
     if moved:
-        position, updates, rerun = elastic_position(saved, layout, position, updates, open_window, path,
-                                                    arg_name)
         if rerun:
-            if drop_window is None:
-                raise CheckpointError(f"'{arg_name}' {path!r} was written inside a window of {saved.describe()}: "
-                                      f"resuming it as {layout.describe()} needs 'drop_window' to discard that "
-                                      f"window's sums.")
             drop_window()
         print(resume_notice(saved, layout, position, rerun), flush=True)
-    elif saved is not None:
-        check_same_global_batch(saved, layout, path, arg_name)
-        check_same_partial_window(saved, layout, f"'{arg_name}' {path!r} continues a run whose epochs' partial "
-                                                 f"windows this run would treat otherwise")
-    if not 0 <= position < total_micro_batches:
-        longer = "raise 'epoch'" if arg_name == "resume_from" else "pass a larger 'total_micro_batches'"
-        raise CheckpointError(f"'{arg_name}' {path!r} was written after {position} micro-batches, but this run "
-                              f"ends after {total_micro_batches}, so nothing is left to train: {longer} to continue "
-                              f"it.")
-    if not moved:
+    else:
         if layout is None:
             where = f"{count(position, 'micro-batch')} done"
         else:
