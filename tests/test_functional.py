@@ -203,8 +203,10 @@ def test_gradients_that_are_not_tensors_are_named():
     assert not any(b.asnumpy().any() for b in accumulator.inner_grads), "a refused call added gradients"
 
 
-@pytest.mark.parametrize("num_items, got, error", [("8", "str", TypeError),
-                                                   (Tensor(np.ones(2, np.float32)), r"shape \(2,\)", ValueError)])
+@pytest.mark.parametrize("num_items, got, error", [
+    ("8", "str", TypeError), (Tensor(np.ones(2, np.float32)), r"shape \(2,\)", ValueError),
+    # a new user's trial: a mask's element weighed 1, in silence, where a Python bool was refused
+    (Tensor(True), r"a bool Tensor\. Pass the count itself, for example a mask's sum \(mask\.sum\(\)\)", TypeError)])
 def test_num_items_that_is_no_scalar_is_named_as_the_calls_argument(num_items, got, error):
     """It was refused as 'the second output of the loss network', which the Accumulator has none of. A value that is
     no number is a TypeError, as every other wrong type; a Tensor of another shape a ValueError."""
@@ -216,7 +218,8 @@ def test_num_items_that_is_no_scalar_is_named_as_the_calls_argument(num_items, g
     assert not any(b.asnumpy().any() for b in accumulator.inner_grads), "a refused call added gradients"
 
 
-@pytest.mark.parametrize("count", [np.int64, np.float32], ids=["int64", "float32"])
+@pytest.mark.parametrize("count", [np.int64, np.float32, lambda n: np.array(n, np.float32)],
+                         ids=["int64", "float32", "0-d array"])
 def test_numpy_scalars_are_numbers_of_items(count):
     """A new user's trial: np.int64(8), an array's element or length as NumPy gives it, was refused as 'a scalar
     Tensor or a number, but got int64'. It weighs as the number it is; a NumPy bool is still refused."""
@@ -226,7 +229,7 @@ def test_numpy_scalars_are_numbers_of_items(count):
     accumulator = ms_accum.Accumulator(opt, 4)
     for x, y in batches:
         accumulator(grad_fn(Tensor(x), Tensor(y))[1], count(len(x)))
-    assert_equals_large_batch(params_of(net), large_batch("sgd"), [batches[:4], batches[4:]], context=count.__name__)
+    assert_equals_large_batch(params_of(net), large_batch("sgd"), [batches[:4], batches[4:]], context=str(count))
     with pytest.raises(TypeError, match=r"'num_items', the call's second argument, must be a scalar Tensor or a "
                                         r"number \(the micro-batch's item count\), but got bool\.$"):
         accumulator(tuple(ms.ops.zeros_like(p) for p in opt.parameters), np.bool_(True))

@@ -179,8 +179,8 @@ class Accumulator(WindowEngine, nn.Cell):
                                 f"mindspore.value_and_grad, or wrap arrays in mindspore.Tensor.")
         _check_grads(grads, self.shapes, [tuple(g.shape) for g in grads], eager=True)
         grads = mutable(grads)
-        if isinstance(num_items, np.generic):  # a NumPy scalar (np.int64(8), an array's element) is a number too
-            num_items = num_items.item()
+        if isinstance(num_items, np.generic) or (isinstance(num_items, np.ndarray) and num_items.ndim == 0):
+            num_items = num_items.item()  # a NumPy scalar (np.int64(8), an array's element or 0-d array) is a number
         if num_items is not None and check_items_value("Accumulator", num_items, ITEMS_ARGUMENT):
             num_items = Tensor(num_items, mstype.float32)
         return super().__call__(grads, num_items)

@@ -64,6 +64,9 @@ def check_items_value(owner, num_items, source="the second output of the loss ne
         raise TypeError(f"{expected} {type(num_items).__name__}.")
     if num_items.shape not in ((), (1,)):
         raise ValueError(f"{expected} shape {num_items.shape}.")
+    if num_items.dtype == mstype.bool_:  # a mask's element: it weighed 1, in silence (a new user's trial)
+        raise TypeError(f"{expected} a bool Tensor. Pass the count itself, for example a mask's sum "
+                        f"(mask.sum()).")
     return False
 
 
