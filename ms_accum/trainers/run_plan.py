@@ -192,9 +192,9 @@ def run_steps(owner, cell, settings, world, required, trained=False):
         argument = "'plan'" if settings.plan is not None else f"'{GLOBAL_BATCH_NAME}'"
         raise ValueError(f"For '{owner}', {argument} derives N from the dataset's micro-batch size, which this "
                          f"dataset does not give: it has no batch operation, so its get_batch_size() is 1 whatever "
-                         f"its rows hold (a GeneratorDataset that yields whole micro-batches, say; a new user's of "
-                         f"16 samples got N = G). Yield samples and batch them with dataset.batch(micro_batch), or "
-                         f"pass N itself (gradient_accumulation_steps).")
+                         f"its rows hold (a GeneratorDataset that yields whole micro-batches of 16 samples, say, "
+                         f"would give N = G instead of G / 16). Yield samples and batch them with "
+                         f"dataset.batch(micro_batch), or pass N itself (gradient_accumulation_steps).")
     if settings.plan is not None:
         steps, name = steps_from_plan(owner, settings.plan, given, batch_size, world), "plan.steps"
         source = f"'plan' (global batch {settings.plan.global_batch_size})"
