@@ -26,7 +26,8 @@ def rank_and_world(cell):
 def check_sharding(owner, cell, train_dataset):
     """Whether MindSpore's distributed sampler shares the data out over `cell`'s devices (on one device: whether
     the dataset is whole, one shard); in data parallel, a warning when it does not (every device would read every
-    sample, unless each reads files of its own)."""
+    sample, unless each reads files of its own), and on one device when the process looks like one of several
+    meant for data parallel (:func:`_check_alone`)."""
     world = rank_and_world(cell)[1]
     shards = dataset_shards(train_dataset)
     if world == 1:

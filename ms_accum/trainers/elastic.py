@@ -115,30 +115,28 @@ def dataset_shards(dataset):
 BATCH_OPERATIONS = ("BatchDataset", "PaddedBatchDataset", "BucketBatchByLengthDataset")
 
 
+def _pipeline(dataset):
+    """Every node of `dataset`'s pipeline, from `dataset` down to its sources (MindSpore's ``children``)."""
+    pending = [dataset]
+    while pending:
+        node = pending.pop()
+        children = getattr(node, "children", None) or []
+        pending.extend(children)
+        yield node, children
+
+
 def dataset_batched(dataset):
     """Whether `dataset`'s pipeline batches its rows (``.batch``, ``.padded_batch``,
     ``.bucket_batch_by_length``): only then does ``get_batch_size()`` give the micro-batch (it is 1 otherwise,
     whatever the rows hold, such as a GeneratorDataset yielding whole micro-batches)."""
-    pending = [dataset]
-    while pending:
-        node = pending.pop()
-        if type(node).__name__ in BATCH_OPERATIONS:
-            return True
-        pending.extend(getattr(node, "children", None) or [])
-    return False
+    return any(type(node).__name__ in BATCH_OPERATIONS for node, _ in _pipeline(dataset))
 
 
 def dataset_sharding(dataset):
     """(num_shards, shard_id) of `dataset`'s source when MindSpore's distributed sampler shares it out, else
     (None, None)."""
-    pending = [dataset]
-    while pending:
-        node = pending.pop()
-        children = getattr(node, "children", None) or []
-        if children:
-            pending.extend(children)
-            continue
-        sampler = getattr(node, "sampler", None)
+    for node, children in _pipeline(dataset):
+        sampler = None if children else getattr(node, "sampler", None)  # a source's sampler
         if type(sampler).__name__ == "DistributedSampler":
             return (getattr(sampler, "num_shards", None) or getattr(node, "num_shards", None),
                     getattr(sampler, "shard_id", getattr(node, "shard_id", None)))
