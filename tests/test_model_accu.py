@@ -21,7 +21,7 @@ from ms_accum.trainers.devices import check_devices_agree, check_sharding
 from helpers import (FLOAT16_GAIN, FLOAT16_ROUNDING, FLOAT32_ROUNDING, ROUNDING_GAIN, assert_equals_large_batch,
                      assert_noise_records_match, assert_params_equal, build, large_batch, micro_batches,
                      noise_reference, numpy_dataset, params_of, reference_train, windows_of_sizes)
-from test_accu_cells import CELLS, make_cell
+from test_accu_cells import CELLS, make_cell, optimizer_state
 
 
 def windows_of(batches, n, epochs=1):
@@ -289,6 +289,35 @@ class TestBadInput:
         cell, _, _ = make_cell("plain")
         with pytest.raises(RuntimeError, match="'build' is not supported"):
             ms_accum.Model_ACCU(cell).build()
+
+    def test_predict_is_refused_and_trains_nothing(self):
+        """Model predicts with the network it was given, here the accumulation cell: predict(x, y) added the batch to
+        the open window in silence, and the next train() applied it with its own first window (a new user's trial:
+        3 updates instead of 2, the weights 6e-2 off the large batch's)."""
+        cell, net, opt = make_cell("plain")
+        model = ms_accum.Model_ACCU(cell)
+        (x, y), = micro_batches((4,))
+        before = optimizer_state(opt)
+        with pytest.raises(RuntimeError, match=r"For 'Model_ACCU.predict', Model would predict with the network it "
+                                               r"was given, the accumulation cell, whose call trains: .* Predict "
+                                               r"with your network instead: mindspore.train.Model\(net\)"):
+            model.predict(ms.Tensor(x), ms.Tensor(y))
+        assert all(not buffer.asnumpy().any() for buffer in cell.accu_grads)
+        assert all(np.array_equal(value, before[name]) for name, value in optimizer_state(opt).items())
+        assert int(cell.accu_micro_steps.asnumpy()) == 0
+
+    def test_a_cell_trained_by_an_earlier_model_keeps_its_n(self):
+        """N given to train() sets a cell built without N; a later Model_ACCU over the same cell given another N is
+        told the cell has trained with its N (it was told to build the cell without N, which the user had done)."""
+        cell, _, opt = make_cell("plain", steps=1)
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 4)), gradient_accumulation_steps=2)
+        assert cell.gradient_accumulation_steps == 2 and opt.global_step.asnumpy()[0] == 2
+        with pytest.raises(ValueError, match=r"For 'Model_ACCU.train', 'gradient_accumulation_steps' needs N = 4, "
+                                             r"but the cell has trained with N = 2 and its graphs hold it. Build a "
+                                             r"new cell and Model_ACCU for another N."):
+            ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 4)), gradient_accumulation_steps=4)
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 4)), gradient_accumulation_steps=2)
+        assert opt.global_step.asnumpy()[0] == 4
 
 
 # ------------------------------------------------------------------ sink mode, as far as a CPU runs it

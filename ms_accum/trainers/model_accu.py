@@ -280,9 +280,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                 `global_batch_size`: the cell's N becomes the plan's ``steps``, and the dataset must be batched at
                 its ``micro_batch`` on its devices (keyword only). Default: ``None``.
             gradient_accumulation_steps (Union[int, dict, str, AccumulationSchedule, AdaptiveAccumulation],
-                optional): N for this run, in place of the cell's, as the constructor takes it; under the same
-                rules as `global_batch_size` (keyword only). ``accumulation_steps``, ``mini_steps`` and
-                ``accumulate_step`` are accepted in its place. Default: ``None``, the cell's N.
+                optional): N for this run, for a cell built without N (N 1), as the constructor takes it; under
+                the same rules as `global_batch_size` (keyword only): a cell that has trained keeps its N.
+                ``accumulation_steps``, ``mini_steps`` and ``accumulate_step`` are accepted in its place. Default:
+                ``None``, the cell's N.
             Others: as in :meth:`mindspore.train.Model.train`.
 
         Raises:
@@ -389,6 +390,14 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             warn(f"For '{owner}', dataset sink mode needs a GPU or Ascend device: on CPU MindSpore "
                  f"trains without sink (its notice is logged at INFO level only){cut}. The checks a device "
                  f"makes passed. Pass dataset_sink_mode=False on CPU.", UserWarning)
+
+    def predict(self, *predict_data, **kwargs):
+        """Not supported: Model predicts with the network it was given, here the accumulation cell, whose call trains
+        (it would add the batch to the window open in the cell's buffers, and the next window would hold it)."""
+        raise RuntimeError("For 'Model_ACCU.predict', Model would predict with the network it was given, the "
+                           "accumulation cell, whose call trains: it would add the batch's gradient to the window "
+                           "open in the cell's buffers. Predict with your network instead: "
+                           "mindspore.train.Model(net).predict(x), or net.set_train(False) and net(x).")
 
     def build(self, *args, **kwargs):
         """Not supported: it would compile a third 'train' graph and bind the dataset to it."""

@@ -183,7 +183,8 @@ def run_steps(owner, cell, settings, world, required, trained=False):
     N of the run as its caller gave it: under its one name or an older one, derived from `global_batch_size`, or
     from `plan`; at most one of them. Returns (N, the name it was given under), or (None, None) when none was given
     and not `required` (the cell keeps its N). An N other than a cell's own is refused when the cell already has
-    one given (not 1) or, `trained`, holds its graphs.
+    one given (not 1) or, `trained` (or called before: by another Model_ACCU, or the user's own loop), holds its
+    graphs.
     """
     given = [name for name, value in [(STEPS_NAME, settings.steps), *settings.step_aliases.items(),
                                       (GLOBAL_BATCH_NAME, settings.global_batch_size)] if value is not None]
@@ -218,7 +219,7 @@ def run_steps(owner, cell, settings, world, required, trained=False):
         argument = source.split(" ")[0]
         raise ValueError(f"For '{owner}', {argument} sets one N, but the cell's '{cell.steps_name}' is {current!r}. "
                          f"Build the cell without it, or drop {argument}.")
-    if wanted != current and trained:
+    if wanted != current and (trained or (current != 1 and cell._called)):  # pylint: disable=protected-access
         raise ValueError(f"For '{owner}', {source} needs N = {steps!r}, but the cell has trained with N = {current!r} "
                          f"and its graphs hold it. Build a new cell and Model_ACCU for another N.")
     if wanted != current and current != 1:
