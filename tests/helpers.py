@@ -55,6 +55,19 @@ class ConvPoolNet(nn.Cell):
         return self.fc(self.flatten(self.pool(self.relu(self.conv(x)))))
 
 
+class TokenClassifier(nn.Cell):
+    """Token ids (B, T) below 20 -> an embedding's mean over the tokens -> 3 logits: the check command's token
+    network."""
+
+    def __init__(self):
+        super().__init__()
+        self.embedding = nn.Embedding(20, 6)
+        self.fc = nn.Dense(6, 3)
+
+    def construct(self, ids):
+        return self.fc(self.embedding(ids).mean(1))
+
+
 class BatchNormNet(nn.Cell):
     """BatchNorm in training mode: micro-batch statistics make accumulation differ from the large batch."""
 

@@ -12,6 +12,7 @@ import ms_accum
 from ms_accum.tools.equivalence import ParameterCheck
 from conftest import ROOT
 from helpers import BatchNormNet, ConvPoolNet, SmallConvNet, run_python
+from ms_accum.core.compiled import first_line
 
 
 def batch(size=12, seed=0):
@@ -313,7 +314,31 @@ def test_command_passes_and_fails_with_exit_codes():
     flat = run_check("--network", "helpers:SmallConvNet", "--input-shape", "6,6", "--num-classes", "4")
     assert flat.returncode == 2 and "Call Stack" not in flat.stderr, flat.stderr
     assert ("'--input-shape' must be one sample's shape as the network takes it, but the network could not run on a "
-            "batch of one sample of shape 6,6: ") in flat.stderr and "Conv2D" in flat.stderr, flat.stderr
+            "batch of one sample of shape 6,6 (float32 values): ") in flat.stderr and "Conv2D" in flat.stderr, \
+        flat.stderr
+
+
+@pytest.mark.slow
+def test_command_checks_a_network_over_token_ids():
+    """A new user's token model: float inputs ended in MindSpore's Gather error cut to its banner of dashes and
+    blamed on '--input-shape' alone; with --input-ids the check runs on int32 ids and passes."""
+    ids = run_check("--network", "helpers:TokenClassifier", "--input-shape", "7", "--input-ids", "20",
+                    "--num-classes", "3", "--batch-size", "12", "--accumulation-steps", "3", "--optimizer", "adam")
+    assert ids.returncode == 0 and "\nPASS:" in ids.stdout and "embedding.embedding_table" in ids.stdout, \
+        ids.stdout + ids.stderr
+    floats = run_check("--network", "helpers:TokenClassifier", "--input-shape", "7", "--num-classes", "3")
+    assert floats.returncode == 2, floats.stdout + floats.stderr
+    assert ("the network could not run on a batch of one sample of shape 7 (float32 values): Select CPU "
+            "operator[Gather] fail!") in floats.stderr, floats.stderr
+    assert ("A network that takes token ids (an Embedding first) needs --input-ids VOCAB, its vocabulary's "
+            "size.") in floats.stderr and "-----" not in floats.stderr, floats.stderr
+
+
+def test_first_line_skips_mindspores_banner():
+    banner = "\n" + "-" * 52 + "\n- Kernel select failed:\n" + "-" * 52 + "\nSelect CPU operator[Gather] fail!\nmore"
+    assert first_line(TypeError(banner)) == "Select CPU operator[Gather] fail!"
+    assert first_line(ValueError("For 'x', y must be 1.\n\n- C++ Call Stack:")) == "For 'x', y must be 1."
+    assert first_line(RuntimeError("----\n")) == "RuntimeError" and first_line(KeyError()) == "KeyError"
 
 
 @pytest.mark.parametrize("args, message", [

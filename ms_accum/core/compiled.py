@@ -118,13 +118,18 @@ def read_before_branch(hyper_map, taken, others):
 
 
 _FRAME = re.compile(r"^# \d+ In file (.+?):\d+", re.M)
+_BANNER = re.compile(r"- [^:]*:")  # a heading of MindSpore's message, between two lines of dashes
 
 
 def first_line(error):
-    """The first line of `error`'s message (MindSpore's run to many lines, with its C++ call stack), or its type's
-    name when it has none."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
+    """The first line of `error`'s message that says something (MindSpore's run to many lines, with its C++ call
+    stack, and some open with a banner: a line of dashes, a heading such as '- Kernel select failed:', dashes
+    again), or its type's name when it has none."""
+    for line in str(error).splitlines():
+        line = line.strip()
+        if any(c.isalnum() for c in line) and not _BANNER.fullmatch(line):
+            return line
+    return type(error).__name__
 
 
 def own_graph_error(error):

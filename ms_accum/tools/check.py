@@ -4,9 +4,9 @@
         --batch-size 32 --accumulation-steps 4
 
 The network factory is called after the same seed for each copy; one copy takes a large-batch step on a random
-batch, another the same batch as accumulation_steps micro-batches through ms_accum, with the mean cross-entropy
-over labels 0..num_classes-1 or (--loss mse) the mean squared error to normal targets of the network's output
-shape. Per parameter it prints the relative difference of the gradient handed to the optimizer and of the updated
+batch (normal floats, or with --input-ids VOCAB token ids), another the same batch as accumulation_steps
+micro-batches through ms_accum, with the mean cross-entropy over labels 0..num_classes-1 or (--loss mse) the mean
+squared error to normal targets of the network's output shape. Per parameter it prints the relative difference of the gradient handed to the optimizer and of the updated
 parameter (elements whose gradient is rounding noise left out, as adaptive optimizers move them by their learning
 rate either way), and a verdict. Exit code 0: equivalent within --rtol; 1: not; 2: bad arguments.
 """
@@ -71,6 +71,9 @@ def main(argv=None):
                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--network", required=True, help="factory of the network, 'package.module:callable'")
     parser.add_argument("--input-shape", type=_shape, required=True, help="one sample's shape, for example 1,32,32")
+    parser.add_argument("--input-ids", type=positive_int, default=None, metavar="VOCAB",
+                        help="the network takes token ids: its inputs are int32 ids drawn from 0..VOCAB-1 instead of "
+                             "normal floats (--input-shape is then one sample's ids, for example 16)")
     parser.add_argument("--num-classes", type=positive_int, default=None,
                         help="labels are drawn from 0..num_classes-1 (needed with --loss cross_entropy)")
     parser.add_argument("--loss", choices=["cross_entropy", "mse"], default="cross_entropy",
@@ -95,14 +98,17 @@ def main(argv=None):
         factory = _load(args.network)
         ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
         rng = np.random.default_rng(args.seed)
-        images = rng.normal(size=(args.batch_size,) + shape).astype(np.float32)
+        if args.input_ids is None:
+            images = rng.normal(size=(args.batch_size,) + shape).astype(np.float32)
+        else:
+            images = rng.integers(0, args.input_ids, size=(args.batch_size,) + shape).astype(np.int32)
         if args.loss == "cross_entropy":  # drawn here, after the images, as before --loss was an option
             labels = rng.integers(0, args.num_classes, size=args.batch_size).astype(np.int32)
         if args.accumulation_steps > args.batch_size:
             raise ValueError(f"'--gradient-accumulation-steps' must be <= '--batch-size' {args.batch_size} (each "
                              f"micro-batch holds at least one sample), but got {args.accumulation_steps}. Pass "
                              f"--batch-size {args.accumulation_steps} or more, or fewer accumulation steps.")
-        logits = _probe(_build(factory, args.network), images[:1], shape)
+        logits = _probe(_build(factory, args.network), images[:1], shape, args.input_ids)
         if args.loss == "mse":
             if not isinstance(logits, ms.Tensor):
                 raise ValueError(f"'--loss mse' needs a network that returns one Tensor, but {args.network!r} "
@@ -130,16 +136,19 @@ def main(argv=None):
     return 0 if report.passed else 1
 
 
-def _probe(network, sample, shape):
-    """The network's output on one sample, or a ValueError naming '--input-shape' if the network cannot take it
-    (MindSpore's own message, a kernel's, comes with a C++ call stack and names no flag)."""
+def _probe(network, sample, shape, input_ids):
+    """The network's output on one sample, or a ValueError naming '--input-shape' (and '--input-ids') if the network
+    cannot take it (MindSpore's own message, a kernel's, comes with a C++ call stack and names no flag)."""
     try:
         return network(ms.Tensor(sample))
     except (ValueError, TypeError, RuntimeError) as err:
+        kind = "float32 values" if input_ids is None else f"int32 ids below {input_ids}"
+        ids = (" A network that takes token ids (an Embedding first) needs --input-ids VOCAB, its vocabulary's size."
+               if input_ids is None else " Pass --input-ids no larger than the network's vocabulary.")
         raise ValueError(f"'--input-shape' must be one sample's shape as the network takes it, but the network "
-                         f"could not run on a batch of one sample of shape {','.join(map(str, shape))}: "
+                         f"could not run on a batch of one sample of shape {','.join(map(str, shape))} ({kind}): "
                          f"{first_line(err)} Pass the shape its first layer expects, without the batch dimension "
-                         f"(for example 3,32,32 for a Conv2d over RGB images).") from err
+                         f"(for example 3,32,32 for a Conv2d over RGB images).{ids}") from err
 
 
 if __name__ == "__main__":
