@@ -6,9 +6,10 @@
 The network factory is called after the same seed for each copy; one copy takes a large-batch step on a random
 batch (normal floats, or with --input-ids VOCAB token ids), another the same batch as accumulation_steps
 micro-batches through ms_accum, with the mean cross-entropy over labels 0..num_classes-1 or (--loss mse) the mean
-squared error to normal targets of the network's output shape. Per parameter it prints the relative difference of the gradient handed to the optimizer and of the updated
-parameter (elements whose gradient is rounding noise left out, as adaptive optimizers move them by their learning
-rate either way), and a verdict. Exit code 0: equivalent within --rtol; 1: not; 2: bad arguments.
+squared error to normal targets of the network's output shape. Per parameter it prints the relative difference of
+the gradient handed to the optimizer and of the updated parameter (elements whose gradient is rounding noise left
+out, as adaptive optimizers move them by their learning rate either way), and a verdict. Exit code 0: equivalent
+within --rtol; 1: not; 2: bad arguments.
 """
 import argparse
 import importlib
