@@ -328,7 +328,7 @@ def test_model_accu_sets_the_cells_n_from_the_global_batch_and_refuses_conflicts
     given = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
                                         gradient_accumulation_steps=3)
     with pytest.raises(ValueError, match=r"N must be given once, but the cell's 'gradient_accumulation_steps' is 3 "
-                                         r"and 'global_batch_size' 48 gives N = 6"):
+                                         r"and this call's 'global_batch_size' 48 gives N = 6"):
         ms_accum.Model_ACCU(given).train(1, _dense_data(), global_batch_size=48)
     scheduled = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), nn.SGD(net.trainable_params(), 0.1),
                                             gradient_accumulation_steps={0: 1, 2: 2})

@@ -318,6 +318,13 @@ class TestBadInput:
             ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 4)), gradient_accumulation_steps=4)
         ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 4)), gradient_accumulation_steps=2)
         assert opt.global_step.asnumpy()[0] == 4
+        # a cell built with N, given another to train(): the message named 'gradient_accumulation_steps' twice
+        given, _, _ = make_cell("plain", steps=2)
+        with pytest.raises(ValueError, match=r"N must be given once, but the cell's 'accumulation_steps' is 2 and "
+                                             r"this call's 'gradient_accumulation_steps' gives N = 4\. Leave N "
+                                             r"out of this call to train with the cell's, pass Model_ACCU\(cell, "
+                                             r"gradient_accumulation_steps=N\) to replace the cell's"):
+            ms_accum.Model_ACCU(given).train(1, numpy_dataset(micro_batches((4,) * 4)), gradient_accumulation_steps=4)
 
 
 # ------------------------------------------------------------------ sink mode, as far as a CPU runs it

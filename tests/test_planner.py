@@ -113,6 +113,11 @@ def test_bad_input_is_refused_before_anything_is_measured_or_trained():
     with pytest.raises(TypeError, match=r"'measure' must return a Measurement, but returned int for micro-batch 1\. "
                                         r"Pass InProcessMeasure\(run_at\) or FreshProcessMeasure\(command\)"):
         ms_accum.plan_micro_batch(lambda b: 5, 32, "1GiB", verbose=False)
+    # a new user's trial: a measure returning another size's Measurement had its peak filed under the size asked for
+    with pytest.raises(ValueError, match=r"'measure' must return the Measurement of the micro-batch it was asked for, "
+                                         r"but returned one of micro-batch 2 when asked for 1\. Run and measure at "
+                                         r"the size it is called with"):
+        ms_accum.plan_micro_batch(lambda b: ms_accum.Measurement(2 * b, 100 * MIB), 32, "1GiB", verbose=False)
     # a new user's trial: world=0 reached MindSpore's AllGather after the first measurement; measure=5 failed as
     # "'int' object is not callable"
     for world, error in ((0, ValueError), (2.5, TypeError), ("2", TypeError)):

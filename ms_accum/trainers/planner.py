@@ -296,6 +296,10 @@ def plan_micro_batch(measure, global_batch_size, max_memory, devices=1, prefer="
                             f"{type(found).__name__} for micro-batch {b}. Pass InProcessMeasure(run_at) or "
                             f"FreshProcessMeasure(command), which measure a function or a command at b, or a function "
                             f"of your own that returns Measurement(b, peak_bytes).")
+        if found.micro_batch != b:  # its peak would be filed under b, and the plan fitted to another size's peak
+            raise ValueError(f"For '{owner}', 'measure' must return the Measurement of the micro-batch it was asked "
+                             f"for, but returned one of micro-batch {found.micro_batch} when asked for {b}. Run "
+                             f"and measure at the size it is called with: Measurement(b, peak_bytes).")
         found = Measurement(b, _gather_peaks(found.peak, world), found.samples_per_second)
         measurements.append(found)
         if verbose:

@@ -224,8 +224,9 @@ def run_steps(owner, cell, settings, world, required, trained=False):
                          f"and its graphs hold it. Build a new cell and Model_ACCU for another N.")
     if wanted != current and current != 1:
         raise ValueError(f"For '{owner}', N must be given once, but the cell's '{cell.steps_name}' is {current!r} "
-                         f"and {source} gives N = {steps!r}. Build the cell without N (and Model_ACCU without "
-                         f"'gradient_accumulation_steps'), or give N once.")
+                         f"and this call's {source} gives N = {steps!r}. Leave N out of this call to train with the "
+                         f"cell's, pass Model_ACCU(cell, gradient_accumulation_steps=N) to replace the cell's, or "
+                         f"build the cell without N.")
     return steps, name
 
 
