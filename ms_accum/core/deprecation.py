@@ -8,6 +8,22 @@ from .user_warning import warn
 REMOVED_IN = "0.5.0"  # the next release: it removes every name deprecated in 0.4.0
 
 
+class OldCall:
+    """
+    What an old name gives whose call did what its new attribute's call does not: `target`, the new attribute, with
+    a call that does what the old one did, ``call(target, *args, **kwargs)``; its other attributes are `target`'s.
+    """
+
+    def __init__(self, target, call):
+        self.target, self._call = target, call
+
+    def __call__(self, *args, **kwargs):
+        return self._call(self.target, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.target, name)
+
+
 class renamed(property):  # pylint: disable=invalid-name  (a descriptor, named as `property` is)
     """
     A read-only property `old` that returns the attribute `new` (a dotted path, such as ``"cell.drop"``) with a
@@ -19,17 +35,20 @@ class renamed(property):  # pylint: disable=invalid-name  (a descriptor, named a
         new (str): The name that replaces it.
         why (str): How the text says it was replaced. Default: ``"renamed"``.
         removed_in (str): The release that removes `old`. Default: :data:`REMOVED_IN`.
+        call (callable, optional): Where calling `old` did what calling `new` does not, what it did,
+            ``call(new's value, *args, **kwargs)``: the property then returns an :class:`OldCall`. Default: ``None``,
+            `new`'s value itself.
     """
 
-    def __init__(self, old, new, why="renamed", removed_in=REMOVED_IN):
+    def __init__(self, old, new, why="renamed", removed_in=REMOVED_IN, call=None):
         read = attrgetter(new)
 
         def getter(owner):
             warn(f"For '{type(owner).__name__}', '{old}' is {why} '{new}'; the old name goes in the next "
                  f"release, ms_accum {removed_in}.", DeprecationWarning)
-            return read(owner)
+            return read(owner) if call is None else OldCall(read(owner), call)
         super().__init__(getter)
-        self.old, self.new, self.removed_in = old, new, removed_in
+        self.old, self.new, self.removed_in, self.call = old, new, removed_in, call
         # set here: Python 3.11's property.__init__ leaves a subclass's instances with the class's own docstring
         self.__doc__ = f"Deprecated: read :attr:`{new}`; ms_accum {removed_in} removes this name."
 

@@ -178,9 +178,11 @@ class GradientAccumulation:
         """What a window whose gradient is not finite does: the cell's ``nonfinite``."""
         return self.cell.nonfinite
 
-    # what ms_accum 0.1's driver held: its three cells, whose counters and records the engine cell now holds
-    forward_backward = renamed("forward_backward", "cell", "now the engine cell")
-    optim = renamed("optim", "cell", "now the engine cell")
+    # what the driver held up to ms_accum 0.3: its three cells, whose counters and records the engine cell now holds;
+    # called, each does what the cell it was did (a loop of 0.3 called them: one update a window, not one a call)
+    forward_backward = renamed("forward_backward", "cell", "now the engine cell",
+                               call=lambda cell, *data: _accumulate_only(cell, data))
+    optim = renamed("optim", "cell", "now the engine cell", call=lambda cell: cell.end_window())
     clear = renamed("clear", "cell.drop", "now the engine cell's")
 
     def train_process(self, epoch, train_dataset, gradient_accumulation_steps=None, callbacks=None,
@@ -317,6 +319,17 @@ class GradientAccumulation:
         """Add one micro-batch (a tuple of Tensors) to the open window: the cell's accumulation graph."""
         self.cell.set_accumulation(True)
         return self.cell(*data)
+
+
+def _accumulate_only(cell, data):
+    """What 0.3's ``trainer.forward_backward(*data)`` did: add the micro-batch to the open window, never update;
+    returns its loss. The cell's mode is given back afterwards."""
+    mode = cell.accumulation
+    cell.set_accumulation(True)
+    try:
+        return cell(*data)
+    finally:
+        cell.set_accumulation(mode)
 
 
 def updates_per_epoch(steps, gradient_accumulation_steps, partial_window):
