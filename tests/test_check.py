@@ -9,10 +9,10 @@ import mindspore as ms
 from mindspore import nn, ops
 
 import ms_accum
+from ms_accum.core.compiled import first_line
 from ms_accum.tools.equivalence import ParameterCheck
 from conftest import ROOT
 from helpers import BatchNormNet, ConvPoolNet, SmallConvNet, run_python
-from ms_accum.core.compiled import first_line
 
 
 def batch(size=12, seed=0):
