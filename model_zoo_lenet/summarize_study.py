@@ -41,7 +41,7 @@ def epoch_ends(columns):
 def table(runs):
     """Markdown rows: run, updates, samples per update, accuracy, noise scale at each epoch's end."""
     epochs = max(len(epoch_ends(columns)) for columns, _ in runs.values())
-    head = ("| run | updates | samples per update (min-max) | test accuracy | "
+    head = ("| run | updates | samples per update (mean, min-max) | test accuracy | "
             + " | ".join(f"B_simple after epoch {e + 1}" for e in range(epochs)) + " |")
     lines = [head, "|" + "---|" * (4 + epochs)]
     for name, (columns, accuracy) in runs.items():

@@ -259,6 +259,33 @@ def test_plot_script_writes_a_png(tmp_path):
     assert code == 2 and "'--csv' must be a telemetry CSV file" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
+def test_the_study_summary_tables_each_runs_updates_samples_and_accuracy(tmp_path):
+    """model_zoo_lenet/summarize_study.py (scripts/noise_study.sh's table and figure): per run directory its updates,
+    the mean, smallest and largest samples of its windows and eval.py's accuracy, from what the runs wrote."""
+    batches = micro_batches([4] * 6 + [2])
+    records = {}
+    for name, steps in (("fixed_2", 2), ("scheduled", {0: 1, 2: 3})):
+        (tmp_path / name).mkdir()
+        telemetry = ms_accum.WindowTelemetry(csv_path=str(tmp_path / name / "telemetry.csv"))
+        net, loss, opt = build("sgd")
+        ms_accum.GradientAccumulation(net, loss, opt).train_process(1, numpy_dataset(batches), steps,
+                                                                    callbacks=telemetry, ckpt_path=None, log_every=0)
+        records[name] = [record.items for record in telemetry.records]
+        (tmp_path / name / "eval.txt").write_text(f"{{'Accuracy': 0.{len(name)}}}\n")
+    _, out, _ = run_script("summarize_study.py", "--runs", tmp_path, "--out", tmp_path / "study.png")
+    assert "| run | updates | samples per update (mean, min-max) | test accuracy | B_simple after epoch 1 |" in out
+    for name, items in records.items():
+        row = (f"| {name} | {len(items)} | {sum(items) / len(items):.0f} ({min(items):.0f}-{max(items):.0f}) | "
+               f"0.{len(name)}000 |")
+        assert row in out, out
+    assert records == {"fixed_2": [8, 8, 8, 2], "scheduled": [4, 4, 12, 6]}, records
+    assert (tmp_path / "study.png").read_bytes()[:4] == b"\x89PNG"
+    (tmp_path / "fixed_2" / "eval.txt").unlink()
+    code, _, err = run_script("summarize_study.py", "--runs", tmp_path, "--out", tmp_path / "x.png", check=False)
+    assert code == 2 and "'--runs' must hold run directories with eval.txt" in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize("trainer", ["driver", "model_accu"])
 def test_the_recorded_rate_is_the_updates_when_an_earlier_callback_sets_the_next(trainer, exec_mode):
     """MindSpore's LearningRateScheduler listed before WindowTelemetry halves the optimizer's constant rate after
