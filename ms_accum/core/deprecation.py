@@ -1,6 +1,7 @@
 """Names of earlier releases, kept until the release that removes them: reading one warns, naming the new name and
 that release. CHANGELOG.md lists each under "Deprecated"; tests/test_release.py finds them on the public classes and
 keeps the two, and the package's version, in step."""
+from functools import partial
 from operator import attrgetter
 
 from .user_warning import warn
@@ -11,14 +12,14 @@ REMOVED_IN = "0.5.0"  # the next release: it removes every name deprecated in 0.
 class OldCall:
     """
     What an old name gives whose call did what its new attribute's call does not: `target`, the new attribute, with
-    a call that does what the old one did, ``call(target, *args, **kwargs)``; its other attributes are `target`'s.
+    a call that does what the old one did, ``call(*args, **kwargs)``; its other attributes are `target`'s.
     """
 
     def __init__(self, target, call):
         self.target, self._call = target, call
 
     def __call__(self, *args, **kwargs):
-        return self._call(self.target, *args, **kwargs)
+        return self._call(*args, **kwargs)
 
     def __getattr__(self, name):
         return getattr(self.target, name)
@@ -36,7 +37,7 @@ class renamed(property):  # pylint: disable=invalid-name  (a descriptor, named a
         why (str): How the text says it was replaced. Default: ``"renamed"``.
         removed_in (str): The release that removes `old`. Default: :data:`REMOVED_IN`.
         call (callable, optional): Where calling `old` did what calling `new` does not, what it did,
-            ``call(new's value, *args, **kwargs)``: the property then returns an :class:`OldCall`. Default: ``None``,
+            ``call(owner, *args, **kwargs)``: the property then returns an :class:`OldCall`. Default: ``None``,
             `new`'s value itself.
     """
 
@@ -46,7 +47,7 @@ class renamed(property):  # pylint: disable=invalid-name  (a descriptor, named a
         def getter(owner):
             warn(f"For '{type(owner).__name__}', '{old}' is {why} '{new}'; the old name goes in the next "
                  f"release, ms_accum {removed_in}.", DeprecationWarning)
-            return read(owner) if call is None else OldCall(read(owner), call)
+            return read(owner) if call is None else OldCall(read(owner), partial(call, owner))
         super().__init__(getter)
         self.old, self.new, self.removed_in, self.call = old, new, removed_in, call
         # set here: Python 3.11's property.__init__ leaves a subclass's instances with the class's own docstring

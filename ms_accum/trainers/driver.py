@@ -181,8 +181,8 @@ class GradientAccumulation:
     # what the driver held up to ms_accum 0.3: its three cells, whose counters and records the engine cell now holds;
     # called, each does what the cell it was did (a loop of 0.3 called them: one update a window, not one a call)
     forward_backward = renamed("forward_backward", "cell", "now the engine cell",
-                               call=lambda cell, *data: _accumulate_only(cell, data))
-    optim = renamed("optim", "cell", "now the engine cell", call=lambda cell: cell.end_window())
+                               call=lambda trainer, *data: _old_forward_backward(trainer, data))
+    optim = renamed("optim", "cell", "now the engine cell", call=lambda trainer: trainer.cell.end_window())
     clear = renamed("clear", "cell.drop", "now the engine cell's")
 
     def train_process(self, epoch, train_dataset, gradient_accumulation_steps=None, callbacks=None,
@@ -321,15 +321,15 @@ class GradientAccumulation:
         return self.cell(*data)
 
 
-def _accumulate_only(cell, data):
-    """What 0.3's ``trainer.forward_backward(*data)`` did: add the micro-batch to the open window, never update;
-    returns its loss. The cell's mode is given back afterwards."""
-    mode = cell.accumulation
-    cell.set_accumulation(True)
+def _old_forward_backward(trainer, data):
+    """What 0.3's ``trainer.forward_backward(*data)`` did: add the micro-batch to the open window, never update
+    (the driver's own :meth:`GradientAccumulation._add_micro_batch`); returns its loss. The cell's mode is given
+    back afterwards."""
+    mode = trainer.cell.accumulation
     try:
-        return cell(*data)
+        return trainer._add_micro_batch(data)  # pylint: disable=protected-access
     finally:
-        cell.set_accumulation(mode)
+        trainer.cell.set_accumulation(mode)
 
 
 def updates_per_epoch(steps, gradient_accumulation_steps, partial_window):
