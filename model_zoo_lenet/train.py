@@ -854,4 +854,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(run_cli(main))
+    sys.exit(run_cli(main, stops=(ms_accum.NonFiniteWindowError,)))

@@ -475,6 +475,17 @@ class TestCommandLineErrors:
                               "(8,), but this run's has (12,)")
         run_script("train.py", "--epoch_size", 2, "--resume", tmp_path / "checkpoint_lenet-1_4.ckpt", *common)
 
+    def test_a_run_stopped_by_non_finite_windows_says_so_in_one_line(self, tmp_path):
+        """A new user's trial: a run that stops after --max_nonfinite_windows skipped windows printed a traceback and
+        exited 1 like a crash; it ends with the error's one line (the windows, the state written) and exit code 1."""
+        code, _, err = run_script("train.py", "--data_path", SAMPLE, "--num_samples", 256, "--batch_size", 32,
+                                  "--accumulation_steps", 2, "--lr", "1e6", "--lr_schedule", "constant",
+                                  "--max_nonfinite_windows", 2, "--log_every", 0, "--ckpt_path", tmp_path, check=False)
+        last = err.strip().splitlines()[-1]
+        assert code == 1 and "Traceback" not in err, err
+        assert last.startswith("train.py: stopped: For 'GradientAccumulation.train_process', window "), last
+        assert "max_nonfinite_windows=2" in last and str(tmp_path / "train_state.ckpt") in last, last
+
     def test_data_parallel_without_msrun_says_how_to_launch(self):
         assert_one_line_error(run_script("train.py", "--parallel_mode", "data_parallel", "--data_path", SAMPLE,
                                          check=False),

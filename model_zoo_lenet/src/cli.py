@@ -3,8 +3,10 @@ import os
 import sys
 
 
-def run_cli(main):
-    """Run `main()`; a bad argument, path, data set or checkpoint exits 2 with one line on stderr.
+def run_cli(main, stops=()):
+    """Run `main()`; a bad argument, path, data set or checkpoint exits 2 with one line on stderr, and a run that
+    stops itself with one of the exceptions `stops` (train.py: ms_accum's NonFiniteWindowError, whose message names
+    the windows and the state written for a resume) exits 1 with its message.
 
     Set MS_ACCUM_DEBUG=1 to get the full traceback instead.
     """
@@ -16,6 +18,11 @@ def run_cli(main):
             raise
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except stops as err:
+        if os.environ.get("MS_ACCUM_DEBUG") == "1":
+            raise
+        print(f"{prog}: stopped: {err}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
