@@ -20,6 +20,7 @@ from mindspore.train import Accuracy, Model
 
 from ms_accum import read_checkpoint
 from ms_accum.trainers.checkpoint import load_into
+from ms_accum.trainers.state import UPDATES_DONE, is_state_file
 from ms_accum.tools.argtypes import OneLineParser, positive_int
 from src.cli import run_cli, set_device
 from src.dataset import create_dataset
@@ -40,7 +41,13 @@ def main(argv=None):
     ms.set_context(mode=ms.GRAPH_MODE)
     net = create_network(args.network)
     others = " or ".join(f"--network {name}" for name in NETWORKS if name != args.network)
-    load_into(net, read_checkpoint(args.ckpt_path, arg_name="--ckpt_path"), args.ckpt_path, arg_name="--ckpt_path",
+    params = read_checkpoint(args.ckpt_path, arg_name="--ckpt_path")
+    if is_state_file(params):  # a new user's trial took such an evaluation for the run's final one
+        print(f"note: {args.ckpt_path!r} is a training state, written during a run after "
+              f"{int(params[UPDATES_DONE].asnumpy())} updates: its weights are the newest update's, not a finished "
+              f"epoch's (micro-batches of a window open then are not in them). train.py's epoch checkpoints are the "
+              f"<prefix>-<epoch>_<update>.ckpt files beside it.", flush=True)
+    load_into(net, params, args.ckpt_path, arg_name="--ckpt_path",
               what=f"a checkpoint of {NETWORKS[args.network]} (--network {args.network}; pass {others} for a "
                    f"checkpoint of that network)")
     dataset = create_dataset(args.data_path, args.batch_size, "test")

@@ -143,6 +143,12 @@ def test_trained_lenet_is_far_above_chance_through_eval_py(trained):
     accuracy = float(ACCURACY.search(out).group(1))
     # Calibrated: 0.765 on this sample after 10 epochs at lr 0.1 (chance is 0.10).
     assert accuracy >= 0.65, out
+    assert "note:" not in out, out
+    # a new user's trial evaluated the run's training state and took it for the run's final weights: it is named
+    _, out, _ = run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", run_dir / "train_state.ckpt")
+    assert re.search(r"^note: '.*train_state.ckpt' is a training state, written during a run after 232 updates: "
+                     r"its weights are the newest update's, not a finished epoch's", out, re.M), out
+    assert ACCURACY.search(out), out
 
 
 def lenet_micro_batches(num_samples, batch_size=32, seed=1):
