@@ -437,6 +437,16 @@ def test_a_loss_that_is_not_a_scalar_names_the_driver(exec_mode):
     assert re.fullmatch(r"For 'GradientAccumulation', the loss .* but it returned shape \(4,?\)\.", str(raised.value))
 
 
+def test_a_loss_network_given_with_a_loss_fn_is_refused():
+    """A new user's trial: GradientAccumulation(loss_net, loss_fn, opt) failed at its first micro-batch in MindSpore
+    (WithLossCell.construct() missing 'label'), naming neither the argument nor the fix."""
+    net, loss, opt = build("sgd")
+    with pytest.raises(TypeError, match=r"^For 'GradientAccumulation', 'network' must be the network without its "
+                                        r"loss when 'loss_fn' is given, but got a WithLossCell, which holds a loss "
+                                        r"already\. Pass the bare network with loss_fn"):
+        ms_accum.GradientAccumulation(nn.WithLossCell(net, loss), loss, opt)
+
+
 def test_the_cells_of_earlier_releases_read_the_engine_cell_with_a_deprecation_warning():
     """Before the driver drove one engine cell it held three cells; code reading them keeps working for a
     release: 'forward_backward' and 'optim' give the cell (which holds every counter and record they held) and

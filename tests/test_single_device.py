@@ -224,6 +224,46 @@ class TestBadInput:
                                              r"loss.*reduction='mean'.*but it returned shape \(3, 2\)"):
             cell(Tensor(np.ones((3, 2), np.float32)), Tensor(np.ones((3, 2), np.float32)))
 
+    @pytest.mark.parametrize("cell_class", ["TrainForwardBackward", "TrainAccuStepsCell",
+                                            "TrainAccuStepsWithLossScaleCell"])
+    def test_a_call_the_loss_network_cannot_take_is_refused_naming_the_fix(self, cell_class, exec_mode):
+        """A new user's trial: a network without its loss, called with the data and the label (and a loss network
+        returning a dict), failed in MindSpore naming neither the cell nor the fix. Refused before anything runs:
+        the same cell then trains on a right call, its buffers untouched."""
+        def make(network, opt):
+            if cell_class == "TrainForwardBackward":
+                return ms_accum.TrainForwardBackward(network, opt, opt.parameters.clone(prefix="grad_sum",
+                                                                                       init="zeros"))
+            if cell_class == "TrainAccuStepsCell":
+                return ms_accum.TrainAccuStepsCell(network, opt, gradient_accumulation_steps=2)
+            return ms_accum.TrainAccuStepsWithLossScaleCell(network, opt, Tensor(1.0, ms.float32),
+                                                            gradient_accumulation_steps=2)
+
+        class DictLoss(nn.Cell):
+            def __init__(self, net):
+                super().__init__()
+                self.net, self.loss = net, nn.MSELoss()
+
+            def construct(self, x, y):
+                return {"loss": self.loss(self.net(x), y), "num_items": x.shape[0]}
+
+        x, y = Tensor(np.ones((3, 2), np.float32)), Tensor(np.ones((3, 2), np.float32))
+        net = nn.Dense(2, 2)
+        opt = nn.SGD(net.trainable_params(), 0.1)
+        with pytest.raises(TypeError, match=rf"^For '{cell_class}', a call's inputs are passed to the loss network, "
+                                            r"Dense.construct\(x\), which takes 1 input, but the call gave 2\. .*"
+                                            r"pass nn.WithLossCell\(net, loss_fn\)\.$"):
+            make(net, opt)(x, y)
+        cell = make(nn.WithLossCell(net, nn.MSELoss()), opt)
+        with pytest.raises(TypeError, match=r"WithLossCell.construct\(data, label\), which takes 2 inputs, but the "
+                                            r"call gave 1\."):
+            cell(x)
+        cell(x, y)
+        assert any(np.abs(buffer.asnumpy()).max() > 0 for buffer in cell.accu_grads)
+        with pytest.raises(TypeError, match=rf"^For '{cell_class}', the loss network must return a loss or '\(loss, "
+                                            r"num_items\)', but it returned a dict\. Return its entries as a tuple"):
+            make(DictLoss(net), nn.SGD(net.trainable_params(), 0.1))(x, y)
+
     def test_grad_sum_must_be_a_parameter_tuple(self):
         net = LinearLoss()
         opt = nn.SGD(net.trainable_params(), 0.1)

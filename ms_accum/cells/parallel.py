@@ -11,8 +11,8 @@ call), the cell selects the phases right before the call.
 from mindspore import nn
 
 from ..core import window
-from ..core.checks import (check_bool, check_cell, check_clip_norm, check_optimizer, check_optimizer_trains,
-                           check_sens, warn_eval_mode)
+from ..core.checks import (check_bool, check_call_inputs, check_cell, check_clip_norm, check_optimizer,
+                           check_optimizer_trains, check_sens, warn_eval_mode)
 from ..core.engine import CellNaming, WindowEngine
 from ..core.noise_scale import noise_state
 from ..core.open_window import OpenWindow
@@ -198,6 +198,7 @@ class AccumulationModes:
         return held
 
     def __call__(self, *args, **kwargs):
+        check_call_inputs(self, args, kwargs)
         warn_eval_mode(self)
         accumulate = self._decide()
         try:
@@ -294,7 +295,8 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
 
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, N is given twice or is not an
-            integer, or `noise_scale` is neither a bool nor a str.
+            integer, or `noise_scale` is neither a bool nor a str; when called, as listed for
+            :class:`TrainForwardBackward`.
         ValueError: If none of the optimizer's parameters is a parameter of `network` (some not: a warning), one
             has ``requires_grad=False``, N is < 1, `clip_norm` is not a finite number > 0, or `sens` is zero or
             not finite, or `lr_scaling` or `reference_batch` is refused as listed for :class:`TrainOptim`; when

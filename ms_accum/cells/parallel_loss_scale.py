@@ -71,7 +71,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
     Raises:
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, N is given twice or is not an
             integer, or `scale_sense` is none of the loss-scale forms (an update cell, an amp LossScaler, a
-            Tensor).
+            Tensor); when called, as listed for :class:`TrainAccuStepsCell`.
         ValueError: If none of the optimizer's parameters is a parameter of `network` (some not: a warning), one has
             ``requires_grad=False``, N is < 1, `clip_norm` is not a finite number > 0, or `scale_sense` is a Tensor
             of shape other than () or (1,) or starts from a scale that is not a finite number > 0, or `nonfinite` is

@@ -11,7 +11,7 @@ from mindspore import dtype as mstype
 
 from ..core import window
 from ..core.compiled import through_a_branch
-from ..core.checks import (check_bool, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
+from ..core.checks import (check_bool, check_call_inputs, check_cell, check_clip_norm, check_grad_sum, check_optimizer,
                            check_optimizer_trains, check_sens, warn_eval_mode)
 from ..core.engine import WindowEngine
 from ..core.loss_scale import scale_kind, shared_scale
@@ -82,7 +82,9 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
             call, if the loss is not a scalar or (without `num_items`) the inputs' leading dimensions disagree, or
             with MindSpore's compile cache on, if its stored graphs were compiled with other settings; when called,
             if :class:`TrainOptim` applied the buffers and :class:`TrainClear` has not cleared them since.
-        TypeError: When called with a numpy array as an input (wrap it in a Tensor).
+        TypeError: When called with a numpy array as an input (wrap it in a Tensor); at the first call, with more or
+            fewer inputs than the loss network's construct takes (a network without its loss, called with the data
+            and the label), or if the loss network returns a dict.
 
     Supported Platforms:
         ``Ascend`` ``GPU`` ``CPU``
@@ -118,6 +120,7 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
 
     def __call__(self, *args, **kwargs):
         self.window.check_cleared("TrainForwardBackward")
+        check_call_inputs(self, args, kwargs)
         warn_eval_mode(self)
         try:
             return super().__call__(*args, **kwargs)

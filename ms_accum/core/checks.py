@@ -2,6 +2,7 @@
 
 Each check raises with one message shape: "For 'Owner', 'arg' must be <expected>, but got <received>."
 """
+import inspect
 import math
 import numbers
 
@@ -217,6 +218,42 @@ def _mode_dependent(cell):
     """Whether `cell` computes otherwise in training mode: a BatchNorm layer that normalises by batch statistics
     (its moving statistics updated) or a dropout that drops something."""
     return normalises_by_batch(cell) or drops(cell)
+
+
+def construct_inputs(network):
+    """(the inputs `network`'s construct needs, the most it takes, their names joined) for positional inputs; None
+    where it takes ``*inputs`` or Python cannot read its signature (nothing to check then)."""
+    try:
+        parameters = list(inspect.signature(network.construct).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
+        return None
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return sum(p.default is p.empty for p in positional), len(positional), ", ".join(p.name for p in positional)
+
+
+def inputs_text(required, most):
+    """'2', or '1 to 2' where some inputs have defaults: how many inputs a construct takes, as messages say it."""
+    return f"{required}" if required == most else f"{required} to {most}"
+
+
+def check_call_inputs(cell, args, kwargs):
+    """At the first call of `cell` with positional inputs only (a training cell holding the user's loss network in
+    its LossAndItems, named by its ``owner_name``), raise if the loss network's construct cannot take as many: a
+    network without its loss, called with the data and the label, failed in MindSpore naming neither the cell nor
+    the fix (a new user's trial). A construct taking ``*inputs`` is not checked; later calls return at once."""
+    if getattr(cell, "_inputs_checked", False) or not args or kwargs:
+        return
+    network = cell.network.network
+    taken = construct_inputs(network)
+    if taken is not None and not taken[0] <= len(args) <= taken[1]:
+        raise TypeError(f"For '{cell.owner_name}', a call's inputs are passed to the loss network, "
+                        f"{type(network).__name__}.construct({taken[2]}), which takes {inputs_text(*taken[:2])} "
+                        f"input{'' if taken[1] == 1 else 's'}, but the call gave {len(args)}. Call the cell with the "
+                        f"inputs the loss network takes; a network without its loss takes the data alone: to train "
+                        f"it on (data, label), pass nn.WithLossCell(net, loss_fn).")
+    cell._inputs_checked = True  # pylint: disable=protected-access
 
 
 def warn_eval_mode(cell):

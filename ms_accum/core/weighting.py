@@ -121,6 +121,10 @@ class LossAndItems(nn.Cell):
 
     def construct(self, *inputs):
         out = self.network(*inputs)
+        if isinstance(out, dict):  # else MindSpore's OnesLike failed on it in GRAPH_MODE (a new user's trial)
+            raise TypeError(f"For '{self.owner}', the loss network must return a loss or '(loss, num_items)', but it "
+                            f"returned a dict. Return its entries as a tuple, for example "
+                            f"'return out[\"loss\"], out[\"num_items\"]'.")
         if isinstance(out, (tuple, list)):
             if len(out) != 2:
                 raise ValueError(f"For '{self.owner}', the loss network must return a loss or '(loss, num_items)', "

@@ -115,9 +115,9 @@ class GradientAccumulation:
             one). Default: ``None``: the first window's.
 
     Raises:
-        TypeError: If `network` or `loss_fn` is not a Cell, `optimizer` is not an optimizer, `average` is not
-            a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is none of the loss-scale
-            forms.
+        TypeError: If `network` or `loss_fn` is not a Cell, `network` is a WithLossCell given with `loss_fn`,
+            `optimizer` is not an optimizer, `average` is not a bool, `noise_scale` is neither a bool nor a str,
+            or `scale_sense` is none of the loss-scale forms.
         ValueError: If none of the optimizer's parameters is a parameter of the loss network (some not: a warning),
             one has ``requires_grad=False``, `sens` is zero or not finite, `clip_norm` is not a finite number > 0,
             `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or `nonfinite` is not
@@ -144,11 +144,15 @@ class GradientAccumulation:
     def __init__(self, network, loss_fn, optimizer, average=True, sens=1.0, clip_norm=None, scale_sense=None,
                  noise_scale=False, nonfinite="skip", lr_scaling="none", reference_batch=None):
         # The engine cell checks its own settings (the optimizer, average, clip_norm, noise_scale, nonfinite, the
-        # learning-rate rule,
-        # loss scale), naming this trainer; only what the cell never sees is checked here.
+        # learning-rate rule, loss scale), naming this trainer; only what the cell never sees is checked here.
         if loss_fn is not None:
             check_cell(OWNER, "network", network)
             check_cell(OWNER, "loss_fn", loss_fn)
+            if isinstance(network, nn.WithLossCell):  # its construct would be given the data alone (a trial)
+                raise TypeError(f"For '{OWNER}', 'network' must be the network without its loss when 'loss_fn' is "
+                                f"given, but got a WithLossCell, which holds a loss already. Pass the bare network "
+                                f"with loss_fn, GradientAccumulation(net, loss_fn, optimizer), or the loss network "
+                                f"with loss_fn=None.")
         loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
         if scale_sense is not None and sens != 1.0:
             raise ValueError(f"For '{OWNER}', 'sens' must be 1.0 with 'scale_sense', whose loss scale is the "

@@ -4,7 +4,6 @@ learning-rate list against the run's updates (or, read from progress, against it
 
 Each check raises with one message shape: "For 'Owner', 'arg' must be <expected>, but got <received>."
 """
-import inspect
 import math
 
 from mindspore import Tensor
@@ -13,7 +12,7 @@ from mindspore.nn import CellList
 from mindspore.train import Callback
 
 from ..core.adaptive import AdaptiveAccumulation
-from ..core.checks import check_ckpt_path
+from ..core.checks import check_ckpt_path, construct_inputs, inputs_text
 from ..core.goodput import GoodputAccumulation
 from ..core.progress_lr import progress_rates
 from ..core.schedule import AccumulationSchedule, max_updates, shown_steps_name
@@ -42,21 +41,16 @@ def check_dataset_columns(owner, dataset, network, arg_name="train_dataset", hin
     construct, to which the trainers pass them: MindSpore's own error names neither the dataset nor its columns.
     A construct taking ``*inputs``, or whose signature Python cannot read, is not checked. `hint` ends the
     message."""
-    try:
-        parameters = list(inspect.signature(network.construct).parameters.values())
-    except (TypeError, ValueError):
+    taken = construct_inputs(network)
+    if taken is None:
         return
-    if any(p.kind is p.VAR_POSITIONAL for p in parameters):
-        return
-    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    required = sum(p.default is p.empty for p in positional)
+    required, most, names = taken
     columns = dataset.get_col_names()
-    if required <= len(columns) <= len(positional):
+    if required <= len(columns) <= most:
         return
-    takes = f"{required}" if required == len(positional) else f"{required} to {len(positional)}"
-    names = ", ".join(p.name for p in positional)
     raise ValueError(f"For '{owner}', each row of '{arg_name}' is passed to {type(network).__name__}.construct("
-                     f"{names}), which takes {takes} inputs, but the dataset has {len(columns)} columns {columns}. "
+                     f"{names}), which takes {inputs_text(required, most)} inputs, but the dataset has "
+                     f"{len(columns)} columns {columns}. "
                      f"Keep the columns it takes, in its order, with {arg_name}.project([...]) (or map them into "
                      f"it), or give the network a construct that takes them all.{hint}")
 
