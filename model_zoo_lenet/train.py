@@ -669,6 +669,21 @@ def resume_from(cell, ckpt_path, params, args, run_global_batch):
     return int(params["epoch_num"].asnumpy())
 
 
+def note_carried_window(ckpt_path, params, epoch, n, steps, run_global_batch):
+    """Under --partial_window carry, a run resumed from an epoch checkpoint (`params`, its contents, `epoch` the
+    epochs done) of its own global batch (so its N, `n`) whose epoch ended with a window open: say that the
+    checkpoint does not hold that window's micro-batches (a new user's trial lost them in silence; the page says such
+    a resume is not exact), and where the run's exact state is."""
+    if GLOBAL_BATCH not in params or int(params[GLOBAL_BATCH].asnumpy()) != run_global_batch:
+        return
+    carried = epoch * steps % n
+    if carried:
+        print(f"note: {ckpt_path!r} was written at the end of epoch {epoch} with a window open (--partial_window "
+              f"carry): its {carried} micro-batch{'es' if carried > 1 else ''} are not in the checkpoint, so this "
+              f"run begins a new window and does not continue the run exactly. The driver and model_accu continue it "
+              f"exactly from the run's {STATE_FILE} (--resume with the run's directory).", flush=True)
+
+
 def continued_plan(params, before, learning_rate):
     """A run resumed from an epoch checkpoint (`params`, its contents) whose run made another number of updates
     before that epoch than this run's plan `before` (another N): the plan moved to count on from the checkpoint's
@@ -796,6 +811,8 @@ def main(argv=None):
         check_same_run(optimizer, resume, run_global_batch, trainer_kind)
     initial_epoch = 0 if epoch_params is None else resume_from(state_cell, resume, epoch_params, args,
                                                                run_global_batch)
+    if epoch_params is not None and args.partial_window == "carry" and run_global_batch:
+        note_carried_window(resume, epoch_params, initial_epoch, n, steps, run_global_batch)
     if initial_epoch >= args.epoch_size:
         raise ValueError(f"'--epoch_size' must exceed the {initial_epoch} epochs done in {resume!r}, but got "
                          f"{args.epoch_size}.")
