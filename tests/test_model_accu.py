@@ -657,6 +657,32 @@ def _sharded(num_shards, shard_id, batch=4):
                                  num_shards=num_shards, shard_id=shard_id, shuffle=False).batch(batch)
 
 
+@pytest.mark.parametrize("path", ["three_cells", "accu_steps", "accumulator", "driver"])
+def test_a_data_parallel_context_without_init_is_refused_when_the_cell_is_built(path):
+    """A new user's trial set DATA_PARALLEL but forgot mindspore.communication.init(): a segmentation fault at the
+    first window's end, no message (MindSpore's TrainOneStepCell does the same). Every path refuses it when built."""
+    net = nn.Dense(3, 2)
+    opt = nn.SGD(net.trainable_params(), 0.1)
+    build = {"three_cells": lambda: ms_accum.TrainForwardBackward(nn.WithLossCell(net, nn.MSELoss()), opt,
+                                                                  opt.parameters.clone(prefix="grad_sum",
+                                                                                       init="zeros")),
+             "accu_steps": lambda: ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, nn.MSELoss()), opt,
+                                                               gradient_accumulation_steps=2),
+             "accumulator": lambda: ms_accum.Accumulator(opt, gradient_accumulation_steps=2),
+             "driver": lambda: ms_accum.GradientAccumulation(net, nn.MSELoss(), opt)}[path]
+    owner = {"three_cells": "TrainForwardBackward", "accu_steps": "TrainAccuStepsCell", "accumulator": "Accumulator",
+             "driver": "GradientAccumulation"}[path]
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL)
+    try:
+        with pytest.raises(RuntimeError, match=rf"^For '{owner}', the parallel mode is 'data_parallel', which "
+                                               r"reduces gradients across devices, but their communication is not "
+                                               r"initialized\. Call mindspore.communication.init\(\) before"):
+            build()
+    finally:
+        ms.reset_auto_parallel_context()
+    build()  # on one device
+
+
 def test_one_of_several_processes_training_alone_is_warned_of(monkeypatch, recwarn):
     """A new user's trial on 2 msrun ranks called init() (or not even that) but set no data-parallel context: both
     trainers trained each rank alone on its shard, no gradient reduced, the ranks' weights 0.04 apart after two

@@ -83,6 +83,8 @@ class Accumulator(WindowEngine, nn.Cell):
         overflow or a non-finite gradient, which ``last_overflow`` then says).
 
     Raises:
+        RuntimeError: If the parallel mode reduces gradients across devices (DATA_PARALLEL) but
+            ``mindspore.communication.init()`` was not called.
         TypeError: If `optimizer` is not an optimizer, N is missing, given twice or not an integer, `clip_norm` is
             not a number, `loss_scaler` is none of the loss-scale forms, or `noise_scale` is neither a bool nor a
             str; when called, if `num_items` is neither a number nor a Tensor.

@@ -294,6 +294,8 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
         samples or items on this device.
 
     Raises:
+        RuntimeError: If the parallel mode reduces gradients across devices (DATA_PARALLEL) but
+            ``mindspore.communication.init()`` was not called.
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, N is given twice or is not an
             integer, or `noise_scale` is neither a bool nor a str; when called, as listed for
             :class:`TrainForwardBackward`.

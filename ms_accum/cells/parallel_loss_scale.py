@@ -69,6 +69,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
           the next window (after the loss-scale cell's update).
 
     Raises:
+        RuntimeError: If the parallel mode reduces gradients across devices (DATA_PARALLEL) but
+            ``mindspore.communication.init()`` was not called.
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, N is given twice or is not an
             integer, or `scale_sense` is none of the loss-scale forms (an update cell, an amp LossScaler, a
             Tensor); when called, as listed for :class:`TrainAccuStepsCell`.

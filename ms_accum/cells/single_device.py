@@ -69,6 +69,8 @@ class TrainForwardBackward(WindowEngine, nn.TrainOneStepCell):
         Tensor, the micro-batch's loss.
 
     Raises:
+        RuntimeError: If the parallel mode reduces gradients across devices (DATA_PARALLEL) but
+            ``mindspore.communication.init()`` was not called.
         TypeError: If `network` is not a Cell, `optimizer` is not an optimizer, `grad_sum` is not a
             ParameterTuple, `average` is not a bool, `noise_scale` is neither a bool nor a str, or `scale_sense` is
             none of the loss-scale forms.
@@ -189,6 +191,8 @@ class TrainOptim(WindowEngine, nn.Cell):
         0, False and the current scale); telling so reads the window's count from the device once per call.
 
     Raises:
+        RuntimeError: If the parallel mode reduces gradients across devices (DATA_PARALLEL) but
+            ``mindspore.communication.init()`` was not called.
         TypeError: If `optimizer` is not an optimizer, `grad_sum` is not a ParameterTuple, `average` is not a
             bool, or `noise_scale` is neither a bool nor a str.
         ValueError: If `grad_sum` does not match the optimizer's parameters, holds a gradient in a narrower float
@@ -281,6 +285,8 @@ class TrainClear(WindowEngine, nn.Cell):
         Tensor, int32 scalar: the number of micro-batches the cleared window held.
 
     Raises:
+        RuntimeError: If the parallel mode reduces gradients across devices (DATA_PARALLEL) but
+            ``mindspore.communication.init()`` was not called.
         TypeError: If `grad_sum` (or `zeros`, when given) is not a ParameterTuple.
         ValueError: If `zeros` does not match `grad_sum` in shapes or shares Parameters with it; when called, if
             no :class:`TrainForwardBackward` or :class:`TrainOptim` was built on `grad_sum` (they check that the

@@ -163,6 +163,11 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         self._device_policy = None  # an AdaptiveAccumulation's constants, once N is set to one
         self._goodput = False  # N chosen by a GoodputAccumulation (set_gradient_accumulation_steps)
         self.is_distributed = self.parallel_mode != ParallelMode.STAND_ALONE
+        if self.is_distributed and not GlobalComm.INITED:  # else a segmentation fault at the first window's end
+            raise RuntimeError(f"For '{owner}', the parallel mode is '{self.parallel_mode}', which reduces gradients "
+                               f"across devices, but their communication is not initialized. Call "
+                               f"mindspore.communication.init() before building the cell (launched with msrun), or "
+                               f"set the parallel mode to 'stand_alone' to train on one device.")
         # With `average`, the window's mean over every device's items whatever MindSpore's gradients_mean says: the
         # buffers are divided by the items over all devices, times the device count the reducer divides by again
         # (gradients_mean=True; with False it sums). The raw sum (average=False) is reduced as gradients_mean says.

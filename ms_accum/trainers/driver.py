@@ -115,6 +115,8 @@ class GradientAccumulation:
             one). Default: ``None``: the first window's.
 
     Raises:
+        RuntimeError: If the parallel mode reduces gradients across devices (DATA_PARALLEL) but
+            ``mindspore.communication.init()`` was not called.
         TypeError: If `network` or `loss_fn` is not a Cell, `network` is a WithLossCell given with `loss_fn`,
             `optimizer` is not an optimizer, `average` is not a bool, `noise_scale` is neither a bool nor a str,
             or `scale_sense` is none of the loss-scale forms.
