@@ -78,6 +78,7 @@ RUN_FLAGS = ("network", "seed", "num_samples", "lr", "lr_schedule", "warmup_epoc
              "goodput_times", "adaptive_interval", "lr_scaling")
 ADAPTIVE_INTERVAL = 10  # --adaptive_interval's default
 PREFIX_KEY = "checkpoint_prefix"  # in FLAGS_FILE: the run's epoch checkpoints' name prefix
+SAMPLES_KEY = "samples_over_devices"  # in FLAGS_FILE: --num_samples over every process (None: all the data)
 STATE_TRAINERS = {"grad_sum.": "driver", "accu_grads.": "model_accu"}  # the trainer whose exact state holds them
 
 
@@ -527,13 +528,23 @@ def run_flags(args):
     return flags
 
 
-def write_run_flags(directory, args, prefix):
+def samples_over_devices(args, world):
+    """The samples an epoch reads over all `world` processes (--num_samples counts each process's, or every
+    process's with --global_batch_size); None for all the data."""
+    if args.num_samples is None or args.global_batch_size is not None:
+        return args.num_samples
+    return args.num_samples * world
+
+
+def write_run_flags(directory, args, prefix, world):
     """Record this run's :data:`RUN_FLAGS` beside its exact state, atomically, with its epoch checkpoints' name
-    `prefix` (PREFIX_KEY), which a resume from that state continues."""
+    `prefix` (PREFIX_KEY), which a resume from that state continues, and its samples over all `world` processes
+    (SAMPLES_KEY), which a resume on another device count keeps."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, FLAGS_FILE)
     with open(path + ".partial", "w", encoding="utf-8") as f:
-        json.dump({**run_flags(args), PREFIX_KEY: prefix}, f, indent=1, sort_keys=True)
+        json.dump({**run_flags(args), PREFIX_KEY: prefix, SAMPLES_KEY: samples_over_devices(args, world)}, f,
+                  indent=1, sort_keys=True)
     os.replace(path + ".partial", path)
 
 
@@ -547,14 +558,19 @@ def saved_run_flags(state_path):
         return json.load(f)
 
 
-def check_same_flags(state_path, args):
+def check_same_flags(state_path, args, world):
     """An exact resume keeps the flags of the run that wrote the state (read from its FLAGS_FILE; a run of an
     earlier train.py wrote none): another seed draws the rest of the epoch from another shuffle, another rate or
-    policy trains another course, and the resumed run would no longer be the interrupted one."""
+    policy trains another course, and the resumed run would no longer be the interrupted one. Its samples are
+    compared over all processes (`world` this run's), where the saved run recorded them so: on another device
+    count the same --num_samples may read other data."""
     saved = saved_run_flags(state_path)
     if saved is None:
         return
     mine = run_flags(args)
+    if SAMPLES_KEY in saved:
+        check_same_samples(state_path, saved[SAMPLES_KEY], args, world)
+        saved.pop("num_samples", None)
     differ = [name for name in RUN_FLAGS if name in saved and saved[name] != mine[name]]
     if differ:
         def shown(flags):
@@ -563,6 +579,29 @@ def check_same_flags(state_path, args):
         raise ValueError(f"'--resume' {state_path!r} continues a run trained with {shown(saved)}, but this run has "
                          f"{shown(mine)}: resume it with {shown(saved)}, or from an epoch checkpoint to change "
                          f"{'it' if len(differ) == 1 else 'them'}.")
+
+
+def check_same_samples(state_path, saved, args, world):
+    """The saved run's epoch read `saved` samples over all its processes (None: all the data), as this run must: a
+    new user's trial resumed a 2-process state on 1 with the same --num_samples, half the data, and was refused for
+    the learning-rate schedule's length instead."""
+    mine = samples_over_devices(args, world)
+    if mine == saved:
+        return
+    def shown(count):
+        return "all the data set's samples" if count is None else f"{count} samples"
+    each = args.global_batch_size is None
+    if saved is None:
+        fix = "leave --num_samples out"
+    elif each and saved % world:
+        fix = f"run on a device count that divides {saved}"
+    else:
+        fix = f"pass --num_samples {saved // world if each else saved}"
+    raise ValueError(f"'--resume' {state_path!r} continues a run whose epochs read {shown(saved)} over all its "
+                     f"processes, but this run's epochs would read {shown(mine)} over its {world} (its --num_samples "
+                     f"counts {'each process' if each else 'every process'}'s samples"
+                     f"{'' if each else ' with --global_batch_size'}): {fix}, or resume from an epoch checkpoint to "
+                     f"change it.")
 
 
 def check_same_run(optimizer, state_path, run_global_batch, trainer_kind):
@@ -578,8 +617,8 @@ def check_same_run(optimizer, state_path, run_global_batch, trainer_kind):
     if layout is not None and layout.steps and run_global_batch and layout.global_batch_size != run_global_batch:
         raise ValueError(f"'--resume' {state_path!r} continues a run whose 'global_batch_size' was "
                          f"{layout.describe()}, but this run's is {run_global_batch}: pass --global_batch_size "
-                         f"{layout.global_batch_size} (or the --accumulation_steps that gives it), or resume from "
-                         f"an epoch checkpoint to change it.")
+                         f"{layout.global_batch_size} (or the --gradient_accumulation_steps that gives it), or resume "
+                         f"from an epoch checkpoint to change it.")
     mine = optimizer.learning_rate
     check_same_reference(params, state_path, mine)
     if isinstance(mine, ProgressLearningRate):  # a rule: the rate read from progress
@@ -807,7 +846,7 @@ def main(argv=None):
         raise ValueError("'--trainer functional' resumes at an epoch: pass an epoch checkpoint to '--resume', not "
                          "the exact training state.")
     if exact:
-        check_same_flags(resume, args)
+        check_same_flags(resume, args, world)
         check_same_run(optimizer, resume, run_global_batch, trainer_kind)
     initial_epoch = 0 if epoch_params is None else resume_from(state_cell, resume, epoch_params, args,
                                                                run_global_batch)
@@ -843,7 +882,7 @@ def main(argv=None):
     save_state_every = 0 if args.dataset_sink_mode else (100 if args.save_state_every is None else
                                                          args.save_state_every)
     if save_state_every and not args.measure_micro_batch:
-        write_run_flags(directory, args, files.prefix)
+        write_run_flags(directory, args, files.prefix, world)
     checkpoints = EpochCheckpoint(state_cell, files, before if policy is None else None, exact)
     callbacks = [checkpoints, EpochSummary(telemetry), telemetry]
     if args.measure_micro_batch:  # the run's own callbacks too: its epoch checkpoint's writing is part of its peak

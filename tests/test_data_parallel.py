@@ -264,7 +264,7 @@ def test_lenet_data_parallel_checkpoint_evaluates_and_resumes_on_one_device(tmp_
     common = ("--data_path", SAMPLE, "--num_samples", 1024, "--batch_size", 32, "--accumulation_steps", 4,
               "--lr", 0.05, "--lr_schedule", "constant", "--log_every", 0)
     logs = run_local(tmp_path, os.path.join(ZOO, "train.py"), "--parallel_mode", "data_parallel", "--epoch_size", 1,
-                     "--ckpt_path", tmp_path / "dp", *common)
+                     "--ckpt_path", tmp_path / "dp", "--save_state_every", 8, *common)
     assert "effective batch 256" in logs
     ckpts = [tmp_path / "dp" / f"rank_{r}" / "checkpoint_lenet-1_8.ckpt" for r in range(WORLD)]  # 32 x 32 each
     saved = [ms.load_checkpoint(str(c)) for c in ckpts]
@@ -274,6 +274,13 @@ def test_lenet_data_parallel_checkpoint_evaluates_and_resumes_on_one_device(tmp_
 
     _, out, _ = run_script("eval.py", "--data_path", SAMPLE, "--ckpt_path", ckpts[0])
     assert ACCURACY.search(out), out
+    # its exact state on one process with the same --num_samples, each process's: half the data. A new user's trial
+    # was refused for the learning-rate schedule's length, the flag that differs unnamed
+    code, _, err = run_script("train.py", "--trainer", "model_accu", "--resume", tmp_path / "dp", "--epoch_size", 1,
+                              "--ckpt_path", tmp_path / "half", *common, check=False)
+    assert code == 2 and "continues a run whose epochs read 2048 samples over all its processes, but this run's " \
+        "epochs would read 1024 samples over its 1 (its --num_samples counts each process's samples): pass " \
+        "--num_samples 2048, or resume from an epoch checkpoint" in err, err
 
     run_script("train.py", "--trainer", "model_accu", "--resume", ckpts[0], "--epoch_size", 2,
                "--ckpt_path", tmp_path / "one", *common)
