@@ -718,7 +718,7 @@ def note_carried_window(ckpt_path, params, epoch, n, steps, run_global_batch):
     carried = epoch * steps % n
     if carried:
         print(f"note: {ckpt_path!r} was written at the end of epoch {epoch} with a window open (--partial_window "
-              f"carry): its {carried} micro-batch{'es' if carried > 1 else ''} are not in the checkpoint, so this "
+              f"carry): its {carried} micro-batch{'es are' if carried > 1 else ' is'} not in the checkpoint, so this "
               f"run begins a new window and does not continue the run exactly. The driver and model_accu continue it "
               f"exactly from the run's {STATE_FILE} (--resume with the run's directory).", flush=True)
 
