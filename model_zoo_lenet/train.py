@@ -576,9 +576,11 @@ def check_same_flags(state_path, args, world):
         def shown(flags):
             return ", ".join(f"no --{name}" if flags[name] in (None, False) else
                              f"--{name}" if flags[name] is True else f"--{name} {flags[name]}" for name in differ)
+        default = " (--partial_window's default: drop with --global_batch_size, flush without it)" \
+            if "partial_window" in differ else ""  # a trial's run had it from --global_batch_size, unasked
         raise ValueError(f"'--resume' {state_path!r} continues a run trained with {shown(saved)}, but this run has "
-                         f"{shown(mine)}: resume it with {shown(saved)}, or from an epoch checkpoint to change "
-                         f"{'it' if len(differ) == 1 else 'them'}.")
+                         f"{shown(mine)}{default}: resume it with {shown(saved)}, or from an epoch checkpoint to "
+                         f"change {'it' if len(differ) == 1 else 'them'}.")
 
 
 def check_same_samples(state_path, saved, args, world):

@@ -707,6 +707,12 @@ class TestCommandLineErrors:
                               "continues a run trained with --seed 1, no --raw_sum, but this run has --seed 7, "
                               "--raw_sum: resume it with --seed 1, no --raw_sum, or from an epoch checkpoint to "
                               "change them")
+        # a new user's trial was told of a --partial_window it never passed, --global_batch_size's default
+        assert_one_line_error(run_script("train.py", "--resume", tmp_path, "--partial_window", "drop", *common,
+                                         check=False),
+                              "continues a run trained with --partial_window flush, but this run has "
+                              "--partial_window drop (--partial_window's default: drop with --global_batch_size, "
+                              "flush without it): resume it with --partial_window flush")
 
     def test_checkpoint_with_other_shapes(self, tmp_path):
         other = str(tmp_path / "lenet3.ckpt")
