@@ -529,11 +529,10 @@ def run_flags(args):
 
 
 def samples_over_devices(args, world):
-    """The samples an epoch reads over all `world` processes (--num_samples counts each process's, or every
-    process's with --global_batch_size); None for all the data."""
-    if args.num_samples is None or args.global_batch_size is not None:
-        return args.num_samples
-    return args.num_samples * world
+    """The samples an epoch reads over all `world` processes (:func:`samples_per_process` on each); None for all the
+    data."""
+    each = samples_per_process(args, world)
+    return None if each is None else each * world
 
 
 def write_run_flags(directory, args, prefix, world):
