@@ -2,6 +2,7 @@
 import os
 import subprocess
 import sys
+import warnings
 from functools import partial
 
 import numpy as np
@@ -11,7 +12,7 @@ import mindspore as ms
 import mindspore.dataset as ds
 import mindspore.train.dataset_helper as helper_module
 import mindspore.train.model as model_module
-from mindspore import amp, nn
+from mindspore import Tensor, amp, nn
 from mindspore.train import Callback, CheckpointConfig, LossMonitor, ModelCheckpoint
 
 import ms_accum
@@ -122,6 +123,54 @@ def test_accumulation_steps_argument_replaces_the_cells():
     model.train(1, numpy_dataset(batches), dataset_sink_mode=False)
     assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"), windows_of(batches, 3),
                               context="N=3")
+
+
+UNSET_N = "N ('gradient_accumulation_steps') was not given to TrainAccuStepsCell or to any call, so it is 1"
+
+
+def test_a_cell_left_at_n_1_without_being_given_it_warns_once_that_nothing_accumulates():
+    """TrainAccuStepsCell defaults N to 1 (the seed's cell did): built without N and called directly in its automatic
+    mode, or trained by a Model_ACCU given none, it updated at every call in silence. It warns once, at that first
+    call or run; N given anywhere (1 too: on purpose) or an explicit mode warns of nothing."""
+    batches = micro_batches((4,) * 4)
+    (x, y), after = batches[0], batches[1]
+
+    def warnings_of(call):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            call()
+        return [str(w.message) for w in caught if "was not given" in str(w.message)]
+
+    net, loss, opt = build("sgd")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt)
+    before = params_of(net)
+    found = warnings_of(lambda: cell(Tensor(x), Tensor(y)))
+    assert len(found) == 1 and found[0].startswith(f"For 'TrainAccuStepsCell', {UNSET_N}: every call updates"), found
+    assert "Pass gradient_accumulation_steps=N to the cell" in found[0], found[0]
+    assert any(not np.array_equal(before[name], value) for name, value in params_of(net).items()), "N 1 updated"
+    assert warnings_of(lambda: cell(Tensor(after[0]), Tensor(after[1]))) == [], "once a cell"
+    net, loss, opt = build("sgd")
+    scaled = ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt, Tensor(1024.0))
+    found = warnings_of(lambda: scaled(Tensor(x), Tensor(y)))
+    assert len(found) == 1 and "was not given to TrainAccuStepsWithLossScaleCell" in found[0], found
+    for given in (dict(gradient_accumulation_steps=1), dict(mini_steps=2)):
+        net, loss, opt = build("sgd")
+        quiet = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, **given)
+        assert warnings_of(lambda: quiet(Tensor(x), Tensor(y))) == [], given
+    net, loss, opt = build("sgd")
+    chosen = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt).set_accumulation(True)
+    assert warnings_of(lambda: chosen(Tensor(x), Tensor(y))) == [], "an explicit mode decides itself"
+
+    net, loss, opt = build("sgd")
+    model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt))
+    found = warnings_of(lambda: model.train(1, numpy_dataset(batches), dataset_sink_mode=False))
+    assert len(found) == 1 and found[0].startswith(f"For 'Model_ACCU.train', {UNSET_N}"), found
+    for given in (dict(model=dict(gradient_accumulation_steps=2)), dict(train=dict(gradient_accumulation_steps=2))):
+        net, loss, opt = build("sgd")
+        model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt),
+                                    **given.get("model", {}))
+        assert warnings_of(lambda: model.train(1, numpy_dataset(batches), dataset_sink_mode=False,
+                                               **given.get("train", {}))) == [], given
 
 
 @pytest.mark.parametrize("policy, epochs, window_sizes", [

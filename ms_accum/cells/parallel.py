@@ -12,11 +12,11 @@ from mindspore import nn
 
 from ..core import window
 from ..core.checks import (check_bool, check_call_inputs, check_cell, check_clip_norm, check_optimizer,
-                           check_optimizer_trains, check_sens, warn_eval_mode)
+                           check_optimizer_trains, check_sens, warn_eval_mode, warn_steps_unset)
 from ..core.engine import CellNaming, WindowEngine
 from ..core.noise_scale import noise_state
 from ..core.open_window import OpenWindow
-from ..core.schedule import steps_argument
+from ..core.schedule import steps_argument, steps_given
 from ..core.weighting import LossAndItems, forget_failed_forward, loss_sens, micro_batch_forward
 
 ACCUMULATE_PHASE = "train_accumulate"
@@ -52,7 +52,8 @@ class AccumulationModes:
     (docs/noise_scale.md, Cost). Which micro-batches are measured only changes the noise records, never an update.
     """
 
-    def _init_modes(self):
+    def _init_modes(self, steps_given=True):
+        self._steps_unset = not steps_given  # N left at its default of 1 (warned of at the first run or call)
         self._mode = None            # None: automatic; True/False: chosen by the user or a trainer
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
         self._auto_window = None     # the open window as the automatic mode counts it (an OpenWindow; None: unknown)
@@ -200,6 +201,8 @@ class AccumulationModes:
     def __call__(self, *args, **kwargs):
         check_call_inputs(self, args, kwargs)
         warn_eval_mode(self)
+        if self._mode is None:
+            warn_steps_unset(self)
         accumulate = self._decide()
         try:
             self._select(True)
@@ -255,7 +258,9 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
             freezes the same constants and chooses the same N; its constants and measurements are Parameters of
             the cell, ``accu_goodput_*``, in its state file). The automatic mode and the trainers without dataset
             sink mode follow them all; dataset sink mode takes an int. ``accumulation_steps``, ``mini_steps`` and
-            ``accumulate_step`` are accepted in its place (keyword only). Default: ``1``.
+            ``accumulate_step`` are accepted in its place (keyword only). Default: ``1``, or what
+            :class:`Model_ACCU` or its ``train`` is given; left at 1 with none given, the first call in the automatic
+            mode (or the first ``train``) warns that nothing accumulates.
         clip_norm (float, optional): Clip the window's gradient (averaged, reduced across devices) to this global
             norm, once per window, as ``ops.clip_by_global_norm`` would clip the large batch's gradient; ``None``
             for no clipping. Default: ``None``.
@@ -325,8 +330,8 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
                  *, accumulation_steps=None, mini_steps=None, accumulate_step=None, _naming=None):
         naming = _naming or CellNaming("TrainAccuStepsCell")  # a trainer building the cell names it its own way
         owner = naming.owner
-        steps = steps_argument(owner, gradient_accumulation_steps, dict(
-            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step), 1)
+        aliases = dict(accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step)
+        steps = steps_argument(owner, gradient_accumulation_steps, aliases, 1)
         check_cell_arguments(owner, network, optimizer)
         super().__init__(LossAndItems(owner, network), optimizer, check_sens(owner, sens))
         self._init_engine(owner, naming.buffers(self.weights), window.WindowState(naming.window_prefix),
@@ -335,7 +340,7 @@ class TrainAccuStepsCell(AccumulationModes, WindowEngine, nn.TrainOneStepCell):
                           rebuild=naming.rebuild_hint, window_end_in_python=True)
         self.set_gradient_accumulation_steps(*steps)
         self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)  # last: it may rewire the optimizer
-        self._init_modes()
+        self._init_modes(steps_given(gradient_accumulation_steps, aliases))
 
     def construct(self, *inputs):
         if not self._accumulate_now:  # the window's end (no inputs): see end_window

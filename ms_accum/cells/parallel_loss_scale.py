@@ -8,7 +8,7 @@ from ..core.checks import check_bool, check_clip_norm
 from ..core.engine import CellNaming, WindowEngine
 from ..core.loss_scale import SCALER, check_scale_sense
 from ..core.noise_scale import noise_state
-from ..core.schedule import steps_argument
+from ..core.schedule import steps_argument, steps_given
 from ..core.weighting import LossAndItems, loss_sens, micro_batch_forward
 from .parallel import AccumulationModes, check_cell_arguments
 
@@ -40,7 +40,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
             ``scale_value`` the cell then scales with and whose ``adjust`` it calls once per window.
         gradient_accumulation_steps (Union[int, dict, str, AccumulationSchedule, AdaptiveAccumulation]): N, as in
             :class:`TrainAccuStepsCell` (``accumulation_steps``, ``mini_steps``, ``accumulate_step`` accepted in
-            its place). Default: ``1``.
+            its place). Default: ``1`` (warned of, as in :class:`TrainAccuStepsCell`).
         clip_norm (float, optional): Clip the window's unscaled gradient to this global norm, once per window, as
             in :class:`TrainAccuStepsCell`. Default: ``None`` (no clipping).
         noise_scale (Union[bool, str]): Measure the gradient noise scale, as in :class:`TrainAccuStepsCell`
@@ -98,8 +98,8 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
                  *, accumulation_steps=None, mini_steps=None, accumulate_step=None, _naming=None):
         naming = _naming or CellNaming("TrainAccuStepsWithLossScaleCell")  # see TrainAccuStepsCell
         owner = naming.owner
-        steps = steps_argument(owner, gradient_accumulation_steps, dict(
-            accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step), 1)
+        aliases = dict(accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step)
+        steps = steps_argument(owner, gradient_accumulation_steps, aliases, 1)
         check_cell_arguments(owner, network, optimizer)
         kind = check_scale_sense(owner, scale_sense)
         # MindSpore's cell takes an update cell or a Tensor; an amp LossScaler's own Parameter then replaces the scale
@@ -115,7 +115,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
                           window_end_in_python=True)
         self.set_gradient_accumulation_steps(*steps)
         self._init_lr_scaling(self.optimizer, lr_scaling, reference_batch)  # last: it may rewire the optimizer
-        self._init_modes()
+        self._init_modes(steps_given(gradient_accumulation_steps, aliases))
         self.accu_overflow = Parameter(Tensor(0.0, mstype.float32), name=f"{naming.window_prefix}.overflow",
                                        requires_grad=False)
         self.saturation_mode = overflow_saturates(self)

@@ -256,6 +256,21 @@ def check_call_inputs(cell, args, kwargs):
     cell._inputs_checked = True  # pylint: disable=protected-access
 
 
+def warn_steps_unset(cell, owner=None):
+    """Once a cell, warn if N was never given to a parallel cell (``TrainAccuStepsCell`` and its loss-scale variant
+    default to 1): it then updates at every call, accumulating nothing, which a cell built to accumulate and called
+    without it did in silence. Called at its first call in the automatic mode and when Model_ACCU plans a run
+    without N. Returns whether it warned."""
+    if not getattr(cell, "_steps_unset", False):
+        return False
+    cell._steps_unset = False  # pylint: disable=protected-access
+    warn(f"For '{owner or cell.owner_name}', N ('gradient_accumulation_steps') was not given to "
+         f"{cell.owner_name} or to any call, so it is 1: every call updates the parameters and no gradient is "
+         f"accumulated. Pass gradient_accumulation_steps=N to the cell, to Model_ACCU or to its train(); pass 1 to "
+         f"update at every call without this warning.", UserWarning)
+    return True
+
+
 def warn_eval_mode(cell):
     """At the first call of `cell` (a training cell holding the user's network in its LossAndItems, named by its
     ``owner_name``), warn if every layer of the network that computes otherwise in training mode (BatchNorm,

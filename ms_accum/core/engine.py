@@ -323,6 +323,7 @@ class WindowEngine(CompiledCall, NoiseMeasure):
                                  f"end_time=t_end).")
         schedule = AccumulationSchedule(steps, owner, arg_name)
         self.steps_name = arg_name
+        self._steps_unset = False  # N given (a parallel cell built without it warns: checks.warn_steps_unset)
         self.adaptive_policy = policy
         self.accumulation_schedule = schedule
         # decided when compiled: no table lookup for a fixed N, the device's N for a policy

@@ -44,6 +44,11 @@ def steps_argument(owner, value, aliases, default=None):
     return given[0][1], given[0][0]
 
 
+def steps_given(value, aliases):
+    """Whether N was given, under its one name or an alias (see :func:`steps_argument`)."""
+    return value is not None or any(alias_value is not None for alias_value in aliases.values())
+
+
 def shown_steps_name(arg_name):
     """N's argument as messages show it: as the user wrote it, quoted, with the one name beside an older one
     (``'mini_steps' (gradient_accumulation_steps)``)."""

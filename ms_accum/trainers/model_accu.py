@@ -21,7 +21,7 @@ from ..compat import (callbacks_of, check_model_internals, check_network_mode, e
                       register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
                       set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
 from ..core.checks import check_positive_int
-from ..core.schedule import STEPS_ALIASES, STEPS_NAME, steps_argument
+from ..core.schedule import STEPS_ALIASES, STEPS_NAME, steps_argument, steps_given
 from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
 from .cell_front import CellFront
@@ -231,7 +231,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                             f"{type(loss_fn).__name__ if loss_fn is not None else type(optimizer).__name__}.")
         _check_model_training_settings(amp_level, boost_level, kwargs.get("loss_scale_manager"))
         aliases = dict(accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step)
-        if gradient_accumulation_steps is not None or any(value is not None for value in aliases.values()):
+        if steps_given(gradient_accumulation_steps, aliases):
             network.set_gradient_accumulation_steps(*steps_argument("Model_ACCU", gradient_accumulation_steps, aliases),
                                                     owner="Model_ACCU")
         check_state_saving("Model_ACCU", state_path, save_state_every)

@@ -11,7 +11,7 @@ epochs, and dataset sink mode.
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..core.checks import check_choice, check_positive_int
+from ..core.checks import check_choice, check_positive_int, warn_steps_unset
 from ..core.compiled import write_parameter
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
@@ -274,6 +274,8 @@ def plan_run(owner, cell, settings, *, required_steps, trained=False, columns_hi
     earlier_schedule = cell.accumulation_schedule
     if steps is not None:
         cell.set_gradient_accumulation_steps(steps, name, owner)
+    else:
+        warn_steps_unset(cell, owner)
     n = cell.gradient_accumulation_steps
     check_rate_callbacks(owner, settings.callbacks, cell)
     check_window_fits(owner, cell.steps_name, n, micro_batches, settings.partial_window, carry_hint)
