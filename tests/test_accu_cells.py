@@ -254,3 +254,23 @@ class TestBadInput:
         with pytest.raises(ValueError, match=rf"For '{cls}', the optimizer's parameters must be parameters of "
                                              rf"'network', but none of its \d+ .* is: every gradient would be zero"):
             getattr(ms_accum, cls)(nn.WithLossCell(other, loss), opt, *args)
+
+
+@pytest.mark.parametrize("scale", [np.array(1024.0), np.array([1024.0])], ids=["float64", "float64-shape-1"])
+def test_a_float64_scale_tensor_trains_as_the_large_batch(scale, exec_mode):
+    """numpy's default dtype, ``Tensor(np.array(1024.0))``: the loss-scale cell, and the driver and Model_ACCU over it,
+    took it and failed at their first update (a new user's trial: MindSpore's in-place write of float32 into a
+    float64 Parameter). Each trains as the large batch now, the scale it returns a float32."""
+    batches = micro_batches((4,) * 4)
+    windows = [batches[:2], batches[2:]]
+    reference = partial(reference_train, "momentum")
+    net, loss, opt = build("momentum")
+    cell = ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt, Tensor(scale),
+                                                    gradient_accumulation_steps=2)
+    outputs = [cell(Tensor(x), Tensor(y)) for x, y in batches]
+    assert_equals_large_batch(params_of(net), reference, windows, context=f"cell, {exec_mode}")
+    assert outputs[-1][2].dtype == ms.float32 and float(outputs[-1][2].asnumpy().reshape(())) == 1024.0, outputs[-1]
+    net, loss, opt = build("momentum")
+    ms_accum.GradientAccumulation(net, loss, opt, scale_sense=Tensor(scale)).train_process(
+        1, numpy_dataset(batches), 2, ckpt_path=None, log_every=0)
+    assert_equals_large_batch(params_of(net), reference, windows, context=f"driver, {exec_mode}")

@@ -6,7 +6,7 @@ from ..compat import overflow_saturates
 from ..core import window
 from ..core.checks import check_bool, check_clip_norm
 from ..core.engine import CellNaming, WindowEngine
-from ..core.loss_scale import SCALER, check_scale_sense
+from ..core.loss_scale import SCALER, check_scale_sense, mindspore_scale_sense
 from ..core.noise_scale import noise_state
 from ..core.schedule import steps_argument, steps_given
 from ..core.weighting import LossAndItems, loss_sens, micro_batch_forward
@@ -103,8 +103,7 @@ class TrainAccuStepsWithLossScaleCell(AccumulationModes, WindowEngine, nn.TrainO
         check_cell_arguments(owner, network, optimizer)
         kind = check_scale_sense(owner, scale_sense)
         # MindSpore's cell takes an update cell or a Tensor; an amp LossScaler's own Parameter then replaces the scale
-        super().__init__(LossAndItems(owner, network), optimizer,
-                         Tensor(scale_sense.scale_value.asnumpy()) if kind == SCALER else scale_sense)
+        super().__init__(LossAndItems(owner, network), optimizer, mindspore_scale_sense(kind, scale_sense))
         scale = scale_sense.scale_value if kind == SCALER else self.scale_sense
         updater = scale_sense if kind == SCALER else self.loss_scaling_manager
         self._init_engine(owner, naming._replace(float32_buffers=True).buffers(self.weights),

@@ -72,6 +72,17 @@ def scale_parameter(kind, scale):
                            requires_grad=False)
 
 
+def mindspore_scale_sense(kind, scale):
+    """What :class:`mindspore.nn.TrainOneStepWithLossScaleCell` is given for the loss-scale form `scale` (not None)
+    of the form `kind` (:func:`scale_kind`): an update cell as it is; a scale Tensor, or a LossScaler's current
+    scale, as a float32 copy of its shape. MindSpore's cell keeps a Tensor's dtype, and a float64 one
+    (``Tensor(np.array(1024.0))``) was taken, then failed at the first update: an in-place write of float32 into
+    it."""
+    if kind == CELL:
+        return scale
+    return Tensor((scale.scale_value if kind == SCALER else scale).asnumpy(), mstype.float32)
+
+
 def shared_scale(owner, state, scale_sense, kind):
     """The (updater, scale Parameter) of a window, created by the first cell built with `scale_sense` (of the form
     `kind`, :func:`scale_kind`) on these buffers; every cell on the same buffers must pass the same
