@@ -47,6 +47,23 @@ def test_window_gradient_is_clipped_like_the_large_batch_gradient(path, active, 
     assert [r[1] for r in records] == [n > clip_norm for n in norms]
 
 
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_with_average_false_the_raw_sum_is_clipped(path):
+    """``average=False`` hands the optimizer the window's raw sum of micro-batch gradients (the tutorial's): that sum
+    is what is clipped, by its own norm (a new user's trial found it so; no test had said it). The reference sums the
+    micro-batches' gradients, written with value_and_grad, and clips with ops.clip_by_global_norm."""
+    raw_norms = functional_reference("momentum", windows(), average=False)[1]
+    clip_norm = raw_norms[0] * 0.2
+    net, loss, opt = build("momentum")
+    trained = paths.train(path, nn.WithLossCell(net, loss), opt, sum(windows(), []), N, clip_norm=clip_norm,
+                          average=False)
+    assert_equals_large_batch(params_of(net), large_batch("momentum", clip_norm, average=False), windows(),
+                              context=f"{path}, raw sum clipped at {clip_norm:.3g}")
+    norms = functional_reference("momentum", windows(), clip_norm, average=False)[1]
+    assert [window.grad_norm for window in trained.windows] == pytest.approx(norms, rel=1e-4)
+    assert all(window.clipped for window in trained.windows), norms
+
+
 def test_clip_norm_is_checked():
     net, loss, opt = build("momentum")
     grad_sum = opt.parameters.clone(prefix="grad_sum", init="zeros")
