@@ -54,8 +54,10 @@ def parse(argv=None):
     parser.add_argument("--devices", type=int, choices=[1, 2], default=1)
     parser.add_argument("--model", choices=sorted(TARGETS), default="lenet")
     parser.add_argument("--configs", default=",".join(CONFIGS))
-    parser.add_argument("--repeats", type=int, default=1)
-    parser.add_argument("--epochs", type=int, default=3, help="the budget, in epochs of the training set")
+    types = harness.argtypes()
+    parser.add_argument("--repeats", type=types.positive_int, default=1)
+    parser.add_argument("--epochs", type=types.positive_int, default=3,
+                        help="the budget, in epochs of the training set")
     parser.add_argument("--micro_batch", type=int, default=32, help="b, per device")
     parser.add_argument("--policy_micro_batch", type=int, default=None,
                         help="the micro-batch of adaptive and goodput (default: b on 2 workers, b / 2 on one)")
@@ -66,7 +68,9 @@ def parse(argv=None):
     parser.add_argument("--target", type=float, default=None,
                         help="test accuracy (default: 0.88 LeNet, 0.85 the MLPs)")
     parser.add_argument("--full", action="store_true", help="train the whole budget, past the target")
-    parser.add_argument("--data", default=os.path.join(harness.ROOT, "data", "fashion-mnist"))
+    parser.add_argument("--data", default=os.path.join(harness.ROOT, "data", "fashion-mnist"),
+                        help="Fashion-MNIST's train/ and test/ (bash scripts/fashion_mnist.sh .venv/bin/python lays "
+                             "them out here; model_zoo_lenet/data/fashion_mnist_sample for a quick run)")
     parser.add_argument("--train_samples", type=int, default=None, help="use only this many (a quick run)")
     parser.add_argument("--out", default=None, help="the runs' JSON (default: none kept)")
     parser.add_argument("--img_dir", default=os.path.join(harness.ROOT, "docs", "img"))
@@ -78,6 +82,10 @@ def parse(argv=None):
     unknown = set(args.configs.split(",")) - set(CONFIGS)
     if unknown:
         parser.error(f"--configs takes {', '.join(CONFIGS)}, but got {', '.join(sorted(unknown))}")
+    if not all(os.path.isdir(os.path.join(args.data, split)) for split in ("train", "test")):
+        parser.error(f"--data must be a directory holding Fashion-MNIST's train/ and test/, but got {args.data!r}: "
+                     f"lay them out there with 'bash scripts/fashion_mnist.sh .venv/bin/python', or pass --data "
+                     f"model_zoo_lenet/data/fashion_mnist_sample for a quick run")
     return args
 
 

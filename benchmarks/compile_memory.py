@@ -52,7 +52,7 @@ def child(config, args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    harness.add_model_arguments(parser, CONFIGS, windows=2)
+    harness.add_model_arguments(parser, CONFIGS, windows=2, known=harness.STEP_NAMES)
     args = parser.parse_args()
     results = harness.measure_each(__file__, args, child, strict=True)
     if results is None:

@@ -65,6 +65,8 @@ def main():
     parser.add_argument("--jit_level", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--mode", default="graph", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeats < 1 or not args.seconds > 0:  # not harness.argtypes: it would set the ISA these runs compare
+        parser.error(f"--repeats must be >= 1 and --seconds > 0, but got {args.repeats} and {args.seconds}")
     if args.child:
         child(args.threads, args.jit_level, args.mode, args.seconds)
         return

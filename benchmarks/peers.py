@@ -2,9 +2,9 @@
 
     .venv/bin/python benchmarks/peers.py              # EdgeNeXt xx_small, 64x64, micro-batch 8, N = 4, GRAPH_MODE
     .venv/bin/python benchmarks/peers.py --mode pynative --starts 1 --rounds 4 --windows 2
-    .venv/bin/python benchmarks/peers.py --mode pynative --starts 0 --peers tutorial,three-cells,driver,\
-        parallel,model-accu,accumulator --model block      # every path against the tutorial's jit step
-    .venv/bin/python benchmarks/peers.py --peers tutorial,checked-two-graphs,driver,mindcv-trainstep --starts 3 \
+    .venv/bin/python benchmarks/peers.py --mode pynative --starts 0 --model block \\
+        --peers tutorial,three-cells,driver,parallel,model-accu,accumulator   # every path against the tutorial's
+    .venv/bin/python benchmarks/peers.py --peers tutorial,checked-two-graphs,driver,mindcv-trainstep --starts 3 \\
         --rounds 1 --windows 2 --where                     # where each first update's time goes
 
 Every peer trains the same model (a MindCV model built by `mindcv.create_model`; `--model block`, four
@@ -264,7 +264,8 @@ def main():
     parser.add_argument("--first-windows", type=int, default=4)
     parser.add_argument("--windows", type=int, default=4, help="windows per steady block")
     parser.add_argument("--rounds", type=int, default=8, help="steady blocks per peer")
-    parser.add_argument("--starts", type=int, default=3, help="fresh start-up processes per peer (0: none)")
+    parser.add_argument("--starts", type=harness.argtypes().non_negative_int, default=3,
+                        help="fresh start-up processes per peer (0: none)")
     parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated subset of " + ", ".join(PEERS))
     parser.add_argument("--where", action="store_true",
                         help="profile each first update: the seconds compiling, the graphs compiled and the seconds "

@@ -272,7 +272,8 @@ def test_the_floor_peers_skip_a_nonfinite_window_and_clear_it(graphs):
 
 
 @pytest.mark.parametrize("args, message", [(("--peers", "trainstep"), "--peers: unknown ['trainstep']"),
-                                           (("--first-windows", 1), "--first-windows must be >= 2")])
+                                           (("--first-windows", 1), "--first-windows must be >= 2"),
+                                           (("--starts", -1), "argument --starts: must be an int >= 0, but got '-1'")])
 def test_peers_benchmark_refuses_bad_arguments(args, message):
     done = run(*args, script=PEERS)
     assert done.returncode == 2 and message in done.stderr, done.stderr
@@ -355,6 +356,20 @@ def test_every_path_holds_the_tutorials_memory_at_size(mode, optimizer):
     assert all(copies <= 0.25 for copies in above.values()), f"copies above the tutorial's peak: {above}"
     if (mode, optimizer) == ("graph", "momentum"):
         assert peaks["tutorial"] - peaks["plain-b"] >= 0.75 * copy, peaks
+
+
+@pytest.mark.parametrize("script, args, message", [
+    (MEMORY, ("--configs", "plain-b,nosuch"), "argument --configs: takes configurations among plain-b, plain-Nb"),
+    (MEMORY, ("--steps", 0), "argument --steps: must be an int >= 1, but got '0'"),
+    (MEMORY, ("--windows", -1), "argument --windows: must be an int >= 1, but got '-1'"),
+    (os.path.join(BENCHMARKS, "compile_memory.py"), ("--configs", "tutorial,bogus"),
+     "argument --configs: takes configurations among tutorial, tutorial-clip, tutorial-checked, accumulator, but "
+     "got 'bogus'")])
+def test_the_memory_benchmarks_refuse_a_configuration_they_do_not_have(script, args, message):
+    """A misspelt configuration was measured as Accumulator under its own name, and 0 or negative counts ran a
+    table of nothing (a reviewer's trial of the benchmarks): each is refused in one line naming its flag."""
+    done = run(*args, script=script)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
 TABLE_PATHS = ("plain-b", "tutorial", "three-cells", "driver", "model-accu")
@@ -526,8 +541,11 @@ def test_batch_schedules_benchmark_prints_its_tables_and_draws_its_plot(tmp_path
     assert micro_time > 0 and end_time >= 0, runs[-1]["constants"]  # t_end is 0 where the fitted intercept was < 0
 
 
-@pytest.mark.parametrize("args, message", [(("--configs", "n1,n7"), "--configs takes n1, n4"),
-                                           (("--devices", "3"), "argument --devices: invalid choice")])
+@pytest.mark.parametrize("args, message", [
+    (("--configs", "n1,n7"), "--configs takes n1, n4"), (("--devices", "3"), "argument --devices: invalid choice"),
+    (("--epochs", 0), "argument --epochs: must be an int >= 1, but got '0'"),
+    (("--data", "no-such-dir"), "--data must be a directory holding Fashion-MNIST's train/ and test/, but got "
+                                "'no-such-dir': lay them out there with 'bash scripts/fashion_mnist.sh")])
 def test_batch_schedules_benchmark_refuses_bad_arguments(args, message):
     done = run(*args, script=BATCH_SCHEDULES)
     assert done.returncode == 2 and message in done.stderr, done.stderr

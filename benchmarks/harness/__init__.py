@@ -20,9 +20,9 @@ from .data import TEXT_VOCAB, dataset_of, random_batches, sample_arrays, window_
 from .memory import copy_mib_of, peak_mib, rss_mib
 from .models import (COST_MODELS, PROJECT_MODELS, block_model, build, lenet_parts, plain_parts, resnet18_parts,
                      text_model, wide_mlp)
-from .peers import (TUTORIAL_CLIP_NORM, checked_window_end, jit_step, step_cell, step_parts, torch_lenet_update,
-                    two_graph_steps)
-from .runner import (RESULT, add_model_arguments, free_port, measure_each, msrun_command, print_table, report,
+from .peers import (STEP_NAMES, TUTORIAL_CLIP_NORM, checked_window_end, jit_step, step_cell, step_parts,
+                    torch_lenet_update, two_graph_steps)
+from .runner import (RESULT, add_model_arguments, argtypes, free_port, measure_each, msrun_command, print_table, report,
                      rotate, run_child, start_mindspore, take_turns)
 from .steps import (accumulated_update, dataset_trainer, plain_and_three_cells, plain_step, plain_updates,
                     three_cells)
@@ -33,8 +33,9 @@ __all__ = ["ROOT", "SAMPLE", "ZOO", "compare_runners", "cost_arguments", "driver
            "TEXT_VOCAB", "dataset_of", "random_batches", "sample_arrays", "window_of", "copy_mib_of", "peak_mib",
            "rss_mib", "COST_MODELS",
            "PROJECT_MODELS", "block_model", "build", "lenet_parts", "plain_parts", "resnet18_parts", "text_model",
-           "wide_mlp", "TUTORIAL_CLIP_NORM", "checked_window_end", "jit_step", "step_cell", "step_parts",
-           "torch_lenet_update", "two_graph_steps", "RESULT", "add_model_arguments", "free_port", "measure_each",
+           "wide_mlp", "STEP_NAMES", "TUTORIAL_CLIP_NORM", "checked_window_end", "jit_step", "step_cell", "step_parts",
+           "torch_lenet_update", "two_graph_steps", "RESULT", "add_model_arguments", "argtypes", "free_port",
+           "measure_each",
            "msrun_command", "print_table", "report", "rotate", "run_child", "start_mindspore", "take_turns",
            "accumulated_update", "dataset_trainer", "plain_and_three_cells", "plain_step", "plain_updates",
            "three_cells", "PHASE_LINE", "compile_phases", "profile_compiles", "spread", "timed", "timed_epochs",

@@ -6,6 +6,9 @@ PyTorch."""
 TUTORIAL_CLIP_NORM = 1.0
 
 
+STEP_NAMES = ("tutorial", "tutorial-clip", "tutorial-checked", "accumulator")  # the steps of step_parts
+
+
 def step_parts(name, loss_net, optimizer, steps):
     """What the MindSpore 2.x training step of `name` ("tutorial", "tutorial-clip", "tutorial-checked" or
     "accumulator") runs per micro-batch: (the value_and_grad function, the accumulator, whether the accumulator
@@ -15,6 +18,8 @@ def step_parts(name, loss_net, optimizer, steps):
     :func:`checked_window_end`'s); ms_accum's takes the mean loss and ``Accumulator(grads, num_items)``."""
     import mindspore as ms  # pylint: disable=import-outside-toplevel
     import ms_accum  # pylint: disable=import-outside-toplevel
+    if name not in STEP_NAMES:
+        raise ValueError(f"step_parts: the step must be one of {', '.join(STEP_NAMES)}, but got {name!r}")
     loss_net.set_train(True)
     if name in ("tutorial", "tutorial-clip", "tutorial-checked"):
         def divided_loss(x, y):

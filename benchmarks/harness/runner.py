@@ -76,19 +76,43 @@ def rotate(runners, rounds, shift=False):
     return results
 
 
-def add_model_arguments(parser, configs, windows):
-    """The options of the model, the micro-batches and the configurations to measure (each in a child process)."""
+def argtypes():
+    """ms_accum's argparse types (``ms_accum.tools.argtypes``: a bad value refused in one line naming its flag).
+    Importing ms_accum loads MindSpore, so train.py's CPU defaults are set first, as :func:`start_mindspore` does
+    (and the child processes inherit them: not for a benchmark comparing them)."""
+    from src.cpu_speed import apply_env_defaults  # pylint: disable=import-outside-toplevel
+    apply_env_defaults()
+    from ms_accum.tools import argtypes as types  # pylint: disable=import-outside-toplevel
+    return types
+
+
+def names_among(known, what="configuration"):
+    """argparse type: comma-separated names, each one of `known` (a misspelt one was measured as another)."""
+    def names(text):
+        unknown = [name for name in text.split(",") if name not in known]
+        if unknown:
+            raise argparse.ArgumentTypeError(f"takes {what}s among {', '.join(known)}, but got "
+                                             f"{', '.join(repr(name) for name in unknown)}")
+        return text
+    return names
+
+
+def add_model_arguments(parser, configs, windows, known=None):
+    """The options of the model, the micro-batches and the configurations to measure (each in a child process):
+    `configs` the default ones, `known` every name ``--configs`` takes (default: `configs`)."""
+    types = argtypes()
     parser.add_argument("--model", default="resnet18",
                         help="a MindCV model name, 'block', 'mlp', 'tiny' or 'text' (default: resnet18)")
-    parser.add_argument("--image_size", type=int, default=192)
-    parser.add_argument("--micro_batch", type=int, default=8)
-    parser.add_argument("--steps", type=int, default=8, help="N")
-    parser.add_argument("--windows", type=int, default=windows)
-    parser.add_argument("--classes", type=int, default=10)
-    parser.add_argument("--width", type=int, default=2048, help="the MLP's hidden width (--model mlp)")
+    parser.add_argument("--image_size", type=types.positive_int, default=192)
+    parser.add_argument("--micro_batch", type=types.positive_int, default=8)
+    parser.add_argument("--steps", type=types.positive_int, default=8, help="N")
+    parser.add_argument("--windows", type=types.positive_int, default=windows)
+    parser.add_argument("--classes", type=types.positive_int, default=10)
+    parser.add_argument("--width", type=types.positive_int, default=2048, help="the MLP's hidden width (--model mlp)")
     parser.add_argument("--optimizer", choices=["mindcv", "momentum"], default="mindcv",
                         help="MindCV's momentum with weight decay and label smoothing, or nn.Momentum without")
-    parser.add_argument("--configs", default=",".join(configs))
+    parser.add_argument("--configs", type=names_among(known or configs), default=",".join(configs),
+                        help=f"comma-separated, among {', '.join(known or configs)}")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
 
 

@@ -3,9 +3,9 @@
 A probe kept in the lab: its figures are in docs/performance_history.md ("Throughput: accumulation against plain
 training"), measured with
 
-    .venv/bin/python benchmarks/lab/accumulation.py --repeats 3 --seconds 6 \
+    .venv/bin/python benchmarks/lab/accumulation.py --repeats 3 --seconds 6 \\
         --configs plain-b,three-cells,functional,plain-Nb,plain-b-data,driver,model-accu
-    .venv/bin/python benchmarks/lab/accumulation.py --batch 256 --steps 16 --repeats 1 --seconds 15 \
+    .venv/bin/python benchmarks/lab/accumulation.py --batch 256 --steps 16 --repeats 1 --seconds 15 \\
         --configs plain-b,three-cells,functional,plain-Nb,plain-b-data,driver,model-accu      # memory
 
 and also runs as ``.venv/bin/python benchmarks/lab/accumulation.py`` (micro-batch 32 x 4, 3 processes each) or

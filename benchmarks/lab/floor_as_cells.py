@@ -51,7 +51,7 @@ def main():
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--micro_batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=4, help="N")
-    parser.add_argument("--starts", type=int, default=4, help="fresh processes per variant")
+    parser.add_argument("--starts", type=harness.argtypes().positive_int, default=4, help="fresh processes per variant")
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.variant:

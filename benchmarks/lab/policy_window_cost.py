@@ -65,8 +65,9 @@ def window_seconds(variant, windows):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--windows", type=int, default=300)
+    types = harness.argtypes()
+    parser.add_argument("--rounds", type=types.positive_int, default=3)
+    parser.add_argument("--windows", type=types.positive_int, default=300)
     args = parser.parse_args()
     harness.start_mindspore("graph")
     results = harness.rotate({v: (lambda v=v: window_seconds(v, args.windows)) for v in VARIANTS}, args.rounds)
