@@ -36,7 +36,8 @@ def child(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="edgenext_xx_small", help="a mindcv.create_model name")
+    parser.add_argument("--model", type=harness.model_name, default="edgenext_xx_small",
+                        help="a mindcv.create_model name, or a model the project builds ('lenet', 'block', ...)")
     parser.add_argument("--image_size", type=int, default=64)
     parser.add_argument("--micro_batch", type=int, default=8)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)

@@ -255,7 +255,8 @@ def table(args, starts, baseline, window_s, ratios, failed):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="edgenext_xx_small", help="a mindcv.create_model name")
+    parser.add_argument("--model", type=harness.model_name, default="edgenext_xx_small",
+                        help="a mindcv.create_model name, 'block' or 'lenet'")
     parser.add_argument("--image-size", type=int, default=64)
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--micro-batch", type=int, default=8)

@@ -273,7 +273,8 @@ def test_the_floor_peers_skip_a_nonfinite_window_and_clear_it(graphs):
 
 @pytest.mark.parametrize("args, message", [(("--peers", "trainstep"), "--peers: unknown ['trainstep']"),
                                            (("--first-windows", 1), "--first-windows must be >= 2"),
-                                           (("--starts", -1), "argument --starts: must be an int >= 0, but got '-1'")])
+                                           (("--starts", -1), "argument --starts: must be an int >= 0, but got '-1'"),
+                                           (("--model", "nosuch"), "argument --model: must be one of block, lenet")])
 def test_peers_benchmark_refuses_bad_arguments(args, message):
     done = run(*args, script=PEERS)
     assert done.returncode == 2 and message in done.stderr, done.stderr
@@ -362,12 +363,15 @@ def test_every_path_holds_the_tutorials_memory_at_size(mode, optimizer):
     (MEMORY, ("--configs", "plain-b,nosuch"), "argument --configs: takes configurations among plain-b, plain-Nb"),
     (MEMORY, ("--steps", 0), "argument --steps: must be an int >= 1, but got '0'"),
     (MEMORY, ("--windows", -1), "argument --windows: must be an int >= 1, but got '-1'"),
+    (MEMORY, ("--model", "nosuchmodel"), "argument --model: must be one of block, lenet, mlp, tiny, text or a MindCV "
+                                         "model name (mindcv.list_models()), but got 'nosuchmodel'"),
     (os.path.join(BENCHMARKS, "compile_memory.py"), ("--configs", "tutorial,bogus"),
      "argument --configs: takes configurations among tutorial, tutorial-clip, tutorial-checked, accumulator, but "
      "got 'bogus'")])
-def test_the_memory_benchmarks_refuse_a_configuration_they_do_not_have(script, args, message):
-    """A misspelt configuration was measured as Accumulator under its own name, and 0 or negative counts ran a
-    table of nothing (a reviewer's trial of the benchmarks): each is refused in one line naming its flag."""
+def test_the_memory_benchmarks_refuse_what_they_cannot_measure(script, args, message):
+    """A misspelt configuration was measured as Accumulator under its own name, 0 or negative counts ran a table of
+    nothing and an unknown model ended each child in a traceback (a reviewer's trial of the benchmarks): each is
+    refused in one line naming its flag."""
     done = run(*args, script=script)
     assert done.returncode == 2 and message in done.stderr, done.stderr
 

@@ -18,8 +18,8 @@ from .paths import ROOT, SAMPLE, ZOO
 from .costs import compare_runners, cost_arguments, driver_runners, tutorial_runner
 from .data import TEXT_VOCAB, dataset_of, random_batches, sample_arrays, window_of
 from .memory import copy_mib_of, peak_mib, rss_mib
-from .models import (COST_MODELS, PROJECT_MODELS, block_model, build, lenet_parts, plain_parts, resnet18_parts,
-                     text_model, wide_mlp)
+from .models import (COST_MODELS, PROJECT_MODELS, block_model, build, lenet_parts, model_name, plain_parts,
+                     resnet18_parts, text_model, wide_mlp)
 from .peers import (STEP_NAMES, TUTORIAL_CLIP_NORM, checked_window_end, jit_step, step_cell, step_parts,
                     torch_lenet_update, two_graph_steps)
 from .runner import (RESULT, add_model_arguments, argtypes, free_port, measure_each, msrun_command, print_table, report,
@@ -31,8 +31,8 @@ from .timing import (PHASE_LINE, compile_phases, profile_compiles, spread, timed
 
 __all__ = ["ROOT", "SAMPLE", "ZOO", "compare_runners", "cost_arguments", "driver_runners", "tutorial_runner",
            "TEXT_VOCAB", "dataset_of", "random_batches", "sample_arrays", "window_of", "copy_mib_of", "peak_mib",
-           "rss_mib", "COST_MODELS",
-           "PROJECT_MODELS", "block_model", "build", "lenet_parts", "plain_parts", "resnet18_parts", "text_model",
+           "rss_mib", "COST_MODELS", "PROJECT_MODELS", "block_model", "build", "lenet_parts", "model_name",
+           "plain_parts", "resnet18_parts", "text_model",
            "wide_mlp", "STEP_NAMES", "TUTORIAL_CLIP_NORM", "checked_window_end", "jit_step", "step_cell", "step_parts",
            "torch_lenet_update", "two_graph_steps", "RESULT", "add_model_arguments", "argtypes", "free_port",
            "measure_each",

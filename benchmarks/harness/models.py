@@ -111,5 +111,26 @@ def mindcv_module(wanted_by):
     return mindcv
 
 
+def model_name(text):
+    """argparse type: a model :func:`build` makes, one of :data:`PROJECT_MODELS` or a MindCV model name (an unknown
+    one ended each measured process in a traceback). Checking a MindCV name imports MindCV, so MindSpore:
+    train.py's CPU defaults are set first, as ``harness.start_mindspore`` does."""
+    import argparse  # pylint: disable=import-outside-toplevel
+    if text in PROJECT_MODELS:
+        return text
+    from src.cpu_speed import apply_env_defaults  # pylint: disable=import-outside-toplevel
+    apply_env_defaults()
+    try:
+        from mindcv.models import is_model  # pylint: disable=import-outside-toplevel
+    except ImportError:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(PROJECT_MODELS)} or, with MindCV installed "
+                                         f"(pip install mindcv==0.3.0), a MindCV model name, but got "
+                                         f"{text!r}") from None
+    if not is_model(text):
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(PROJECT_MODELS)} or a MindCV model name "
+                                         f"(mindcv.list_models()), but got {text!r}")
+    return text
+
+
 COST_MODELS = {"lenet": lenet_parts, "mlp": lambda: plain_parts(wide_mlp(2048, flatten=True)),
                "resnet18": resnet18_parts}

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import sys
 
+from .models import model_name
+
 
 def start_mindspore(mode):
     """Apply train.py's CPU defaults (before MindSpore loads), then set the CPU device and `mode`."""
@@ -101,8 +103,8 @@ def add_model_arguments(parser, configs, windows, known=None):
     """The options of the model, the micro-batches and the configurations to measure (each in a child process):
     `configs` the default ones, `known` every name ``--configs`` takes (default: `configs`)."""
     types = argtypes()
-    parser.add_argument("--model", default="resnet18",
-                        help="a MindCV model name, 'block', 'mlp', 'tiny' or 'text' (default: resnet18)")
+    parser.add_argument("--model", type=model_name, default="resnet18",
+                        help="a MindCV model name, 'block', 'lenet', 'mlp', 'tiny' or 'text' (default: resnet18)")
     parser.add_argument("--image_size", type=types.positive_int, default=192)
     parser.add_argument("--micro_batch", type=types.positive_int, default=8)
     parser.add_argument("--steps", type=types.positive_int, default=8, help="N")

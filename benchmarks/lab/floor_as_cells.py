@@ -46,7 +46,8 @@ def one_start(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="edgenext_xx_small", help="a MindCV model name, or 'lenet'")
+    parser.add_argument("--model", type=harness.model_name, default="edgenext_xx_small",
+                        help="a MindCV model name, or 'lenet'")
     parser.add_argument("--image_size", type=int, default=64)
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--micro_batch", type=int, default=8)

@@ -116,7 +116,8 @@ def child(args):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--model", default="edgenext_xx_small")
+    parser.add_argument("--model", type=harness.model_name, default="edgenext_xx_small",
+                        help="a MindCV model name, or a model the project builds ('lenet', 'block', ...)")
     parser.add_argument("--classes", type=int, default=10)
     parser.add_argument("--image_size", type=int, default=64)
     parser.add_argument("--micro_batch", type=int, default=8)
