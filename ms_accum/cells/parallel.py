@@ -52,8 +52,8 @@ class AccumulationModes:
     (docs/noise_scale.md, Cost). Which micro-batches are measured only changes the noise records, never an update.
     """
 
-    def _init_modes(self, steps_given=True):
-        self._steps_unset = not steps_given  # N left at its default of 1 (warned of at the first run or call)
+    def _init_modes(self, n_given=True):
+        self._steps_unset = not n_given  # N left at its default of 1 (warned of at the first run or call)
         self._mode = None            # None: automatic; True/False: chosen by the user or a trainer
         self._accumulate_now = False  # what the next call does; read by construct (frozen per graph phase)
         self._auto_window = None     # the open window as the automatic mode counts it (an OpenWindow; None: unknown)
