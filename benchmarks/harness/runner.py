@@ -104,7 +104,7 @@ def add_model_arguments(parser, configs, windows, known=None):
     `configs` the default ones, `known` every name ``--configs`` takes (default: `configs`)."""
     types = argtypes()
     parser.add_argument("--model", type=model_name, default="resnet18",
-                        help="a MindCV model name, 'block', 'lenet', 'mlp', 'tiny' or 'text' (default: resnet18)")
+                        help="a MindCV model name, 'block', 'lenet', 'mlp', 'tiny' or 'text' (default: %(default)s)")
     parser.add_argument("--image_size", type=types.positive_int, default=192)
     parser.add_argument("--micro_batch", type=types.positive_int, default=8)
     parser.add_argument("--steps", type=types.positive_int, default=8, help="N")
