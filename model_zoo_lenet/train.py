@@ -377,9 +377,14 @@ def set_global_batch(args, world):
     args.partial_window = args.partial_window or "drop"
 
 
+def num_samples_counts_each_process(args):
+    """Whether --num_samples counts each process's samples (without --global_batch_size) or every process's."""
+    return args.global_batch_size is None
+
+
 def samples_per_process(args, world):
     """--num_samples as each process's sample count: with --global_batch_size it counts every process's."""
-    if args.num_samples is None or args.global_batch_size is None:
+    if args.num_samples is None or num_samples_counts_each_process(args):
         return args.num_samples
     if args.num_samples % world:
         raise ValueError(f"'--num_samples' must be a multiple of the {world} processes with '--global_batch_size' "
@@ -591,7 +596,7 @@ def check_same_samples(state_path, saved, args, world):
         return
     def shown(count):
         return "all the data set's samples" if count is None else f"{count} samples"
-    each = args.global_batch_size is None
+    each = num_samples_counts_each_process(args)
     if saved is None:
         fix = "leave --num_samples out"
     elif each and saved % world:
