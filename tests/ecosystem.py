@@ -15,7 +15,7 @@ import mindspore as ms
 from mindspore import Tensor, nn
 
 import paths
-from helpers import computed_once
+from helpers import computed_once, in_pynative
 
 PATHS = ["driver", "model_accu", "cells", "accumulator"]
 
@@ -56,23 +56,14 @@ def large_batch(make, token_loss=False):
     per window, value_and_grad of the loss on its concatenated micro-batches and one optimizer step, in
     PYNATIVE_MODE, without ms_accum. A process computes it once for the same `make` (a module-level function or a
     partial of one) and windows (helpers.computed_once): a model's tests share its references."""
-    return lambda windows: _in_pynative(_pynative_large_batch, make, windows, token_loss)
+    return lambda windows: _pynative_large_batch(make, windows, token_loss)
 
 
 def raw_sum(make, windows):
     """The tutorial's raw sum, a wrong update the comparison must catch, written without ms_accum: per window, the
     gradients of each micro-batch's mean loss added up, not averaged, and one optimizer step on their sum (PYNATIVE);
     returns the trained parameters."""
-    return _in_pynative(_pynative_steps, make, windows, token_loss=False, summed=True)
-
-
-def _in_pynative(function, *args, **kwargs):
-    mode = ms.get_context("mode")
-    ms.set_context(mode=ms.PYNATIVE_MODE)
-    try:
-        return function(*args, **kwargs)
-    finally:
-        ms.set_context(mode=mode)
+    return in_pynative(_pynative_steps, make, windows, token_loss=False, summed=True)
 
 
 @computed_once

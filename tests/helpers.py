@@ -108,13 +108,13 @@ def _digest(value, digest):
 
 
 def _reference_key(signature, args, kwargs):
-    """What a reference run depends on: its arguments by name (the data by content) and MindSpore's mode;
+    """What a reference run depends on: its arguments by name (the data by content);
     a function by its name, a ``functools.partial`` by its function and arguments; None where that cannot be told
     (an argument that is a lambda, a function defined inside another or a partial of one, or an object other than
     data: two of them may differ and look alike to any key)."""
     bound = signature.bind(*args, **kwargs)
     bound.apply_defaults()
-    parts = [ms.get_context("mode")]
+    parts = []
     for name, value in bound.arguments.items():
         value = _argument_key(value)
         if value is _UNKEYED:
@@ -140,10 +140,22 @@ def _argument_key(value):
     return _UNKEYED if "<" in qualname else f"{value.__module__}.{qualname}"
 
 
+def in_pynative(function, *args, **kwargs):
+    """`function(*args, **kwargs)` run in PYNATIVE_MODE, the mode set before restored."""
+    mode = ms.get_context("mode")
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    try:
+        return function(*args, **kwargs)
+    finally:
+        ms.set_context(mode=mode)
+
+
 def computed_once(function):
     """A reference function whose result a process computes once for the same arguments: the tests of a file ask
-    the same large batch of every path, mode and trainer they check. The reference stays written without ms_accum;
-    a caller gets a copy it may change."""
+    the same large batch of every path, mode and trainer they check. It runs in PYNATIVE_MODE whatever the test's
+    mode (a large-batch step is the same step in either; in GRAPH_MODE each reference compiled its own graphs, about
+    half a second each), so a test's GRAPH and PYNATIVE cases share it. The reference stays written without
+    ms_accum; a caller gets a copy it may change."""
     results = {}  # what `function` returned, by what it depends on (see _reference_key)
     signature = inspect.signature(function)
 
@@ -151,9 +163,9 @@ def computed_once(function):
     def once(*args, **kwargs):
         key = _reference_key(signature, args, kwargs)
         if key is None:
-            return function(*args, **kwargs)
+            return in_pynative(function, *args, **kwargs)
         if key not in results:
-            results[key] = function(*args, **kwargs)
+            results[key] = in_pynative(function, *args, **kwargs)
         return copy.deepcopy(results[key])
     return once
 
@@ -321,7 +333,8 @@ def assert_equals_large_batch(got, reference, windows, context="", rounding=FLOA
         reference (Callable): windows -> the same dict after training a fresh copy of the run's model (built as
             the run's was) one step per window on its concatenated micro-batches, written without ms_accum
             (``nn.TrainOneStepCell``, or ``value_and_grad`` and the optimizer). ``reference([])`` is then the
-            parameters before training.
+            parameters before training. It is called in PYNATIVE_MODE (:func:`in_pynative`), which needs no
+            compilation, whatever the run's mode.
         windows (list): The run's windows as it applied them, each a list of micro-batches (tuples of numpy
             arrays, the labels second).
         context (str): Named in the failure.
@@ -333,13 +346,13 @@ def assert_equals_large_batch(got, reference, windows, context="", rounding=FLOA
             window (:func:`a_wrong_window`: a micro-batch dropped) passes the same check, which then could not
             fail.
     """
-    before, expected = reference([]), reference(windows)
+    before, expected = in_pynative(reference, []), in_pynative(reference, windows)
     rtol = rounding_rtol(windows, rounding, gain)
     errors = update_errors(got, expected, before)
     worst = max(errors, key=lambda name: np.nan_to_num(errors[name], nan=np.inf))
     assert errors[worst] <= rtol, (f"{context}: the update of parameter {worst} differs from the large batch's by "
                                    f"{errors[worst]:.3g} of its largest element, allowed {rtol:.3g}")
-    control = update_errors(reference(a_wrong_window(windows)), expected, before)
+    control = update_errors(in_pynative(reference, a_wrong_window(windows)), expected, before)
     assert max(control.values()) > rtol, (f"{context}: the check cannot fail: a run with a micro-batch dropped "
                                           f"differs by {max(control.values()):.3g} only, allowed {rtol:.3g}")
 

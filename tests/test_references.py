@@ -1,11 +1,12 @@
-"""helpers.computed_once: a reference is computed once a process for the same arguments, and again for any other."""
+"""helpers.computed_once: a reference is computed once a process for the same arguments, and again for any other;
+it runs in PYNATIVE_MODE, as the large-batch check calls every reference."""
 import functools
 
 import numpy as np
 
 import mindspore as ms
 
-from helpers import computed_once
+from helpers import assert_equals_large_batch, computed_once
 
 
 def _counting():
@@ -69,9 +70,34 @@ def test_a_lambda_or_a_local_function_is_computed_every_time():
     assert len(calls) == 4
 
 
-def test_the_mode_is_part_of_the_key():
+def test_a_reference_runs_in_pynative_and_both_modes_share_it():
+    """A reference needs no compilation: it runs in PYNATIVE_MODE whatever the test's mode, which is restored after,
+    and a test's GRAPH_MODE and PYNATIVE_MODE cases share its result."""
     reference, calls = _counting()
-    reference(_windows(1.0))
+    modes = []
+
+    @computed_once
+    def noting_mode(windows):
+        modes.append(ms.get_context("mode"))
+        return reference(windows)
+    for mode in (ms.GRAPH_MODE, ms.PYNATIVE_MODE, ms.GRAPH_MODE):
+        ms.set_context(mode=mode)
+        assert noting_mode(_windows(1.0))["w"].tolist() == [6 * 0.1, 6 * 0.1]
+        assert ms.get_context("mode") == mode
+    assert modes == [ms.PYNATIVE_MODE] and len(calls) == 1
+
+
+def test_the_large_batch_check_calls_its_reference_in_pynative():
+    """helpers.assert_equals_large_batch calls a reference that is not computed once (a test's own function) in
+    PYNATIVE_MODE too, and the test's mode is restored after."""
+    modes = []
+
+    def reference(windows):
+        modes.append(ms.get_context("mode"))
+        total = sum(float(x.sum()) for window in windows for x, _ in window)
+        return {"w": np.full(2, total, np.float32)}
+    windows = [_windows(1.0)[0] + _windows(1.0)[0]]
     ms.set_context(mode=ms.GRAPH_MODE)
-    reference(_windows(1.0))
-    assert len(calls) == 2
+    assert_equals_large_batch(reference(windows), reference, windows, context="modes")
+    assert ms.get_context("mode") == ms.GRAPH_MODE
+    assert modes[1:] == [ms.PYNATIVE_MODE] * 3, modes
