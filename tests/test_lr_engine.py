@@ -19,7 +19,7 @@ import ms_accum
 from ms_accum.core.compiled import write_parameter
 from ms_accum.core import engine as engine_module
 from ms_accum.core.engine import WindowEngine
-from helpers import jit_accumulator_step, numpy_dataset
+from helpers import in_pynative, jit_accumulator_step, numpy_dataset
 from test_noise_scale import formula, make_net, per_sample_grads, population, smoothed_estimates
 
 SCHEDULE = {0: 1, 2: 3}
@@ -85,7 +85,8 @@ def expected_factor(rule, kind, window, net, estimates):
 
 
 class Reference:
-    """MindSpore's own optimizer stepped on each window's concatenated batch at a rate set before the step."""
+    """MindSpore's own optimizer stepped on each window's concatenated batch at a rate set before the step, in
+    PYNATIVE_MODE whatever the test's mode (helpers.in_pynative: no graph to compile)."""
 
     def __init__(self, kind):
         self.net, self.kind = make_net(), kind
@@ -98,7 +99,7 @@ class Reference:
         write_parameter(self.optimizer.learning_rate, np.float32(BASE_RATE[self.kind] * factor))
         x = np.concatenate([x for x, _ in window])
         y = np.concatenate([y for _, y in window])
-        self.step(Tensor(x), Tensor(y))
+        in_pynative(self.step, Tensor(x), Tensor(y))
         return difference(weights(self.net), before)
 
 
