@@ -153,8 +153,8 @@ def in_pynative(function, *args, **kwargs):
 def computed_once(function):
     """A reference function whose result a process computes once for the same arguments: the tests of a file ask
     the same large batch of every path, mode and trainer they check. It runs in PYNATIVE_MODE whatever the test's
-    mode (a large-batch step is the same step in either; in GRAPH_MODE each reference compiled its own graphs, about
-    half a second each), so a test's GRAPH and PYNATIVE cases share it. The reference stays written without
+    mode (a large-batch step is the same step in either, and in GRAPH_MODE each reference compiled graphs of its
+    own), so a test's GRAPH and PYNATIVE cases share it. The reference stays written without
     ms_accum; a caller gets a copy it may change."""
     results = {}  # what `function` returned, by what it depends on (see _reference_key)
     signature = inspect.signature(function)
