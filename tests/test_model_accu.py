@@ -246,6 +246,69 @@ def test_sink_mode_requests_on_cpu_are_refused_as_on_a_device(case, tmp_path):
     assert int(opt.global_step.asnumpy()[0]) == 0
 
 
+@pytest.mark.parametrize("sink", [True, False])
+def test_a_rate_list_is_checked_on_cpu_in_sink_mode_as_without_it(sink):
+    """A new user's trial: on CPU, where MindSpore trains without sink, a learning-rate list shorter than the run's
+    updates was checked by neither path: warned "the checks a device makes passed", it failed in MindSpore's
+    Gather after 4 of 6 updates. It is refused before training, with sink mode asked or not."""
+    net, loss, _ = build("momentum")
+    opt = nn.Momentum(net.trainable_params(), learning_rate=[0.1] * 4, momentum=0.9)
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, gradient_accumulation_steps=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the CPU's sink-mode warning, tested above
+        with pytest.raises(ValueError, match=r"learning-rate list.*has 4 .*needs 6"):
+            ms_accum.Model_ACCU(cell).train(3, numpy_dataset(micro_batches((4,) * 8)), dataset_sink_mode=sink)
+    assert int(opt.global_step.asnumpy()[0]) == 0
+
+
+@pytest.mark.parametrize("sink", [True, False])
+def test_a_call_refused_before_training_leaves_the_cells_n_as_it_was(sink):
+    """A new user's trial: N given to a train call that was then refused stayed in the cell: the retry with
+    another N was refused as "the cell has trained with N = 3", and a later call without N trained with N = 3 in
+    silence. The cell keeps its N (here none given: 1, and the warning that says so) until a call trains."""
+    net, loss, opt = build("momentum")
+    cell = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt)
+    model = ms_accum.Model_ACCU(cell)
+    data = numpy_dataset(micro_batches((4,) * 8))
+    with warnings.catch_warnings():  # N = 3 does not divide the sunk epoch; N = 16 is longer than the epoch
+        warnings.simplefilter("ignore", UserWarning)
+        with pytest.raises(ValueError, match="'sink_size' must be a multiple" if sink else "16"):
+            model.train(1, data, dataset_sink_mode=sink, gradient_accumulation_steps=3 if sink else 16)
+    assert cell.gradient_accumulation_steps == 1 and cell.steps_name == "gradient_accumulation_steps"
+    with pytest.warns(UserWarning, match=r"N \('gradient_accumulation_steps'\) was not given"):
+        model.train(1, data, dataset_sink_mode=False)
+    assert int(opt.global_step.asnumpy()[0]) == 8
+
+
+@pytest.mark.parametrize("sink_size, error, message", [
+    ("4", TypeError, r"but got '4' of type str\. Convert a number read from a command line: int\('4'\)\."),
+    (None, TypeError, r"but got None of type NoneType\."),
+    (2.5, TypeError, r"but got 2\.5 of type float\."),
+    (True, TypeError, r"but got True of type bool\."),
+    (0, ValueError, r"but got 0\.$"),
+    (-4, ValueError, r"but got -4\.$")])
+@pytest.mark.parametrize("sink", [True, False])
+def test_a_sink_size_that_is_not_a_size_is_refused_naming_it(sink_size, error, message, sink):
+    """A new user's trial: '4' and None ended in Python's formatting errors, -2 and 2.5 were told to be a
+    multiple of N, and 0, -4 and True passed ms_accum to fail in MindSpore's words without the argument's name."""
+    cell, _, opt = make_cell("plain", steps=4)
+    with pytest.raises(error, match=r"For 'Model_ACCU.train', 'sink_size' must be -1 \(the dataset size\) or an int "
+                                    r">= 1, " + message):
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 8)), dataset_sink_mode=sink,
+                                        sink_size=sink_size)
+    assert int(opt.global_step.asnumpy()[0]) == 0
+
+
+def test_a_numpy_sink_size_is_taken():
+    """MindSpore's Model refuses a numpy int as sink_size; ms_accum takes it as it takes one for N or epoch."""
+    cell, _, opt = make_cell("plain", steps=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 8)), dataset_sink_mode=True,
+                                        sink_size=np.int64(8))
+    assert int(opt.global_step.asnumpy()[0]) == 2
+
+
 def test_checkpoints_are_taken_at_update_boundaries(tmp_path):
     cell, _, _ = make_cell("plain", steps=3)
     saver = ModelCheckpoint(prefix="accu", directory=str(tmp_path), config=CheckpointConfig(save_checkpoint_steps=1))

@@ -16,6 +16,7 @@ counters and its choices, decided once when the cell is built:
 
 The engine knows nothing of datasets, Model or training loops.
 """
+import contextlib
 import time
 from typing import NamedTuple
 
@@ -338,6 +339,23 @@ class WindowEngine(CompiledCall, NoiseMeasure):
         if self._cache_slot is not None:  # N changed after the cell was first called
             self._check_compile_cache()
         return self
+
+    @contextlib.contextmanager
+    def steps_kept_on_error(self):
+        """
+        A context in which a trainer sets N for a run and checks the rest of the run: if it raises, N (its value,
+        the name it was given under and whether it was given at all) is set back to what it was, so that a call
+        refused before training leaves the cell as it found it.
+        """
+        steps, name, unset, schedule = (self.gradient_accumulation_steps, self.steps_name, self._steps_unset,
+                                        self.accumulation_schedule)
+        try:
+            yield self
+        except BaseException:
+            if self.accumulation_schedule is not schedule:  # N was set inside: each setting makes a new schedule
+                self.set_gradient_accumulation_steps(steps, name)
+                self._steps_unset = unset
+            raise
 
     @property
     def gradient_accumulation_steps(self):

@@ -9,6 +9,7 @@ Written against the Model internals of MindSpore 2.7 to 2.10 (train/model.py `_t
 private names and the methods it overrides are checked in ``_compat.py`` when ms_accum is imported.
 """
 import math
+import numbers
 
 from mindspore.dataset import Dataset
 from mindspore.train.callback import Callback, RunContext
@@ -20,7 +21,7 @@ from ..compat import (callbacks_of, check_model_internals, check_network_mode, e
                       exec_train_preprocess, flush_from_cache, mark_backbone_training, needs_dataset_reset,
                       register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
                       set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
-from ..core.checks import check_positive_int
+from ..core.checks import check_positive_int, number_text_hint
 from ..core.schedule import STEPS_ALIASES, STEPS_NAME, steps_argument, steps_given
 from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
@@ -36,6 +37,29 @@ check_model_internals(Model)
 # Model_ACCU.train's keyword arguments beyond Model.train's (N under its names last), which Model_ACCU.fit takes too
 _RUN_OPTIONS = ("resume_from", "partial_window", "max_nonfinite_windows", "global_batch_size", "plan")
 _TRAIN_OPTIONS = _RUN_OPTIONS + (STEPS_NAME,) + STEPS_ALIASES
+
+
+def _check_sink_size(owner, sink_size):
+    """Return `sink_size` as an int if it is -1 (the dataset's size) or an integral number >= 1 (numpy integers
+    too, which MindSpore's Model refuses), else raise TypeError or ValueError naming it."""
+    expected = "-1 (the dataset size) or an int >= 1"
+    if isinstance(sink_size, bool) or not isinstance(sink_size, numbers.Integral):
+        raise TypeError(f"For '{owner}', 'sink_size' must be {expected}, but got {sink_size!r} of type "
+                        f"{type(sink_size).__name__}.{number_text_hint(sink_size)}")
+    if sink_size != -1 and sink_size < 1:
+        raise ValueError(f"For '{owner}', 'sink_size' must be {expected}, but got {sink_size}.")
+    return int(sink_size)
+
+
+def _sink_falls_back():
+    """Whether MindSpore's Model trains without sink when asked for sink mode: on CPU (``Model._train``)."""
+    return _ms_model.context.get_context("device_target") == "CPU"
+
+
+def _check_sink_rates(owner, optimizer, epochs, sink, n, initial_epoch):
+    """The optimizer's learning-rate list against a sunk run's updates: `sink` micro-batches (a multiple of N) an
+    epoch, resumed at an epoch only."""
+    check_lr_schedule(owner, optimizer, epochs * sink, epochs * (sink // n), from_start=initial_epoch == 0)
 
 
 def _check_fixed_steps(owner, cell):
@@ -289,10 +313,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         Raises:
             CheckpointError: If `resume_from` is not a state file of this cell and rank, or the ranks saved no
                 common position.
-            TypeError: If `train_dataset` is not a mindspore.dataset.Dataset, or `callbacks` is not a Callback or a
-                list or tuple of them.
+            TypeError: If `train_dataset` is not a mindspore.dataset.Dataset, `callbacks` is not a Callback or a
+                list or tuple of them, or `sink_size` is not an int.
             ValueError: As listed for the class, if `resume_from` is not a str ending with '.ckpt', `epoch` is not
-                an int >= 1, `train_dataset` is empty or its
+                an int >= 1, `sink_size` is neither -1 nor >= 1, `train_dataset` is empty or its
                 columns are more or fewer than the loss network takes, `partial_window` is unknown, `resume_from`
                 is combined with `initial_epoch`, `global_batch_size` is not a multiple of devices x
                 micro-batch (or `plan` does not fit the dataset or devices), or would change the N of a cell that
@@ -305,9 +329,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             resume_from=resume_from, partial_window=partial_window, max_nonfinite_windows=max_nonfinite_windows,
             global_batch_size=global_batch_size, plan=plan, gradient_accumulation_steps=gradient_accumulation_steps,
             accumulation_steps=accumulation_steps, mini_steps=mini_steps, accumulate_step=accumulate_step))
-        return self._plan_and_run("Model_ACCU.train", settings, dataset_sink_mode, sink_size, lambda epochs, carried:
-                                  super(Model_ACCU, self).train(epochs, train_dataset, carried, dataset_sink_mode,
-                                                                sink_size, initial_epoch))
+        return self._plan_and_run("Model_ACCU.train", settings, dataset_sink_mode, sink_size,
+                                  lambda epochs, carried, sink: super(Model_ACCU, self).train(
+                                      epochs, train_dataset, carried, dataset_sink_mode, sink, initial_epoch))
 
     def fit(self, epoch, train_dataset, valid_dataset=None, valid_frequency=1, callbacks=None,
             dataset_sink_mode=False, valid_dataset_sink_mode=False, sink_size=-1, initial_epoch=0, **options):
@@ -334,10 +358,10 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                             f"Model_ACCU.train ({', '.join(_TRAIN_OPTIONS)}), but got {', '.join(map(repr, unknown))}.")
         _check_validation(valid_dataset, valid_frequency)
         settings = self._settings(epoch, train_dataset, callbacks, initial_epoch, options)
-        return self._plan_and_run("Model_ACCU.fit", settings, dataset_sink_mode, sink_size, lambda epochs, carried:
-                                  super(Model_ACCU, self).fit(epochs, train_dataset, valid_dataset, valid_frequency,
-                                                              carried, dataset_sink_mode, valid_dataset_sink_mode,
-                                                              sink_size, initial_epoch))
+        return self._plan_and_run("Model_ACCU.fit", settings, dataset_sink_mode, sink_size,
+                                  lambda epochs, carried, sink: super(Model_ACCU, self).fit(
+                                      epochs, train_dataset, valid_dataset, valid_frequency, carried,
+                                      dataset_sink_mode, valid_dataset_sink_mode, sink, initial_epoch))
 
     def _settings(self, epoch, train_dataset, callbacks, initial_epoch, options):
         """The RunSettings of a train or fit call: `options` are its keyword arguments beyond Model's
@@ -349,16 +373,20 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
                            save_state_every=self._save_state_every, callbacks=callbacks, **given)
 
     def _plan_and_run(self, owner, settings, dataset_sink_mode, sink_size, launch):
-        """Plan the run (`settings`, checked once), then `launch(epochs, callbacks)` Model's training with the plan
-        carried in the callbacks; the cell's mode is restored afterwards."""
+        """Plan the run (`settings`, checked once), then `launch(epochs, callbacks, sink_size)` Model's training
+        with the plan carried in the callbacks; the cell's mode is restored afterwards. A call refused before
+        training leaves the cell's N as it was."""
         cell = train_network(self)
-        run = plan_run(owner, cell, settings, required_steps=False, trained=self._trained,
-                       carry_hint=" (without sink mode)", check_learning_rate=not dataset_sink_mode)
-        if dataset_sink_mode:  # on every device: on CPU, MindSpore silently trains without sink instead
-            self._check_sink_mode(run, sink_size)
+        sink_size = _check_sink_size(owner, sink_size)
+        sinks = dataset_sink_mode and not _sink_falls_back()  # on CPU MindSpore trains without sink instead
+        with cell.steps_kept_on_error():
+            run = plan_run(owner, cell, settings, required_steps=False, trained=self._trained,
+                           carry_hint=" (without sink mode)", check_learning_rate=not sinks)
+            if dataset_sink_mode:  # on every device: a script tried on CPU must not fail first on a device
+                self._check_sink_mode(run, sink_size)
         mode = cell.accumulation
         try:
-            return launch(run.epochs, [_Carrier(run), *callback_list(settings.callbacks)])
+            return launch(run.epochs, [_Carrier(run), *callback_list(settings.callbacks)], sink_size)
         finally:
             self._trained = True
             cell.accumulation = mode
@@ -368,7 +396,6 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         where MindSpore trains without sink, must not fail for the first time on a GPU or Ascend)."""
         cell, settings, owner = train_network(self), run.settings, run.owner
         _check_fixed_steps(owner, cell)
-        cell._on_first_call()  # sink mode compiles the cell without calling it  # pylint: disable=protected-access
         n = self.gradient_accumulation_steps
         dataset_size = run.micro_batches_per_epoch
         sink = dataset_size if sink_size == -1 else sink_size
@@ -384,7 +411,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         if settings.resume_from is not None or settings.save_state_every:
             raise ValueError(f"For '{owner}', exact state saving and 'resume_from' work without dataset "
                              "sink mode; pass dataset_sink_mode=False, or resume at an epoch with 'initial_epoch'.")
-        if _ms_model.context.get_context("device_target") == "CPU":  # where MindSpore's Model decides it
+        _check_sink_rates(owner, cell.optimizer, settings.epochs, sink, n, settings.initial_epoch)
+        cell._on_first_call()  # sink mode compiles the cell without calling it  # pylint: disable=protected-access
+        if _sink_falls_back():
             cut = "" if sink == dataset_size else (f"; 'sink_size' {sink} is not applied: each epoch runs all "
                                                    f"{dataset_size} micro-batches, where a device sinks {sink}")
             warn(f"For '{owner}', dataset sink mode needs a GPU or Ascend device: on CPU MindSpore "
@@ -439,8 +468,6 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         sink_size = dataset_size if sink_size == -1 else sink_size
         cycles = sink_size // n
         run = _carried_run(cb_params)
-        check_lr_schedule(run.owner, train_network(self).optimizer, epoch * sink_size, epoch * cycles,
-                          from_start=initial_epoch == 0)  # sink mode resumes at an epoch only
         dataset_sink_num = math.ceil(epoch * sink_size / dataset_size)
         set_sink_total(train_dataset, epoch * sink_size)
         cb_params.sink_size = sink_size
