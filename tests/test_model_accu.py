@@ -1,5 +1,6 @@
 """Model_ACCU: training through mindspore.train.Model, the sink-mode orchestration, and argument errors."""
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -223,6 +224,29 @@ def test_sink_mode_request_on_cpu_runs_the_same_alternation_and_says_so(sink_siz
                               context="cpu sink")
     printed = capsys.readouterr().out
     assert printed.count("loss is") == 4 and "epoch: 1 step: 4, loss is" in printed
+
+
+def test_on_cpu_a_sink_size_that_leaves_a_partial_window_says_it_is_applied():
+    """A new user's trial: 10 micro-batches, N 4, sink_size 8 passes a device's checks (it sinks two windows an
+    epoch); on CPU each epoch runs all 10 and flushes its last 2 as a smaller window, which the warning now says."""
+    batches = micro_batches((4,) * 10)
+    cell, net, _ = make_cell("plain", steps=4)
+    with pytest.warns(UserWarning, match=r"'sink_size' 8 is not applied: each epoch runs all 10 micro-batches, its "
+                                         r"last window of 2 applied as a smaller one, where a device sinks 8\."):
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(batches), dataset_sink_mode=True, sink_size=8)
+    assert_equals_large_batch(params_of(net), partial(reference_train, "momentum"),
+                              [batches[:4], batches[4:8], batches[8:]], context="cpu sink, flushed")
+
+
+@pytest.mark.parametrize("mode", ["yes", 1, None])
+def test_a_sink_mode_that_is_not_a_bool_is_refused_naming_it(mode):
+    """A new user's trial: 'yes' or 1 was warned of as sink mode on CPU, then refused in MindSpore's words, which
+    do not name the argument."""
+    cell, _, opt = make_cell("plain", steps=4)
+    with pytest.raises(TypeError, match=rf"For 'Model_ACCU.train', 'dataset_sink_mode' must be a bool, but got "
+                                        rf"{re.escape(repr(mode))} of type {type(mode).__name__}\."):
+        ms_accum.Model_ACCU(cell).train(1, numpy_dataset(micro_batches((4,) * 8)), dataset_sink_mode=mode)
+    assert int(opt.global_step.asnumpy()[0]) == 0
 
 
 @pytest.mark.parametrize("case", ["schedule", "partial_window", "sink_size", "state"])

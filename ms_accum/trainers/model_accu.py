@@ -21,7 +21,7 @@ from ..compat import (callbacks_of, check_model_internals, check_network_mode, e
                       exec_train_preprocess, flush_from_cache, mark_backbone_training, needs_dataset_reset,
                       register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
                       set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
-from ..core.checks import check_positive_int, number_text_hint
+from ..core.checks import check_bool, check_positive_int, number_text_hint
 from ..core.schedule import STEPS_ALIASES, STEPS_NAME, steps_argument, steps_given
 from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
@@ -314,7 +314,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             CheckpointError: If `resume_from` is not a state file of this cell and rank, or the ranks saved no
                 common position.
             TypeError: If `train_dataset` is not a mindspore.dataset.Dataset, `callbacks` is not a Callback or a
-                list or tuple of them, or `sink_size` is not an int.
+                list or tuple of them, `dataset_sink_mode` is not a bool, or `sink_size` is not an int.
             ValueError: As listed for the class, if `resume_from` is not a str ending with '.ckpt', `epoch` is not
                 an int >= 1, `sink_size` is neither -1 nor >= 1, `train_dataset` is empty or its
                 columns are more or fewer than the loss network takes, `partial_window` is unknown, `resume_from`
@@ -377,6 +377,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         with the plan carried in the callbacks; the cell's mode is restored afterwards. A call refused before
         training leaves the cell's N as it was."""
         cell = train_network(self)
+        check_bool(owner, "dataset_sink_mode", dataset_sink_mode)
         sink_size = _check_sink_size(owner, sink_size)
         sinks = dataset_sink_mode and not _sink_falls_back()  # on CPU MindSpore trains without sink instead
         with cell.steps_kept_on_error():
@@ -414,8 +415,11 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         _check_sink_rates(owner, cell.optimizer, settings.epochs, sink, n, settings.initial_epoch)
         cell._on_first_call()  # sink mode compiles the cell without calling it  # pylint: disable=protected-access
         if _sink_falls_back():
+            last = dataset_size % n  # a device sinks whole windows; without sink an epoch's last is flushed
+            flushed = f", its last window of {last} applied as a smaller one," if last else ","
             cut = "" if sink == dataset_size else (f"; 'sink_size' {sink} is not applied: each epoch runs all "
-                                                   f"{dataset_size} micro-batches, where a device sinks {sink}")
+                                                   f"{dataset_size} micro-batches{flushed} where a device sinks "
+                                                   f"{sink}")
             warn(f"For '{owner}', dataset sink mode needs a GPU or Ascend device: on CPU MindSpore "
                  f"trains without sink (its notice is logged at INFO level only){cut}. The checks a device "
                  f"makes passed. Pass dataset_sink_mode=False on CPU.", UserWarning)
