@@ -33,14 +33,16 @@ def number_text_hint(value):
     return ""
 
 
-def check_int_at_least(owner, arg_name, value, least):
+def check_int_at_least(owner, arg_name, value, least, also=None):
     """Return `value` as an int if it is an integral number >= `least` (numpy integers too; bools and floats are
-    refused), else raise TypeError or ValueError."""
+    refused), or the int of `also`, a pair (value, what it means) taken besides, such as Model's sink_size of -1;
+    else raise TypeError or ValueError."""
+    expected = f"an int >= {least}" if also is None else f"{also[0]} ({also[1]}) or an int >= {least}"
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"For '{owner}', '{arg_name}' must be an int >= {least}, but got {value!r} "
+        raise TypeError(f"For '{owner}', '{arg_name}' must be {expected}, but got {value!r} "
                         f"of type {type(value).__name__}.{number_text_hint(value)}")
-    if value < least:
-        raise ValueError(f"For '{owner}', '{arg_name}' must be an int >= {least}, but got {value}.")
+    if value < least and (also is None or value != also[0]):
+        raise ValueError(f"For '{owner}', '{arg_name}' must be {expected}, but got {value}.")
     return int(value)
 
 

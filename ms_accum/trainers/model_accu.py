@@ -9,7 +9,6 @@ Written against the Model internals of MindSpore 2.7 to 2.10 (train/model.py `_t
 private names and the methods it overrides are checked in ``_compat.py`` when ms_accum is imported.
 """
 import math
-import numbers
 
 from mindspore.dataset import Dataset
 from mindspore.train.callback import Callback, RunContext
@@ -21,7 +20,7 @@ from ..compat import (callbacks_of, check_model_internals, check_network_mode, e
                       exec_train_preprocess, flush_from_cache, mark_backbone_training, needs_dataset_reset,
                       register_sink_loop, reset_op_ids, set_current_position, set_sink_loop_size, set_sink_total,
                       set_training_dataset, store_training_step_info, train_network, transfer_tensor_to_tuple)
-from ..core.checks import check_bool, check_positive_int, number_text_hint
+from ..core.checks import check_bool, check_int_at_least, check_positive_int
 from ..core.schedule import STEPS_ALIASES, STEPS_NAME, steps_argument, steps_given
 from ..core.user_warning import warn
 from ..cells.parallel import ACCUMULATE_PHASE, AccumulationModes
@@ -37,18 +36,6 @@ check_model_internals(Model)
 # Model_ACCU.train's keyword arguments beyond Model.train's (N under its names last), which Model_ACCU.fit takes too
 _RUN_OPTIONS = ("resume_from", "partial_window", "max_nonfinite_windows", "global_batch_size", "plan")
 _TRAIN_OPTIONS = _RUN_OPTIONS + (STEPS_NAME,) + STEPS_ALIASES
-
-
-def _check_sink_size(owner, sink_size):
-    """Return `sink_size` as an int if it is -1 (the dataset's size) or an integral number >= 1 (numpy integers
-    too, which MindSpore's Model refuses), else raise TypeError or ValueError naming it."""
-    expected = "-1 (the dataset size) or an int >= 1"
-    if isinstance(sink_size, bool) or not isinstance(sink_size, numbers.Integral):
-        raise TypeError(f"For '{owner}', 'sink_size' must be {expected}, but got {sink_size!r} of type "
-                        f"{type(sink_size).__name__}.{number_text_hint(sink_size)}")
-    if sink_size != -1 and sink_size < 1:
-        raise ValueError(f"For '{owner}', 'sink_size' must be {expected}, but got {sink_size}.")
-    return int(sink_size)
 
 
 def _sink_falls_back():
@@ -378,7 +365,7 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         training leaves the cell's N as it was."""
         cell = train_network(self)
         check_bool(owner, "dataset_sink_mode", dataset_sink_mode)
-        sink_size = _check_sink_size(owner, sink_size)
+        sink_size = check_int_at_least(owner, "sink_size", sink_size, 1, also=(-1, "the dataset size"))
         sinks = dataset_sink_mode and not _sink_falls_back()  # on CPU MindSpore trains without sink instead
         with cell.steps_kept_on_error():
             run = plan_run(owner, cell, settings, required_steps=False, trained=self._trained,
