@@ -43,12 +43,6 @@ def _sink_falls_back():
     return _ms_model.context.get_context("device_target") == "CPU"
 
 
-def _check_sink_rates(owner, optimizer, epochs, sink, n, initial_epoch):
-    """The optimizer's learning-rate list against a sunk run's updates: `sink` micro-batches (a multiple of N) an
-    epoch, resumed at an epoch only."""
-    check_lr_schedule(owner, optimizer, epochs * sink, epochs * (sink // n), from_start=initial_epoch == 0)
-
-
 def _check_fixed_steps(owner, cell):
     """Dataset sink mode compiles its two graphs for one loop size each: it runs one N, not a schedule or a
     policy; a learning-rate rule is warned of (one N gives it one G: nothing to follow)."""
@@ -399,7 +393,9 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
         if settings.resume_from is not None or settings.save_state_every:
             raise ValueError(f"For '{owner}', exact state saving and 'resume_from' work without dataset "
                              "sink mode; pass dataset_sink_mode=False, or resume at an epoch with 'initial_epoch'.")
-        _check_sink_rates(owner, cell.optimizer, settings.epochs, sink, n, settings.initial_epoch)
+        epochs = settings.epochs  # the rate list against the sunk run's updates; sink mode resumes at an epoch only
+        check_lr_schedule(owner, cell.optimizer, epochs * sink, epochs * (sink // n),
+                          from_start=settings.initial_epoch == 0)
         cell._on_first_call()  # sink mode compiles the cell without calling it  # pylint: disable=protected-access
         if _sink_falls_back():
             last = dataset_size % n  # a device sinks whole windows; without sink an epoch's last is flushed
