@@ -9,8 +9,14 @@ dense temporary of the table's size is built per micro-step. The others only eve
 parameter's zeros at a time, not a copy of them all.
 """
 from mindspore import dtype as mstype
-from mindspore import context, ops
+from mindspore import Tensor, context, ops
 from mindspore.ops import constexpr
+
+# The zero each buffer is filled with, cast to the buffer's type: a Tensor made once, where ops.zeros and ops.fill
+# (deprecated in MindSpore 2.10) are functions MindSpore compiles at every use (docs/performance.md, Compiling
+# ms_accum's graphs).
+_ZERO = Tensor(0, mstype.float32)
+_fill = ops.FillV2()
 
 scale = ops.MultitypeFuncGraph("scale")
 
@@ -59,8 +65,8 @@ def clear_in_turn(buffers, after):
         # the dependency through a scalar, never through a buffer: a dependency on a Parameter's value made
         # MindSpore keep loaded copies of the buffers (docs/performance_history.md, Memory: what changed and what
         # was tried)
-        zero = ops.depend(ops.zeros((), ops.dtype(buffer)), done)
-        done = ops.assign(buffer, ops.fill(ops.dtype(buffer), buffer.shape, zero))
+        zero = ops.cast(ops.depend(_ZERO, done), ops.dtype(buffer))
+        done = ops.assign(buffer, _fill(buffer.shape, zero))
     return done
 
 

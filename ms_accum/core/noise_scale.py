@@ -35,6 +35,7 @@ from . import grad_ops
 NOISE_SMOOTHING = 0.9  # weight of the past in the smoothed estimates: about the last ten windows count
 EVERY = "every"  # measure every micro-batch (noise_scale=True)
 FIRST = "first"  # measure the first micro-batch of each window, on each device (noise_scale="first")
+_NAN = Tensor(math.nan, mstype.float32)  # a record of a window without estimates (a Tensor made once, not ops.fill)
 
 
 def _scalar(name, value):
@@ -168,10 +169,9 @@ def record_window(records, sums, grad_norm, items):
     trace = window - items * grad_sq
     valid = ops.logical_and(spread > 1e-6 * count * items, ops.logical_and(ops.isfinite(trace),
                                                                          ops.isfinite(grad_sq)))
-    nan = ops.fill(mstype.float32, (), math.nan)
     past = NOISE_SMOOTHING
-    done = ops.assign(last_noise_trace, ops.select(valid, trace, nan))
-    done = ops.depend(done, ops.assign(last_grad_sq, ops.select(valid, grad_sq, nan)))
+    done = ops.assign(last_noise_trace, ops.select(valid, trace, _NAN))
+    done = ops.depend(done, ops.assign(last_grad_sq, ops.select(valid, grad_sq, _NAN)))
     done = ops.depend(done, ops.assign(smooth_noise_trace, ops.select(
         valid, past * smooth_noise_trace + (1.0 - past) * trace, smooth_noise_trace)))
     done = ops.depend(done, ops.assign(smooth_grad_sq, ops.select(

@@ -78,12 +78,13 @@ def _as_items(owner, num_items, source="the second output of the loss network"):
 
 
 ITEMS_ARGUMENT = "the call's second argument"
+_ONE = Tensor(1, mstype.float32)  # a Tensor made once: ops.ones is a function MindSpore compiles at every use
 
 
 def as_weight(owner, num_items):
     """What a micro-batch handed to the functional accumulator weighs: its `num_items`, or 1 when None."""
     if num_items is None:
-        return ops.ones((), mstype.float32)
+        return _ONE
     return _as_items(owner, num_items, ITEMS_ARGUMENT)
 
 
@@ -188,7 +189,7 @@ def loss_sens(loss, items, sens, eager=False):
     if isinstance(sens, Tensor):
         seed = ops.ones_like(loss) * ops.cast(ops.reshape(sens, ()), ops.dtype(loss))
     else:
-        seed = ops.fill(loss.dtype, loss.shape, sens)
+        seed = ops.ones_like(loss) * sens  # in the loss's dtype; ops.fill (deprecated in 2.10) compiles slower
     if eager:
         return seed
     return seed, ops.zeros_like(items)

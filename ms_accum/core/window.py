@@ -25,6 +25,13 @@ from . import runtime_checks
 
 _ATTR = "_ms_accum_window"
 _NO_ITEMS = 3.0e38  # min_items of an empty window
+# Constants of the window's graphs, Tensors made once: ops.fill, ops.scalar_to_tensor and ops.zeros_like are
+# functions MindSpore compiles at every use (docs/performance.md, Compiling ms_accum's graphs).
+_ZERO = Tensor(0.0, mstype.float32)
+_NO_MICRO_BATCHES = Tensor(0, mstype.int32)
+_ONE_MICRO_BATCH = Tensor(1, mstype.int32)
+_EMPTY_MIN_ITEMS = Tensor(_NO_ITEMS, mstype.float32)
+_REFUSED_ITEMS = Tensor(-math.inf, mstype.float32)  # an item count that is NaN or infinite, refused at the window's end
 SKIP_HISTORY_BITS = 24  # windows a skip history holds: integers below 2**24 are exact in float32
 _HISTORY_MODULUS = float(2 ** SKIP_HISTORY_BITS)
 
@@ -180,10 +187,10 @@ def add_micro_batch(hyper_map, buffers, grads, weight, loss, items, counters, no
         out = ops.depend(out, noise_scale.add_micro_sq(hyper_map, noise_sums, grads, noise_weights, micro_steps == 0,
                                                        measure))
     out = ops.depend(out, ops.assign_add(item_count, items))
-    out = ops.depend(out, ops.assign_add(micro_steps, ops.scalar_to_tensor(1, mstype.int32)))
+    out = ops.depend(out, ops.assign_add(micro_steps, _ONE_MICRO_BATCH))
     # a NaN or infinite count is taken as -inf, so that the window's end refuses it as it refuses one <= 0 (checked
     # here, the window's end unchanged: reading the sum there too brought back a copy of the first parameter)
-    counted = ops.select(ops.isfinite(items), items, ops.fill(mstype.float32, (), -math.inf))
+    counted = ops.select(ops.isfinite(items), items, _REFUSED_ITEMS)
     out = ops.depend(out, ops.assign(min_items, ops.minimum(min_items, counted)))
     if loss is None:
         return out
@@ -235,7 +242,7 @@ def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, item
         inverse = 1.0 if divisor is None else 1.0 / divisor
         norm = grad_ops.global_norm(hyper_map, buffers) * inverse
         factor = None if divisor is None else inverse
-        clipped = ops.zeros_like(norm)
+        clipped = _ZERO
         if clip_norm is not None:
             clip = clip_norm / ops.maximum(norm, clip_norm)
             factor = clip if factor is None else factor * clip
@@ -259,7 +266,7 @@ def finish_gradients(hyper_map, buffers, divisor, reducer, clip_norm, last, item
         else:
             grads = reducer(hyper_map(ops.partial(grad_ops.scale, 1.0 / divisor), buffers))
         norm = grad_ops.global_norm(hyper_map, grads)
-        clipped = ops.zeros_like(norm)
+        clipped = _ZERO
         if clip_norm is not None:
             grads = hyper_map(ops.partial(grad_ops.scale, clip_norm / ops.maximum(norm, clip_norm)), grads)
             clipped = ops.cast(norm > clip_norm, mstype.float32)
@@ -330,7 +337,7 @@ def reset_window(buffers, counters, result):
     """Zero the buffers and counters after `result` is computed; returns `result`."""
     item_count, micro_steps, loss_sum, min_items = counters
     result = ops.depend(result, grad_ops.clear_in_turn(buffers, result))
-    result = ops.depend(result, ops.assign(item_count, ops.zeros_like(item_count)))
-    result = ops.depend(result, ops.assign(loss_sum, ops.zeros_like(loss_sum)))
-    result = ops.depend(result, ops.assign(min_items, ops.fill(mstype.float32, (), _NO_ITEMS)))
-    return ops.depend(result, ops.assign(micro_steps, ops.zeros_like(micro_steps)))
+    result = ops.depend(result, ops.assign(item_count, _ZERO))
+    result = ops.depend(result, ops.assign(loss_sum, _ZERO))
+    result = ops.depend(result, ops.assign(min_items, _EMPTY_MIN_ITEMS))
+    return ops.depend(result, ops.assign(micro_steps, _NO_MICRO_BATCHES))
