@@ -582,6 +582,29 @@ def test_graph_error_probe_refuses_an_unknown_mode():
     assert done.returncode == 2 and "--modes takes graph and pynative, but got ['sink']" in done.stderr, done.stderr
 
 
+OP_COMPILE_COST = os.path.join(BENCHMARKS, "lab", "op_compile_cost.py")
+
+
+@pytest.mark.slow
+def test_op_compile_cost_probe_prints_each_way_and_fill_costs_more_than_a_constant():
+    """benchmarks/lab/op_compile_cost.py, MindSpore alone (docs/performance.md, Compiling ms_accum's graphs): a row
+    per way; ops.fill costs more to compile per use than a scalar Tensor made once (2026-12-07, 2.10.0: 5.0 against
+    1.7 ms), which is why ms_accum's graphs hold constants instead. Fails if MindSpore comes to compile it as
+    cheaply, and the page with it."""
+    done = run("--uses", 16, "--rounds", 3, script=OP_COMPILE_COST)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    per_use = dict((name, float(ms)) for name, ms in re.findall(
+        r"^\| ([^|]+?) \| [0-9.]+ \| (-?[0-9.]+) \|$", done.stdout, re.M))
+    assert list(per_use) == ["nothing", "a Tensor made once", "ops.fill", "ops.scalar_to_tensor", "ops.zeros",
+                             "ops.zeros_like", "ops.ones_like"], done.stdout
+    assert per_use["ops.fill"] > per_use["a Tensor made once"], done.stdout
+
+
+def test_op_compile_cost_probe_refuses_no_uses():
+    done = run("--uses", 0, script=OP_COMPILE_COST)
+    assert done.returncode == 2 and "--uses and --rounds must be >= 1." in done.stderr, done.stderr
+
+
 SPARSE_REPEATED_IDS = os.path.join(BENCHMARKS, "lab", "sparse_repeated_ids.py")
 
 
