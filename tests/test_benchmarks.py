@@ -602,7 +602,8 @@ def test_op_compile_cost_probe_prints_each_way_and_fill_costs_more_than_a_consta
 
 def test_op_compile_cost_probe_refuses_no_uses():
     done = run("--uses", 0, script=OP_COMPILE_COST)
-    assert done.returncode == 2 and "--uses and --rounds must be >= 1." in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert "--uses and --rounds must be >= 1, but got --uses 0 --rounds 3." in done.stderr, done.stderr
 
 
 SPARSE_REPEATED_IDS = os.path.join(BENCHMARKS, "lab", "sparse_repeated_ids.py")

@@ -63,7 +63,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     if min(args.uses, args.rounds) < 1:
-        parser.error("--uses and --rounds must be >= 1.")
+        parser.error(f"--uses and --rounds must be >= 1, but got --uses {args.uses} --rounds {args.rounds}.")
     harness.start_mindspore("graph")
     from mindspore import Tensor  # pylint: disable=import-outside-toplevel
     from mindspore import dtype as mstype  # pylint: disable=import-outside-toplevel
