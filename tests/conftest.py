@@ -1,4 +1,5 @@
-"""Test set-up: CPU speed settings before MindSpore loads, PYNATIVE mode, and the model zoo on sys.path."""
+"""Test set-up: CPU speed settings before MindSpore loads, PYNATIVE mode, each function's source read once
+(source_cache.py), and the model zoo on sys.path."""
 import gc
 import glob
 import os
@@ -13,8 +14,10 @@ DOC_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)  # a fenced block: 
 sys.path.insert(0, ZOO)
 
 from src.cpu_speed import apply_env_defaults, set_mode  # noqa: E402  (no MindSpore import)
+import source_cache  # noqa: E402  (tests/, on the path as the tests' folder)
 
 apply_env_defaults()  # MS_ACCUM_CPU_DEFAULTS=mindspore runs the suite on MindSpore's own defaults instead
+source_cache.install()  # MindSpore's parser reads each function's source once, not at every compilation
 
 import mindspore as ms  # noqa: E402
 import pytest  # noqa: E402

@@ -27,9 +27,11 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "model_zoo_lenet"))
 
+import source_cache  # noqa: E402  (tests/, this file's folder)
 from src.cpu_speed import apply_env_defaults, set_mode  # noqa: E402
 
 apply_env_defaults()
+source_cache.install()  # each function's source read once, as in the test processes
 
 import numpy as np  # noqa: E402
 import mindspore as ms  # noqa: E402

@@ -11,7 +11,8 @@ server answers with the copy's pid, then with its exit code once it has ended.
 What this saves: a fresh interpreter spends about 1.7 s of CPU importing MindSpore; a copy starts with it
 imported. Only MindSpore and ms_accum are imported ahead (MindSpore starts no thread and no runtime at import), so
 a copy begins as a fresh process does, with no device, context or graph set up; a script's own modules (the model
-zoo's ``src``) are imported by the script.
+zoo's ``src``) are imported by the script. Each copy reads a function's source once (source_cache.py), as the test
+processes do.
 """
 import atexit
 import importlib
@@ -22,6 +23,8 @@ import sys
 import tempfile
 import threading
 import traceback
+
+import source_cache  # tests/, this file's folder
 
 REPLIES = os.fdopen(os.dup(1), "w", buffering=1)  # the answers; fd 1 itself is each copy's stdout
 
@@ -79,6 +82,7 @@ def main():
     """Import MindSpore and ms_accum, then serve requests until standard input closes."""
     del sys.path[0]  # this file's folder: a copy puts its script's there
     os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # what the imports print does not reach the answers
+    source_cache.install()  # each copy reads a function's source once
     for name in ("mindspore", "ms_accum"):
         importlib.import_module(name)
     for line in sys.stdin:
