@@ -293,6 +293,14 @@ class TestBadInput:
         with pytest.raises(ValueError, match="'epoch' must be an int >= 1, but got 0"):
             trainer.train_process(0, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None)
 
+    @pytest.mark.parametrize("initial_epoch, error", [(1.0, TypeError), (1, ValueError)])
+    def test_initial_epoch(self, initial_epoch, error):
+        trainer, _, _ = _trainer()
+        with pytest.raises(error, match=rf"For 'GradientAccumulation.train_process', 'initial_epoch' must be an int "
+                                        rf"in \[0, 1\), but got {initial_epoch}"):
+            trainer.train_process(1, numpy_dataset(micro_batches([4] * 4)), 2, ckpt_path=None,
+                                  initial_epoch=initial_epoch)
+
     def test_partial_window(self):
         trainer, _, _ = _trainer()
         with pytest.raises(ValueError, match=r"'partial_window' must be one of \['flush', 'drop', 'carry'\], "

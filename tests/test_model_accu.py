@@ -370,6 +370,18 @@ class TestBadInput:
         with pytest.raises(error, match=rf"For 'Model_ACCU.train', 'epoch' must be an int >= 1, but got {epoch!r}"):
             ms_accum.Model_ACCU(cell).train(epoch, numpy_dataset(micro_batches((4,) * 4)), dataset_sink_mode=False)
 
+    @pytest.mark.parametrize("initial_epoch, error, got", [
+        (1.0, TypeError, r"1.0 of type float. Pass the int 1"), (True, TypeError, "True of type bool"),
+        (np.int64(0), TypeError, r"0 of type int64. Pass int\(initial_epoch\)"), (-1, ValueError, "-1"), (2, ValueError, "2")])
+    def test_initial_epoch(self, initial_epoch, error, got):
+        """A wrong type is a TypeError, as for 'epoch' (a float was refused as a ValueError); MindSpore's Model
+        takes a Python int, so a numpy integer is refused too; the range is [0, epoch)."""
+        cell, _, _ = make_cell("plain", steps=2)
+        with pytest.raises(error, match=rf"For 'Model_ACCU.train', 'initial_epoch' must be an int in \[0, 2\), but "
+                                        rf"got {got}"):
+            ms_accum.Model_ACCU(cell).train(2, numpy_dataset(micro_batches((4,) * 4)), dataset_sink_mode=False,
+                                            initial_epoch=initial_epoch)
+
     def test_dataset(self):
         cell, _, _ = make_cell("plain", steps=2)
         with pytest.raises(TypeError, match=r"For 'Model_ACCU.train', 'train_dataset' must be a batched "

@@ -282,7 +282,7 @@ class GradientAccumulation:
             when printed), so the loop does not wait for every update to finish.
 
         Raises:
-            TypeError: If `epoch` is not an int, `train_dataset` is not a mindspore.dataset.Dataset,
+            TypeError: If `epoch` or `initial_epoch` is not an int, `train_dataset` is not a mindspore.dataset.Dataset,
                 `gradient_accumulation_steps` is none of the types above (see
                 :class:`AccumulationSchedule` for a malformed schedule), or is given with `global_batch_size`, or
                 `callbacks` is not a Callback or a list or tuple of them.

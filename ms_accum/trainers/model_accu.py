@@ -295,7 +295,8 @@ class Model_ACCU(Model):  # pylint: disable=invalid-name  (the name users know f
             CheckpointError: If `resume_from` is not a state file of this cell and rank, or the ranks saved no
                 common position.
             TypeError: If `train_dataset` is not a mindspore.dataset.Dataset, `callbacks` is not a Callback or a
-                list or tuple of them, `dataset_sink_mode` is not a bool, or `sink_size` is not an int.
+                list or tuple of them, `dataset_sink_mode` is not a bool, or `sink_size` or `initial_epoch` is not
+                an int.
             ValueError: As listed for the class, if `resume_from` is not a str ending with '.ckpt', `epoch` is not
                 an int >= 1, `sink_size` is neither -1 nor >= 1, `train_dataset` is empty or its
                 columns are more or fewer than the loss network takes, `partial_window` is unknown, `resume_from`

@@ -8,10 +8,11 @@ initial epoch, or at the micro-batch a state file was written after. The trainer
 driver its printed lines and out-of-memory rerun, Model_ACCU what :class:`mindspore.train.Model` does around
 epochs, and dataset sink mode.
 """
+import numbers
 from dataclasses import dataclass, field
 from typing import Optional
 
-from ..core.checks import check_choice, check_positive_int, warn_steps_unset
+from ..core.checks import check_choice, check_positive_int, number_text_hint, warn_steps_unset
 from ..core.compiled import write_parameter
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
 from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
@@ -255,9 +256,14 @@ def plan_run(owner, cell, settings, *, required_steps, trained=False, columns_hi
     micro_batches = check_dataset(owner, settings.dataset)
     check_dataset_columns(owner, settings.dataset, cell.network.network, hint=columns_hint)
     initial = settings.initial_epoch
-    if isinstance(initial, bool) or not isinstance(initial, int) or not 0 <= initial < settings.epochs:
+    if isinstance(initial, bool) or not isinstance(initial, int):  # as MindSpore's Model takes it, a Python int
+        hint = " Pass int(initial_epoch): MindSpore's Model takes a Python int." if isinstance(
+            initial, numbers.Integral) and not isinstance(initial, bool) else number_text_hint(initial)
+        raise TypeError(f"For '{owner}', 'initial_epoch' must be an int in [0, {settings.epochs}), but got "
+                        f"{initial!r} of type {type(initial).__name__}.{hint}")
+    if not 0 <= initial < settings.epochs:
         raise ValueError(f"For '{owner}', 'initial_epoch' must be an int in [0, {settings.epochs}), but got "
-                         f"{initial!r}.")
+                         f"{initial}.")
     check_choice(owner, "partial_window", settings.partial_window, PARTIAL_WINDOW_POLICIES)
     check_choice(owner, "on_out_of_memory", settings.on_out_of_memory, OOM_POLICIES)
     rank, world = devices.rank_and_world(cell)
