@@ -372,7 +372,8 @@ class TestBadInput:
 
     @pytest.mark.parametrize("initial_epoch, error, got", [
         (1.0, TypeError, r"1.0 of type float. Pass the int 1"), (True, TypeError, "True of type bool"),
-        (np.int64(0), TypeError, r"0 of type int64. Pass int\(initial_epoch\)"), (-1, ValueError, "-1"), (2, ValueError, "2")])
+        (np.int64(0), TypeError, r"0 of type int64. Pass int\(initial_epoch\)"), (-1, ValueError, "-1"),
+        (2, ValueError, "2")])
     def test_initial_epoch(self, initial_epoch, error, got):
         """A wrong type is a TypeError, as for 'epoch' (a float was refused as a ValueError); MindSpore's Model
         takes a Python int, so a numpy integer is refused too; the range is [0, epoch)."""
