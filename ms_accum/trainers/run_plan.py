@@ -257,8 +257,9 @@ def plan_run(owner, cell, settings, *, required_steps, trained=False, columns_hi
     check_dataset_columns(owner, settings.dataset, cell.network.network, hint=columns_hint)
     initial = settings.initial_epoch
     if isinstance(initial, bool) or not isinstance(initial, int):  # as MindSpore's Model takes it, a Python int
-        hint = " Pass int(initial_epoch): MindSpore's Model takes a Python int." if isinstance(
-            initial, numbers.Integral) and not isinstance(initial, bool) else number_text_hint(initial)
+        hint = number_text_hint(initial)
+        if isinstance(initial, numbers.Integral) and not isinstance(initial, bool):  # a numpy integer
+            hint = " Pass int(initial_epoch): MindSpore's Model takes a Python int."
         raise TypeError(f"For '{owner}', 'initial_epoch' must be an int in [0, {settings.epochs}), but got "
                         f"{initial!r} of type {type(initial).__name__}.{hint}")
     if not 0 <= initial < settings.epochs:
