@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create a virtual environment (if missing) with one MindSpore release, numpy<2, ms_accum (editable), pytest,
-# matplotlib and MindCV 0.3.0 (the ecosystem tests' models). Prints the environment's python on standard output
-# (what it did goes to standard error): PY=$(bash scripts/setup.sh).
+# matplotlib, mimalloc (the tests' allocator, on x86-64 Linux: tests/allocator.py) and MindCV 0.3.0 (the ecosystem
+# tests' models). Prints the environment's python on standard output (what it did goes to standard error):
+# PY=$(bash scripts/setup.sh).
 #   bash scripts/setup.sh                      # MindSpore 2.10.0 in .venv
 #   MINDSPORE=2.7.0 bash scripts/setup.sh      # MindSpore 2.7.0 in .venv-mindspore-2.7.0 (any release 2.7.0-2.10.x)
 # Idempotent: a second run only checks that the install is complete, of the asked release, and made from the

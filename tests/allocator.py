@@ -3,10 +3,12 @@ package, on x86-64 Linux), else the C library's malloc.
 
 MindSpore's graph compiler spends much of its time in malloc and free: ``perf record`` of tests/test_weighting.py's
 GRAPH_MODE cases put about a fifth of the process's samples in glibc's allocator (``_int_malloc``,
-``malloc_consolidate``, ``unlink_chunk``, ``_int_free``). With mimalloc preloaded the same files took 20 to 28% less
-CPU on MindSpore 2.10.0 and 4 to 12% less on 2.7.0 (docs/tests.md, CI). scripts/run_tests.sh preloads it
+``malloc_consolidate``, ``unlink_chunk``, ``_int_free``). With mimalloc preloaded tests/test_schedule.py took 12 to
+28% less CPU on MindSpore 2.10.0 and 4 to 12% less on 2.7.0 (docs/tests.md). scripts/run_tests.sh preloads it
 (``LD_PRELOAD``) into the test processes, and so into the processes they start (msrun's workers, the script server's
-copies), unless ``TEST_ALLOCATOR=system``; it names the library in :data:`ENV`. A benchmark a test runs starts
+copies), unless ``TEST_ALLOCATOR=system``; it names the library in :data:`ENV`, and sets ``MIMALLOC_PURGE_DELAY=0``
+so that freed memory goes back to the system at once, as a large block does on glibc (with mimalloc's default
+delay, tests/test_planner.py's in-process measurement of 8 MiB after 64 read the 64). A benchmark a test runs starts
 without it (:func:`user_env`): its memory and timings are the figures the docs quote, measured as a user's process
 runs. Run as a script, prints the library's path, or nothing.
 """

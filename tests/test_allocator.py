@@ -53,6 +53,7 @@ def test_run_tests_refuses_an_unknown_allocator():
 def test_run_tests_preloads_mimalloc_into_the_tests_and_their_processes_but_not_the_benchmarks():
     library = os.environ[allocator.ENV]
     assert allocator.mapped(library)
+    assert "MIMALLOC_PURGE_DELAY" in os.environ  # 0 unless the caller chose: tests read resident memory
     code = MAPPED.format(tests=os.path.join(ROOT, "tests"), library=library)
     for env, expected in ((os.environ, "True"), (allocator.user_env(os.environ), "False")):
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
