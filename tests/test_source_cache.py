@@ -80,15 +80,33 @@ def test_a_copy_of_the_lines_is_handed_out():
     assert source_cache.cached_getsourcelines(_first)[0], "a caller's change reached the cache"
 
 
-def test_mindspores_parser_reads_through_the_cache(monkeypatch):
-    """Compiling two graphs that call one helper reads the helper once: MindSpore's parser asks
-    inspect.getsourcelines at every compilation (if a release stopped asking it through ``inspect``, the cache
-    would no longer apply, and this test says so)."""
+def test_mindspores_parser_reads_each_source_and_works_out_each_location_once(monkeypatch):
+    """Compiling two graphs that call one helper reads the helper's source once (MindSpore's parser asks
+    inspect.getsourcelines at every compilation: if a release stopped asking it through ``inspect``, the cache
+    would no longer apply, and this test says so) and works out the location of each of the helper's nodes once
+    (the second compilation's are the first's, found again); every location the parser is given is the one its own
+    ``get_location`` gives for that node: file, lines, columns, text and ``# @jit`` comments."""
     reads = _counting_reads(monkeypatch)
+    parser = source_cache.parser_class()
+    assert getattr(parser.get_location, "cached", False), "conftest.py did not install the location cache"
+    original = parser.get_location.__wrapped__
+    worked_out, given = [], []
+
+    def counting(self, node):
+        worked_out.append(tuple(original(self, node)[:6]))
+        return original(self, node)
+    cached = source_cache.cached_get_location(counting)
+
+    def checked(self, node):
+        location = cached(self, node)
+        given.append((location, original(self, node)))
+        return location
+    monkeypatch.setattr(parser, "get_location", checked)
     ms.set_context(mode=ms.GRAPH_MODE)
 
     def shared_helper(x):
-        return ops.square(x) + 1
+        y = ops.square(x)  # @jit comments are read with the location: none here
+        return y + 1
 
     @ms.jit
     def one(x):
@@ -103,6 +121,12 @@ def test_mindspores_parser_reads_through_the_cache(monkeypatch):
     np.testing.assert_allclose(two(x).asnumpy(), np.arange(3) ** 2 - 2)
     assert reads.count("one") == 1 and reads.count("two") == 1, reads
     assert reads.count("shared_helper") == 1, f"the helper read at each compilation: {reads}"
+    first_line = shared_helper.__code__.co_firstlineno
+    helper = [place for place in worked_out if place[0] == __file__ and first_line <= place[1] <= first_line + 2]
+    assert helper and len(helper) == len(set(helper)), f"a node of the helper worked out twice: {helper}"
+    assert any("ops.square(x)" in place[5] for place in helper), helper
+    assert len(given) > len(worked_out), "the second compilation found no location again"
+    assert all(location == truth for location, truth in given), [pair for pair in given if pair[0] != pair[1]][:3]
 
 
 def test_a_script_server_copy_runs_with_the_cache(tmp_path):
