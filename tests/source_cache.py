@@ -55,8 +55,8 @@ def cached_getsourcelines(obj):
 
 
 def parser_class():
-    """MindSpore's ``Parser`` (``mindspore.graph._parse.parser`` from 2.10, ``mindspore._extends.parse.parser``
-    before it)."""
+    """MindSpore's ``Parser``: in ``mindspore.graph._parse.parser`` on 2.10.0, ``mindspore._extends.parse.parser``
+    on 2.7.0 (the first of the two that imports)."""
     for name in ("mindspore.graph._parse.parser", "mindspore._extends.parse.parser"):
         try:
             return importlib.import_module(name).Parser
