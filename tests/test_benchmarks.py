@@ -585,6 +585,31 @@ def test_graph_error_probe_refuses_an_unknown_mode():
     assert done.returncode == 2 and "--modes takes graph and pynative, but got ['sink']" in done.stderr, done.stderr
 
 
+KEPT_CELLS = os.path.join(BENCHMARKS, "lab", "kept_cells.py")
+
+
+@pytest.mark.slow
+def test_kept_cells_probe_shows_mindspore_keeps_a_compiled_cell_and_frees_an_eager_one():
+    """benchmarks/lab/kept_cells.py (docs/performance.md, "Trainers built one after another"), MindSpore 2.7.0 and
+    2.10.0 alike: after del and gc.collect(), a TrainOneStepCell that ran eagerly in PYNATIVE_MODE is freed; one a
+    compiled graph ran (ms.jit of the cell, a jit function calling it, GRAPH_MODE) is kept, also after
+    ms_memory_recycle(), and ms_accum's TrainAccuStepsCell is kept in both modes. Fails if MindSpore comes to free
+    compiled cells: ms_accum's should then be freed as well, and the page changes."""
+    done = run(script=KEPT_CELLS)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = {(mode, way): alive for mode, way, alive in re.findall(
+        r"^\| (pynative|graph) \| ([a-z_-]+) \| (yes|no) \|$", done.stdout, re.M)}
+    assert rows == {("pynative", "eager"): "no", ("pynative", "jit-cell-kept"): "yes", ("pynative", "jit-cell"): "yes",
+                    ("pynative", "jit-function"): "yes", ("pynative", "jit-function-recycled"): "yes",
+                    ("pynative", "ms_accum"): "yes", ("graph", "graph"): "yes", ("graph", "ms_accum"): "yes"}, \
+        done.stdout
+
+
+def test_kept_cells_probe_refuses_an_unknown_mode():
+    done = run("--modes", "pynative,sink", script=KEPT_CELLS)
+    assert done.returncode == 2 and "--modes takes pynative and graph, but got ['sink']" in done.stderr, done.stderr
+
+
 OP_COMPILE_COST = os.path.join(BENCHMARKS, "lab", "op_compile_cost.py")
 
 

@@ -22,8 +22,8 @@ from .models import (COST_MODELS, PROJECT_MODELS, block_model, build, lenet_part
                      resnet18_parts, text_model, wide_mlp)
 from .peers import (STEP_NAMES, TUTORIAL_CLIP_NORM, checked_window_end, jit_step, step_cell, step_parts,
                     torch_lenet_update, two_graph_steps)
-from .runner import (RESULT, add_model_arguments, argtypes, free_port, measure_each, msrun_command, print_table, report,
-                     rotate, run_child, start_mindspore, take_turns)
+from .runner import (RESULT, add_model_arguments, argtypes, free_port, measure_each, mode_arguments, msrun_command,
+                     print_table, report, rotate, run_child, start_mindspore, take_turns)
 from .steps import (accumulated_update, dataset_trainer, plain_and_three_cells, plain_step, plain_updates,
                     three_cells)
 from .timing import (PHASE_LINE, compile_phases, profile_compiles, spread, timed, timed_epochs, wall_and_cpu,
@@ -35,7 +35,7 @@ __all__ = ["ROOT", "SAMPLE", "ZOO", "compare_runners", "cost_arguments", "driver
            "plain_parts", "resnet18_parts", "text_model",
            "wide_mlp", "STEP_NAMES", "TUTORIAL_CLIP_NORM", "checked_window_end", "jit_step", "step_cell", "step_parts",
            "torch_lenet_update", "two_graph_steps", "RESULT", "add_model_arguments", "argtypes", "free_port",
-           "measure_each",
+           "measure_each", "mode_arguments",
            "msrun_command", "print_table", "report", "rotate", "run_child", "start_mindspore", "take_turns",
            "accumulated_update", "dataset_trainer", "plain_and_three_cells", "plain_step", "plain_updates",
            "three_cells", "PHASE_LINE", "compile_phases", "profile_compiles", "spread", "timed", "timed_epochs",

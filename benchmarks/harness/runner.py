@@ -99,6 +99,21 @@ def names_among(known, what="configuration"):
     return names
 
 
+def mode_arguments(doc, modes):
+    """The command line of a probe that runs each mode it is given in a child process of its own: ``--modes``
+    (comma-separated, each among `modes`, all of them by default, in that order) and the hidden ``--child``, the
+    mode a child runs. Returns (the parsed arguments, the modes asked)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n", 1)[0])
+    parser.add_argument("--modes", default=",".join(modes), help="comma-separated: " + ", ".join(modes))
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    asked = args.modes.split(",")
+    unknown = sorted(set(asked) - set(modes))
+    if unknown:
+        parser.error(f"--modes takes {' and '.join(modes)}, but got {unknown}")
+    return args, asked
+
+
 def add_model_arguments(parser, configs, windows, known=None):
     """The options of the model, the micro-batches and the configurations to measure (each in a child process):
     `configs` the default ones, `known` every name ``--configs`` takes (default: `configs`)."""

@@ -11,7 +11,6 @@ time and almost no CPU. ms_accum raises in its graphs on purpose (a window with 
 compile cache's ``Assert``): each such error costs that wait once, part of why the test suite keeps a worker more
 than the machine's cores (docs/tests.md).
 """
-import argparse
 import os
 import sys
 import time
@@ -55,14 +54,7 @@ def measure(mode):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--modes", default="graph,pynative", help="comma-separated: graph, pynative")
-    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    modes = args.modes.split(",")
-    unknown = sorted(set(modes) - {"graph", "pynative"})
-    if unknown:
-        parser.error(f"--modes takes graph and pynative, but got {unknown}")
+    args, modes = harness.mode_arguments(__doc__, ("graph", "pynative"))
     if args.child:
         harness.report({"rows": measure(args.child)})
         return
