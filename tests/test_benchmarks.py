@@ -580,11 +580,6 @@ def test_graph_error_probe_prints_the_wait_of_a_raising_call():
         assert rows[(mode, "runs")][0] < 0.5, (mode, rows)
 
 
-def test_graph_error_probe_refuses_an_unknown_mode():
-    done = run("--modes", "graph,sink", script=GRAPH_ERROR_WAIT)
-    assert done.returncode == 2 and "--modes takes graph and pynative, but got ['sink']" in done.stderr, done.stderr
-
-
 KEPT_CELLS = os.path.join(BENCHMARKS, "lab", "kept_cells.py")
 
 
@@ -605,9 +600,12 @@ def test_kept_cells_probe_shows_mindspore_keeps_a_compiled_cell_and_frees_an_eag
         done.stdout
 
 
-def test_kept_cells_probe_refuses_an_unknown_mode():
-    done = run("--modes", "pynative,sink", script=KEPT_CELLS)
-    assert done.returncode == 2 and "--modes takes pynative and graph, but got ['sink']" in done.stderr, done.stderr
+@pytest.mark.parametrize("script, modes", [(GRAPH_ERROR_WAIT, "graph and pynative"),
+                                           (KEPT_CELLS, "pynative and graph")])
+def test_the_mode_probes_refuse_an_unknown_mode(script, modes):
+    """harness.mode_arguments, as both probes use it: an unknown mode refused in one line naming the known ones."""
+    done = run("--modes", "pynative,sink", script=script)
+    assert done.returncode == 2 and f"--modes takes {modes}, but got ['sink']" in done.stderr, done.stderr
 
 
 OP_COMPILE_COST = os.path.join(BENCHMARKS, "lab", "op_compile_cost.py")
