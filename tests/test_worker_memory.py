@@ -11,7 +11,7 @@ import conftest
 from conftest import ROOT
 
 
-def test_the_limit_is_the_variable_given_or_half_the_memory_shared_among_the_workers_and_one_more(monkeypatch):
+def test_the_limit_is_the_variable_given_or_the_memory_shared_among_the_workers_and_one_more(monkeypatch):
     monkeypatch.setenv("MS_ACCUM_TEST_RECYCLE_MB", "2048")
     assert conftest.recycle_limit_mb() == 2048
     monkeypatch.setenv("MS_ACCUM_TEST_RECYCLE_MB", "0")
@@ -19,9 +19,9 @@ def test_the_limit_is_the_variable_given_or_half_the_memory_shared_among_the_wor
     monkeypatch.delenv("MS_ACCUM_TEST_RECYCLE_MB")
     total_mb = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2 ** 20
     monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "3")
-    assert conftest.recycle_limit_mb() == total_mb // 8
-    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
     assert conftest.recycle_limit_mb() == total_mb // 4
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT")
+    assert conftest.recycle_limit_mb() == total_mb // 2
 
 
 @pytest.mark.parametrize("given", ["-1", "3.5", "lots", ""])
