@@ -12,9 +12,11 @@ DOC_PAGES = [os.path.join(ROOT, "README.md"), os.path.join(ROOT, "README_CN.md")
     sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))  # the READMEs, then every docs page
 DOC_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.M | re.S)  # a fenced block: its language and its code
 sys.path.insert(0, ZOO)
+sys.path.append(os.path.join(ROOT, "benchmarks"))  # after the tests' own modules: its harness, not its scripts
 
 from src.cpu_speed import apply_env_defaults, set_mode  # noqa: E402  (no MindSpore import)
 import source_cache  # noqa: E402  (tests/, on the path as the tests' folder)
+from harness import rss_mib  # noqa: E402  (benchmarks/harness/, no MindSpore import)
 
 apply_env_defaults()  # MS_ACCUM_CPU_DEFAULTS=mindspore runs the suite on MindSpore's own defaults instead
 source_cache.install()  # MindSpore's parser reads each function's source once, not at every compilation
@@ -39,12 +41,6 @@ def exec_mode(request):
     """Run the test once in PYNATIVE_MODE and once in GRAPH_MODE."""
     ms.set_context(mode=ms.GRAPH_MODE if request.param == "graph" else ms.PYNATIVE_MODE)
     return request.param
-
-
-def resident_mb():
-    """This process's resident memory now, in MiB (``VmRSS``)."""
-    with open("/proc/self/status", encoding="ascii") as status:
-        return next(int(line.split()[1]) // 1024 for line in status if line.startswith("VmRSS:"))
 
 
 def recycle_limit_mb():
@@ -74,7 +70,7 @@ def _collect_once_a_module():
     yield
     gc.unfreeze()
     gc.collect()
-    if RECYCLE_LIMIT_MB and resident_mb() > RECYCLE_LIMIT_MB:
+    if RECYCLE_LIMIT_MB and rss_mib() > RECYCLE_LIMIT_MB:
         ms.ms_memory_recycle()
         gc.collect()
 
