@@ -212,14 +212,16 @@ def test_an_optimizers_bfloat16_parameter_set_between_windows_is_what_the_next_w
                               context=path)
 
 
+@pytest.mark.parametrize("mode", [ms.GRAPH_MODE, ms.PYNATIVE_MODE], ids=["graph", "pynative"])
 @pytest.mark.parametrize("path", ["parallel", "driver", "accumulator"])
-def test_a_constant_rate_under_a_rule_is_set_by_hand_between_windows(path):
+def test_a_constant_rate_under_a_rule_is_set_by_hand_between_windows(path, mode):
     """With lr_scaling="linear" the optimizer's learning rate is a ProgressLearningRate cell, whose set_data sets
     the constant base rate (0.1 -> 0.05) as an optimizer's own rate's does (it had none: AttributeError, found by a
-    new user's trial); for Accumulator in a user's jit step, ops.assign into its ``base`` (docs/batch_schedules.md).
+    new user's trial), in both modes and between the calls of a user's jit step that holds Accumulator: it assigns
+    (a Parameter's set_data left PYNATIVE_MODE's graphs at 0.1, a second new user's trial; docs/batch_schedules.md).
     Windows of 12 samples at reference_batch 12 (f = 1): the second window is the large batch of the rate list
-    [0.1, 0.05], GRAPH_MODE. A list or a schedule has no one value to set: refused, naming it."""
-    ms.set_context(mode=ms.GRAPH_MODE)
+    [0.1, 0.05]. A list or a schedule has no one value to set: refused, naming it."""
+    ms.set_context(mode=mode)
     batches = micro_batches((4,) * 6, seed=17)
     windows = [batches[:3], batches[3:]]
     net, loss, opt = build("momentum")
@@ -243,10 +245,7 @@ def test_a_constant_rate_under_a_rule_is_set_by_hand_between_windows(path):
                 step(Tensor(x), Tensor(y))
     window(windows[0])
     assert isinstance(opt.learning_rate, ProgressLearningRate)
-    if path == "accumulator":
-        ms.ops.assign(opt.learning_rate.base, Tensor(0.05, ms.float32))
-    else:
-        opt.learning_rate.set_data(0.05)
+    assert opt.learning_rate.set_data(0.05) is opt.learning_rate.base
     window(windows[1])
     assert_equals_large_batch(params_of(net), large_batch("momentum", make=_momentum_rate_halved), windows,
                               context=path)

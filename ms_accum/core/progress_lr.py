@@ -217,10 +217,10 @@ class ProgressLearningRate(LearningRateSchedule):
         """
         Set a constant base rate by hand, as ``optimizer.learning_rate.set_data(...)`` sets an optimizer's own
         constant rate: a cell's learning-rate rule puts this cell in that place, and its factor still applies to
-        the rate set (the rate of a window is `data` x f). In GRAPH_MODE the next window reads it (the engine
-        reads the optimizer's Parameters before its skip branch). Training in a jit step, write from Python
-        between its calls with ``ops.assign(optimizer.learning_rate.base, value)`` instead
-        (docs/resume_and_checkpoints.md).
+        the rate set (the rate of a window is `data` x f). It writes with an assign, not ``Parameter.set_data``
+        (which in PYNATIVE_MODE detaches a Parameter from the ``ms.jit`` graphs that ran with it), so the next
+        window reads it in either mode, on every path: called from Python between windows, or between the calls of
+        a jit step that holds an Accumulator (docs/resume_and_checkpoints.md).
 
         Args:
             data (Union[float, Tensor]): The new base rate, a finite number >= 0.
@@ -245,8 +245,8 @@ class ProgressLearningRate(LearningRateSchedule):
         if isinstance(data, bool) or not isinstance(data, (numbers.Real, Tensor)):
             raise TypeError(f"For 'ProgressLearningRate', 'data' must be a number or a 0-d Tensor, the constant "
                             f"rate, but got {type(data).__name__}.")
-        value = _rates(data, argument="data")
-        return self.fixed.set_data(Tensor(value, mstype.float32))
+        write_parameter(self.fixed, _rates(data, argument="data"))
+        return self.fixed
 
     def construct(self, global_step):
         steps = self.progress_steps
