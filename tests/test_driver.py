@@ -326,6 +326,20 @@ class TestBadInput:
                                             r"got the class MSELoss itself. Pass an instance: MSELoss\(...\)\."):
             ms_accum.GradientAccumulation(net, nn.MSELoss, opt)
 
+    def test_network_and_loss_swapped(self):
+        """GradientAccumulation(loss, network, optimizer) failed in the loss's construct with Python's "missing 1
+        required positional argument" (a new user's trial): refused when built, naming both. A network without
+        Parameters beside a parameter-free loss is not refused."""
+        net, loss, opt = build()
+        with pytest.raises(ValueError, match=r"For 'GradientAccumulation', 'network' must be the network you train "
+                                             r"and 'loss_fn' its loss, but 'network' \(SoftmaxCrossEntropyWithLogits\) "
+                                             r"holds no Parameters while 'loss_fn' \(SmallConvNet\) holds \d+: they "
+                                             r"look swapped\. Pass GradientAccumulation\(network, loss_fn, "
+                                             r"optimizer\)"):
+            ms_accum.GradientAccumulation(loss, net, opt)
+        with pytest.raises(ValueError, match=r"the optimizer's parameters must be parameters of"):
+            ms_accum.GradientAccumulation(nn.ReLU(), loss, opt)
+
     @pytest.mark.parametrize("trainer", ["driver", "model_accu"])
     @pytest.mark.parametrize("columns", [("x", "y", "id"), ("x",)], ids=["one_more", "one_less"])
     def test_dataset_columns_the_loss_network_does_not_take(self, trainer, columns):
@@ -340,6 +354,35 @@ class TestBadInput:
                                              rf"columns"):
             train_one_epoch(trainer, (net, loss, opt), data)
         assert int(opt.global_step.asnumpy()[0]) == 0
+
+    @pytest.mark.parametrize("trainer", ["driver", "model_accu"])
+    def test_a_dataset_of_single_samples_is_warned_of_before_training(self, trainer):
+        """Rows that are single samples (no batch operation, a scalar label beside an image) would each be a
+        micro-batch weighed by the image's leading axis (a new user's trial: a rule's rate 7 times too large):
+        warned of, naming the columns and .batch, before the first micro-batch. Batched rows, and a generator
+        that yields whole micro-batches, are not warned of and train."""
+        x, y = concat(micro_batches([4] * 4))
+        message = rf"For '{TRAINERS[trainer]}', 'train_dataset' has no batch operation"
+        samples = ds.NumpySlicesDataset({"x": x, "y": y}, shuffle=False)
+        net, loss, opt = build()
+        with warnings.catch_warnings():
+            warnings.filterwarnings("error", message=message)
+            with pytest.raises(UserWarning, match=message + r", and its column\(s\) \['y'\] hold a scalar in "
+                                                  r"each row beside \{'x': \[1, 6, 6\]\}: its rows look like "
+                                                  r"single samples.* Batch the samples with "
+                                                  r"train_dataset.batch\(micro_batch_size\)"):
+                train_one_epoch(trainer, (net, loss, opt), samples)
+        assert int(opt.global_step.asnumpy()[0]) == 0
+
+        def whole_micro_batches():
+            for index in range(4):
+                yield x[4 * index:4 * index + 4], y[4 * index:4 * index + 4]
+        for data in (samples.batch(4), ds.GeneratorDataset(whole_micro_batches, ["x", "y"], shuffle=False)):
+            net, loss, opt = build()
+            with warnings.catch_warnings():
+                warnings.filterwarnings("error", message=message)
+                train_one_epoch(trainer, (net, loss, opt), data)
+            assert int(opt.global_step.asnumpy()[0]) == 2
 
     def test_a_bare_network_with_loss_fn_none_is_told_it_must_be_the_loss_network(self):
         net, _, opt = build()

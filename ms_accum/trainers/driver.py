@@ -120,8 +120,9 @@ class GradientAccumulation:
         TypeError: If `network` or `loss_fn` is not a Cell, `network` is a WithLossCell given with `loss_fn`,
             `optimizer` is not an optimizer, `average` is not a bool, `noise_scale` is neither a bool nor a str,
             or `scale_sense` is none of the loss-scale forms.
-        ValueError: If none of the optimizer's parameters is a parameter of the loss network (some not: a warning),
-            one has ``requires_grad=False``, `sens` is zero or not finite, `clip_norm` is not a finite number > 0,
+        ValueError: If `network` holds no Parameters while `loss_fn` does (the two swapped), none of the
+            optimizer's parameters is a parameter of the loss network (some not: a warning), one has
+            ``requires_grad=False``, `sens` is zero or not finite, `clip_norm` is not a finite number > 0,
             `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or `nonfinite` is not
             ``"skip"`` (or `sens` not 1.0) with `scale_sense`, or its scale is not a finite number > 0, or
             `lr_scaling` or `reference_batch` is refused as listed for :class:`TrainOptim`.
@@ -155,6 +156,14 @@ class GradientAccumulation:
                                 f"given, but got a WithLossCell, which holds a loss already. Pass the bare network "
                                 f"with loss_fn, GradientAccumulation(net, loss_fn, optimizer), or the loss network "
                                 f"with loss_fn=None.")
+            held = len(list(loss_fn.get_parameters()))
+            if held and not list(network.get_parameters()):  # swapped (a new user's trial): they failed in
+                # the loss's construct with Python's "missing 1 required positional argument"
+                raise ValueError(f"For '{OWNER}', 'network' must be the network you train and 'loss_fn' its loss, "
+                                 f"but 'network' ({type(network).__name__}) holds no Parameters while 'loss_fn' "
+                                 f"({type(loss_fn).__name__}) holds {held}: they look swapped. Pass "
+                                 f"GradientAccumulation(network, loss_fn, optimizer), or a loss network that holds "
+                                 f"the trained Parameters with loss_fn=None.")
         loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
         if scale_sense is not None and sens != 1.0:
             raise ValueError(f"For '{OWNER}', 'sens' must be 1.0 with 'scale_sense', whose loss scale is the "

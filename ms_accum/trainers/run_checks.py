@@ -17,6 +17,7 @@ from ..core.goodput import GoodputAccumulation
 from ..core.progress_lr import progress_rates
 from ..core.schedule import AccumulationSchedule, max_updates, shown_steps_name
 from ..core.user_warning import warn
+from .elastic import dataset_batched
 
 POLICIES = (AdaptiveAccumulation, GoodputAccumulation)  # N chosen on the device as the run goes
 
@@ -53,6 +54,27 @@ def check_dataset_columns(owner, dataset, network, arg_name="train_dataset", hin
                      f"{len(columns)} columns {columns}. "
                      f"Keep the columns it takes, in its order, with {arg_name}.project([...]) (or map them into "
                      f"it), or give the network a construct that takes them all.{hint}")
+
+
+def check_dataset_rows(owner, dataset, arg_name="train_dataset"):
+    """Warn if `dataset` has no batch operation and a column holds a scalar in each row beside a column that does
+    not: its rows are then most likely single samples, each passed to the network as a micro-batch and weighed by
+    its inputs' leading dimension (a feature axis), so a learning-rate rule and the records count the wrong samples.
+    A row that is a whole micro-batch with a scalar beside it (its token count, say) is legitimate: not refused.
+    Returns whether it warned."""
+    if dataset_batched(dataset):
+        return False
+    shapes = dict(zip(dataset.get_col_names(), (list(shape) for shape in dataset.output_shapes())))
+    scalars = [name for name, shape in shapes.items() if not shape]
+    others = {name: shape for name, shape in shapes.items() if shape}
+    if not scalars or not others:
+        return False
+    warn(f"For '{owner}', '{arg_name}' has no batch operation, and its column(s) {scalars} hold a scalar in each "
+         f"row beside {others}: its rows look like single samples, but each row is passed to the network as one "
+         f"micro-batch and weighs its inputs' leading dimension ({next(iter(others.values()))[0]} here) in the "
+         f"window, the learning-rate rule and the records. Batch the samples with "
+         f"{arg_name}.batch(micro_batch_size). A row that is already a whole micro-batch is trained as it is.")
+    return True
 
 
 def check_state_saving(owner, state_path, save_state_every):

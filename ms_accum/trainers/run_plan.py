@@ -24,8 +24,9 @@ from .loop import check_loss_monitor, check_rate_callbacks
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
 from .out_of_memory import OOM_POLICIES
 from .planner import steps_from_plan
-from .run_checks import (check_callbacks, check_dataset, check_dataset_columns, check_resume_or_initial_epoch,
-                         check_run_learning_rate, check_state_saving, check_window_fits, largest_steps, plan_updates)
+from .run_checks import (check_callbacks, check_dataset, check_dataset_columns, check_dataset_rows,
+                         check_resume_or_initial_epoch, check_run_learning_rate, check_state_saving, check_window_fits,
+                         largest_steps, plan_updates)
 from .state import StateWriter, resume_training_state
 
 
@@ -255,6 +256,7 @@ def plan_run(owner, cell, settings, *, required_steps, trained=False, columns_hi
     settings.epochs = check_positive_int(owner, "epoch", settings.epochs)
     micro_batches = check_dataset(owner, settings.dataset)
     check_dataset_columns(owner, settings.dataset, cell.network.network, hint=columns_hint)
+    check_dataset_rows(owner, settings.dataset)
     initial = settings.initial_epoch
     if isinstance(initial, bool) or not isinstance(initial, int):  # as MindSpore's Model takes it, a Python int
         hint = number_text_hint(initial)
