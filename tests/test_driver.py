@@ -243,6 +243,17 @@ def train_one_epoch(trainer, parts, data, steps=2):
         ms_accum.Model_ACCU(cell).train(1, data)
 
 
+class _LossNetwork(nn.Cell):
+    """A loss network of the user's own (not a WithLossCell): the network and its loss on (data, label)."""
+
+    def __init__(self, net, loss):
+        super().__init__()
+        self.net, self.loss = net, loss
+
+    def construct(self, data, label):
+        return self.loss(self.net(data), label)
+
+
 class TestBadInput:
     @pytest.mark.parametrize("value, error", [(0, ValueError), (-2, ValueError), (2.5, TypeError),
                                               ("4", TypeError), (True, TypeError)])
@@ -340,6 +351,16 @@ class TestBadInput:
         with pytest.raises(ValueError, match=r"the optimizer's parameters must be parameters of"):
             ms_accum.GradientAccumulation(nn.ReLU(), loss, opt)
 
+    def test_a_loss_network_given_with_a_loss_fn(self):
+        """A loss network with a loss_fn failed in MindSpore ("The parameters number of the function is 2, but the
+        number of provided arguments is 1", a new user's trial): refused when built, naming its construct."""
+        net, loss, opt = build()
+        with pytest.raises(ValueError, match=r"For 'GradientAccumulation', with 'loss_fn' given, 'network' is called "
+                                             r"with each row's data alone .* but _LossNetwork.construct\(data, "
+                                             r"label\) needs 2 inputs. If 'network' computes the loss itself, pass "
+                                             r"loss_fn=None"):
+            ms_accum.GradientAccumulation(_LossNetwork(net, loss), loss, opt)
+
     @pytest.mark.parametrize("trainer", ["driver", "model_accu"])
     @pytest.mark.parametrize("columns", [("x", "y", "id"), ("x",)], ids=["one_more", "one_less"])
     def test_dataset_columns_the_loss_network_does_not_take(self, trainer, columns):
@@ -350,7 +371,8 @@ class TestBadInput:
         data = ds.NumpySlicesDataset(dict(zip(columns, (x, y, np.arange(len(y))))), shuffle=False).batch(4)
         with pytest.raises(ValueError, match=rf"For '{TRAINERS[trainer]}', each row of 'train_dataset' is passed "
                                              rf"to WithLossCell.construct\(data, label\), which takes 2 inputs, but "
-                                             rf"the dataset has {len(columns)} columns \{list(columns)}\. Keep the "
+                                             rf"the dataset has {len(columns)} column{'s' * (len(columns) > 1)} "
+                                             rf"\{list(columns)}\. Keep the "
                                              rf"columns"):
             train_one_epoch(trainer, (net, loss, opt), data)
         assert int(opt.global_step.asnumpy()[0]) == 0
@@ -386,7 +408,7 @@ class TestBadInput:
 
     def test_a_bare_network_with_loss_fn_none_is_told_it_must_be_the_loss_network(self):
         net, _, opt = build()
-        with pytest.raises(ValueError, match=r"construct\(x\), which takes 1 inputs, but the dataset has 2 columns "
+        with pytest.raises(ValueError, match=r"construct\(x\), which takes 1 input, but the dataset has 2 columns "
                                              r".* With loss_fn=None, 'network' is the loss network: its construct "
                                              r"takes every column"):
             ms_accum.GradientAccumulation(net, None, opt).train_process(

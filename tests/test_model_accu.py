@@ -132,7 +132,8 @@ UNSET_N = "N ('gradient_accumulation_steps') was not given to TrainAccuStepsCell
 def test_a_cell_left_at_n_1_without_being_given_it_warns_once_that_nothing_accumulates():
     """TrainAccuStepsCell defaults N to 1 (the seed's cell did): built without N and called directly in its automatic
     mode, or trained by a Model_ACCU given none, it updated at every call in silence. It warns once, at that first
-    call or run; N given anywhere (1 too: on purpose) or an explicit mode warns of nothing."""
+    call or run, naming 'sens' where an int N went there (the third positional argument); N given anywhere (1 too:
+    on purpose) or an explicit mode warns of nothing."""
     batches = micro_batches((4,) * 4)
     (x, y), after = batches[0], batches[1]
 
@@ -147,8 +148,14 @@ def test_a_cell_left_at_n_1_without_being_given_it_warns_once_that_nothing_accum
     before = params_of(net)
     found = warnings_of(lambda: cell(Tensor(x), Tensor(y)))
     assert len(found) == 1 and found[0].startswith(f"For 'TrainAccuStepsCell', {UNSET_N}: every call updates"), found
-    assert "Pass gradient_accumulation_steps=N to the cell" in found[0], found[0]
+    assert "Pass gradient_accumulation_steps=N to the cell" in found[0] and "'sens'" not in found[0], found[0]
     assert any(not np.array_equal(before[name], value) for name, value in params_of(net).items()), "N 1 updated"
+    net, loss, opt = build("sgd")
+    positional = ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt, 4)  # N meant, 'sens' given (a trial)
+    found = warnings_of(lambda: positional(Tensor(x), Tensor(y)))
+    assert len(found) == 1 and found[0].endswith(
+        "Its 'sens' is 4, which multiplies every gradient: the third positional argument is 'sens', as in "
+        "nn.TrainOneStepCell; for N = 4, pass gradient_accumulation_steps=4."), found
     assert warnings_of(lambda: cell(Tensor(after[0]), Tensor(after[1]))) == [], "once a cell"
     net, loss, opt = build("sgd")
     scaled = ms_accum.TrainAccuStepsWithLossScaleCell(nn.WithLossCell(net, loss), opt, Tensor(1024.0))
@@ -363,6 +370,18 @@ class TestBadInput:
         with pytest.raises(ValueError, match="For 'Model_ACCU', 'accumulation_steps' [(]gradient_accumulation_steps[)] "
                                                  "must be an int >= 1, but got 0"):
             ms_accum.Model_ACCU(cell, accumulation_steps=0)
+
+    @pytest.mark.parametrize("name", ["gradient_accumulation_steps", "mini_steps"])
+    def test_a_bad_n_to_train_is_refused_as_such_beside_the_cells_own(self, name):
+        """Model_ACCU.train(..., N=0) over a cell built with N = 2 was told N must be given once, not that 0 is no N
+        (a new user's trial): the value is checked first, naming the argument as written."""
+        net, loss, opt = build()
+        model = ms_accum.Model_ACCU(ms_accum.TrainAccuStepsCell(nn.WithLossCell(net, loss), opt,
+                                                                gradient_accumulation_steps=2))
+        shown = "'mini_steps' [(]gradient_accumulation_steps[)]" if name == "mini_steps" else f"'{name}'"
+        with pytest.raises(ValueError, match=rf"For 'Model_ACCU.train', {shown} must be an int >= 1, but got 0\."):
+            model.train(1, numpy_dataset(micro_batches([4] * 4)), dataset_sink_mode=False, **{name: 0})
+        assert int(opt.global_step.asnumpy()[0]) == 0
 
     @pytest.mark.parametrize("epoch, error", [(0, ValueError), (1.0, TypeError), (True, TypeError)])
     def test_epoch(self, epoch, error):

@@ -266,10 +266,15 @@ def warn_steps_unset(cell, owner=None):
     if not getattr(cell, "_steps_unset", False):
         return False
     cell._steps_unset = False  # pylint: disable=protected-access
+    sens = getattr(cell, "sens", 1.0)
+    hint = ""
+    if isinstance(sens, float) and sens >= 2 and sens.is_integer():  # TrainAccuStepsCell(net, opt, 4): a trial
+        hint = (f" Its 'sens' is {sens:g}, which multiplies every gradient: the third positional argument is 'sens', "
+                f"as in nn.TrainOneStepCell; for N = {sens:g}, pass gradient_accumulation_steps={sens:g}.")
     warn(f"For '{owner or cell.owner_name}', N ('gradient_accumulation_steps') was not given to "
          f"{cell.owner_name} or to any call, so it is 1: every call updates the parameters and no gradient is "
          f"accumulated. Pass gradient_accumulation_steps=N to the cell, to Model_ACCU or to its train(); pass 1 to "
-         f"update at every call without this warning.", UserWarning)
+         f"update at every call without this warning.{hint}", UserWarning)
     return True
 
 

@@ -6,7 +6,7 @@ from ..cells.parallel_loss_scale import TrainAccuStepsWithLossScaleCell
 from ..compat import CallbackManager, InternalCallbackParam
 from ..core.engine import CellNaming
 from ..core.schedule import AccumulationSchedule
-from ..core.checks import check_ckpt_path, check_cell
+from ..core.checks import check_ckpt_path, check_cell, construct_inputs
 from ..core.deprecation import renamed
 from .cell_front import CellFront
 from .checkpoint import save_checkpoint_atomic
@@ -120,7 +120,8 @@ class GradientAccumulation:
         TypeError: If `network` or `loss_fn` is not a Cell, `network` is a WithLossCell given with `loss_fn`,
             `optimizer` is not an optimizer, `average` is not a bool, `noise_scale` is neither a bool nor a str,
             or `scale_sense` is none of the loss-scale forms.
-        ValueError: If `network` holds no Parameters while `loss_fn` does (the two swapped), none of the
+        ValueError: If `network` holds no Parameters while `loss_fn` does (the two swapped), or its construct
+            needs more than the data with `loss_fn` given (a loss network), none of the
             optimizer's parameters is a parameter of the loss network (some not: a warning), one has
             ``requires_grad=False``, `sens` is zero or not finite, `clip_norm` is not a finite number > 0,
             `noise_scale` is a str other than ``"first"`` or is set with ``average=False``, or `nonfinite` is not
@@ -164,6 +165,12 @@ class GradientAccumulation:
                                  f"({type(loss_fn).__name__}) holds {held}: they look swapped. Pass "
                                  f"GradientAccumulation(network, loss_fn, optimizer), or a loss network that holds "
                                  f"the trained Parameters with loss_fn=None.")
+            taken = construct_inputs(network)
+            if taken is not None and taken[0] > 1:  # a loss network given with a loss_fn (a new user's trial)
+                raise ValueError(f"For '{OWNER}', with 'loss_fn' given, 'network' is called with each row's data "
+                                 f"alone and its output goes to loss_fn with the label (nn.WithLossCell), but "
+                                 f"{type(network).__name__}.construct({taken[2]}) needs {taken[0]} inputs. If "
+                                 f"'network' computes the loss itself, pass loss_fn=None.")
         loss_network = network if loss_fn is None else nn.WithLossCell(network, loss_fn)
         if scale_sense is not None and sens != 1.0:
             raise ValueError(f"For '{OWNER}', 'sens' must be 1.0 with 'scale_sense', whose loss scale is the "

@@ -50,8 +50,8 @@ def check_dataset_columns(owner, dataset, network, arg_name="train_dataset", hin
     if required <= len(columns) <= most:
         return
     raise ValueError(f"For '{owner}', each row of '{arg_name}' is passed to {type(network).__name__}.construct("
-                     f"{names}), which takes {inputs_text(required, most)} inputs, but the dataset has "
-                     f"{len(columns)} columns {columns}. "
+                     f"{names}), which takes {inputs_text(required, most)} input{'' if most == 1 else 's'}, but the "
+                     f"dataset has {len(columns)} column{'' if len(columns) == 1 else 's'} {columns}. "
                      f"Keep the columns it takes, in its order, with {arg_name}.project([...]) (or map them into "
                      f"it), or give the network a construct that takes them all.{hint}")
 

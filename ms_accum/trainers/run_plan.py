@@ -15,7 +15,7 @@ from typing import Optional
 from ..core.checks import check_choice, check_positive_int, number_text_hint, warn_steps_unset
 from ..core.compiled import write_parameter
 from ..core.global_batch import DERIVED_STEPS_NAME, GLOBAL_BATCH_NAME, steps_for_global_batch
-from ..core.schedule import STEPS_NAME, AccumulationSchedule, steps_argument
+from ..core.schedule import STEPS_NAME, AccumulationSchedule, check_steps, steps_argument
 from ..core.user_warning import warn
 from . import devices
 from .elastic import RunLayout, dataset_batched
@@ -24,7 +24,7 @@ from .loop import check_loss_monitor, check_rate_callbacks
 from .nonfinite import DEFAULT_MAX_NONFINITE_WINDOWS
 from .out_of_memory import OOM_POLICIES
 from .planner import steps_from_plan
-from .run_checks import (check_callbacks, check_dataset, check_dataset_columns, check_dataset_rows,
+from .run_checks import (POLICIES, check_callbacks, check_dataset, check_dataset_columns, check_dataset_rows,
                          check_resume_or_initial_epoch, check_run_learning_rate, check_state_saving, check_window_fits,
                          largest_steps, plan_updates)
 from .state import StateWriter, resume_training_state
@@ -216,6 +216,8 @@ def run_steps(owner, cell, settings, world, required, trained=False):
         return None, None
     if required:
         return steps, name
+    if not isinstance(steps, POLICIES):  # the cell's own check, before its N is compared with this one (a trial)
+        check_steps(owner, name, steps)
     current, wanted = cell.gradient_accumulation_steps, _as_cells_steps(owner, steps, name)
     if name != STEPS_NAME and name not in settings.step_aliases and not isinstance(current, int):
         argument = source.split(" ")[0]
