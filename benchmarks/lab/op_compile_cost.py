@@ -7,7 +7,8 @@ the functions that make one in the graph.
 A probe kept in the lab: its figures are in docs/performance.md ("Compiling ms_accum's graphs"). Each way is a Cell
 whose construct adds the same scalar `--uses` times over, one after another (so that no use can be shared), written
 into a file of its own and compiled in GRAPH_MODE at its first call; the ways take turns within each round, in one
-process. Printed: each way's median first call and its cost per use, beyond the graph that only returns its input.
+process. Printed: each way's median first call and its cost per use, beyond the graph that only returns its input,
+in wall time and in the process's CPU time (which other processes on the machine move less: the test reads it).
 """
 import argparse
 import gc
@@ -72,20 +73,23 @@ def main():
         classes = {name: way_class(index, statement, args.uses, folder)
                    for index, (name, statement) in enumerate(WAYS.items())}
         seconds = {name: [] for name in WAYS}
+        cpu = {name: [] for name in WAYS}
         for _ in range(args.rounds):
             for name, cls in classes.items():
                 net = cls()
                 gc.collect()
-                start = time.perf_counter()
+                start, start_cpu = time.perf_counter(), time.process_time()
                 net(value).asnumpy()
                 seconds[name].append(time.perf_counter() - start)
-    base = statistics.median(seconds["nothing"])
+                cpu[name].append(time.process_time() - start_cpu)
+    base, base_cpu = statistics.median(seconds["nothing"]), statistics.median(cpu["nothing"])
     print(f"GRAPH_MODE, {args.uses} uses a graph, medians of {args.rounds} rounds\n")
-    print("| way | first call (s) | per use (ms) |")
-    print("|---|---|---|")
+    print("| way | first call (s) | per use (ms) | per use, CPU (ms) |")
+    print("|---|---|---|---|")
     for name, times in seconds.items():
-        median = statistics.median(times)
-        print(f"| {name} | {median:.3f} | {(median - base) / args.uses * 1000:.1f} |")
+        median, median_cpu = statistics.median(times), statistics.median(cpu[name])
+        print(f"| {name} | {median:.3f} | {(median - base) / args.uses * 1000:.1f} | "
+              f"{(median_cpu - base_cpu) / args.uses * 1000:.1f} |")
 
 
 if __name__ == "__main__":
