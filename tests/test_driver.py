@@ -340,7 +340,7 @@ class TestBadInput:
     def test_network_and_loss_swapped(self):
         """GradientAccumulation(loss, network, optimizer) failed in the loss's construct with Python's "missing 1
         required positional argument" (a new user's trial): refused when built, naming both. A network without
-        Parameters beside a parameter-free loss is not refused."""
+        Parameters beside a parameter-free loss is not taken for a swap (the optimizer's check refuses it)."""
         net, loss, opt = build()
         with pytest.raises(ValueError, match=r"For 'GradientAccumulation', 'network' must be the network you train "
                                              r"and 'loss_fn' its loss, but 'network' \(SoftmaxCrossEntropyWithLogits\) "
